@@ -1,0 +1,276 @@
+"""Weight files: the bilm-tf / AllenNLP hdf5 layout (read and export) and this project's own format.
+
+Own format: a directory with `bilm.json` (options, default state policy) and `weights.pt`, a
+plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling of code).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from .model import BiLM, _check_policy
+from .options import BiLMConfigError, BiLMOptions
+
+OWN_CONFIG = "bilm.json"
+OWN_WEIGHTS = "weights.pt"
+OWN_FORMAT = "spacy_elmo.bilm"
+OWN_VERSION = 1
+PathLike = Union[str, Path]
+
+
+class WeightFileError(ValueError):
+    """A weight file that is missing, corrupt, or disagrees with its options."""
+
+
+def _cell(d: int, l: int) -> str:
+    return f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+
+
+def expected_shapes(opts: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
+    """Every dataset of a bilm-tf weight file for `opts`, with its shape."""
+    F, P, D, E = opts.n_filters, opts.projection_dim, opts.lstm_dim, opts.char_dim
+    shapes: Dict[str, Tuple[int, ...]] = {"char_embed": (261, E)}
+    for i, (w, n) in enumerate(opts.filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, w, E, n)
+        shapes[f"CNN/b_cnn_{i}"] = (n,)
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            shapes[f"CNN_high_{k}/W_{m}"] = (F, F)
+            shapes[f"CNN_high_{k}/b_{m}"] = (F,)
+    shapes["CNN_proj/W_proj"] = (F, P)
+    shapes["CNN_proj/b_proj"] = (P,)
+    for d in range(2):
+        for l in range(opts.n_layers):
+            shapes[f"{_cell(d, l)}/W_0"] = (2 * P, 4 * D)
+            shapes[f"{_cell(d, l)}/B"] = (4 * D,)
+            shapes[f"{_cell(d, l)}/W_P_0"] = (D, P)
+    return shapes
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency
+        raise ImportError("reading bilm-tf weight files needs h5py: pip install h5py") from None
+    return h5py
+
+
+def _read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
+    h5py = _h5py()
+    if not path.is_file():
+        raise FileNotFoundError(f"ELMo weight file not found: {path}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise WeightFileError(f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})") from None
+    arrays: Dict[str, np.ndarray] = {}
+    with f:
+        for name, shape in expected_shapes(opts).items():
+            if name not in f:
+                raise WeightFileError(
+                    f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})"
+                )
+            ds = f[name]
+            if tuple(ds.shape) != shape:
+                raise WeightFileError(
+                    f"{path}: dataset '{name}' has shape {tuple(ds.shape)} but {options_path} implies {shape}; "
+                    "the options file and the weights do not belong together"
+                )
+            try:
+                arr = np.asarray(ds[...], dtype=np.float32)
+            except (OSError, RuntimeError, ValueError) as err:
+                raise WeightFileError(f"{path}: dataset '{name}' cannot be read, truncated or corrupt? ({err})") from None
+            if not np.isfinite(arr).all():
+                raise WeightFileError(f"{path}: dataset '{name}' holds NaN or infinite values")
+            arrays[name] = arr
+    return arrays
+
+
+def _tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[str, torch.Tensor]:
+    t = torch.from_numpy
+    P = opts.projection_dim
+    sd: Dict[str, torch.Tensor] = {
+        "token_encoder.char_embedding.weight": t(np.concatenate([np.zeros_like(arrays["char_embed"][:1]),
+                                                                  arrays["char_embed"]])),
+        "token_encoder.w_proj": t(arrays["CNN_proj/W_proj"]),
+        "token_encoder.b_proj": t(arrays["CNN_proj/b_proj"]),
+    }
+    for i in range(len(opts.filters)):
+        sd[f"token_encoder.convs.{i}.weight"] = t(np.ascontiguousarray(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)))
+        sd[f"token_encoder.convs.{i}.bias"] = t(arrays[f"CNN/b_cnn_{i}"])
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            sd[f"token_encoder.highways.{k}.w_{m}"] = t(arrays[f"CNN_high_{k}/W_{m}"])
+            sd[f"token_encoder.highways.{k}.b_{m}"] = t(arrays[f"CNN_high_{k}/b_{m}"])
+    for l in range(opts.n_layers):
+        w0 = np.stack([arrays[f"{_cell(d, l)}/W_0"] for d in range(2)])
+        sd[f"lstm.layers.{l}.w_input"] = t(np.ascontiguousarray(w0[:, :P]))
+        sd[f"lstm.layers.{l}.w_hidden"] = t(np.ascontiguousarray(w0[:, P:]))
+        sd[f"lstm.layers.{l}.bias"] = t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)]))
+        sd[f"lstm.layers.{l}.w_proj"] = t(np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)]))
+    return sd
+
+
+def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
+    opts = bilm.options
+    sd = {k: v.detach().cpu().float().numpy() for k, v in bilm.state_dict().items()}
+    out: Dict[str, np.ndarray] = {
+        "char_embed": sd["token_encoder.char_embedding.weight"][1:],
+        "CNN_proj/W_proj": sd["token_encoder.w_proj"],
+        "CNN_proj/b_proj": sd["token_encoder.b_proj"],
+    }
+    for i in range(len(opts.filters)):
+        out[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
+        out[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            out[f"CNN_high_{k}/W_{m}"] = sd[f"token_encoder.highways.{k}.w_{m}"]
+            out[f"CNN_high_{k}/b_{m}"] = sd[f"token_encoder.highways.{k}.b_{m}"]
+    for l in range(opts.n_layers):
+        for d in range(2):
+            out[f"{_cell(d, l)}/W_0"] = np.concatenate([sd[f"lstm.layers.{l}.w_input"][d],
+                                                        sd[f"lstm.layers.{l}.w_hidden"][d]])
+            out[f"{_cell(d, l)}/B"] = sd[f"lstm.layers.{l}.bias"][d]
+            out[f"{_cell(d, l)}/W_P_0"] = sd[f"lstm.layers.{l}.w_proj"][d]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def export_hdf5(bilm: BiLM, directory: PathLike, stem: Optional[str] = None) -> Tuple[Path, Path]:
+    """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names).
+
+    Returns the two paths. Other ELMo tools (AllenNLP, bilm-tf) load them.
+    """
+    h5py = _h5py()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
+    weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
+    options_path.write_text(json.dumps(bilm.options.to_dict(), indent=2), encoding="utf-8")
+    with h5py.File(weights_path, "w") as f:
+        for name, arr in _state_dict_to_tf(bilm).items():
+            f.create_dataset(name, data=arr)
+    return options_path, weights_path
+
+
+def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[str] = None) -> Path:
+    """Save in this project's format: `bilm.json` + `weights.pt`. The warm state is computed and saved.
+
+    `state` sets the default policy that `load_bilm` applies (default: the model's current one).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not bilm.warm_ready:
+        bilm.compute_warm_state()
+    config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": bilm.options.to_dict(),
+              "state": _check_policy(state or bilm.state_policy)}
+    state_dict = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
+    torch.save(state_dict, directory / OWN_WEIGHTS)
+    (directory / OWN_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return directory
+
+
+def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
+    config_path = directory / OWN_CONFIG
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BiLMConfigError(f"{config_path}: not valid JSON ({err})") from None
+    if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
+        raise BiLMConfigError(
+            f"{config_path}: expected format {OWN_FORMAT!r} version {OWN_VERSION}, "
+            f"got {config.get('format')!r} version {config.get('version')!r}"
+        )
+    opts = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    weights_path = directory / OWN_WEIGHTS
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"ELMo weight file not found: {weights_path}")
+    try:
+        state_dict = torch.load(weights_path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for bad archives
+        raise WeightFileError(f"{weights_path}: not a readable torch state dict ({type(err).__name__}: {err})") from None
+    bilm = BiLM(opts, state=state or config.get("state", "warm"), cache_size=cache_size)
+    load_state_dict_checked(bilm, state_dict, str(weights_path))
+    bilm.warm_ready = True
+    return bilm
+
+
+def load_state_dict_checked(bilm: BiLM, state_dict: Dict[str, torch.Tensor], source: str) -> None:
+    """`load_state_dict` with errors that name `source`, the tensor and both shapes."""
+    own = bilm.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    if missing or unexpected:
+        raise WeightFileError(f"{source}: tensors missing {missing[:5]} / unexpected {unexpected[:5]}")
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise WeightFileError(f"{source}: '{name}' is not a tensor")
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise WeightFileError(
+                f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the options imply {tuple(own[name].shape)}"
+            )
+    bilm.load_state_dict(state_dict)
+
+
+def _find_one(directory: Path, patterns: Sequence[str], what: str) -> Path:
+    for pattern in patterns:
+        found = sorted(p for p in directory.glob(pattern) if p.is_file())
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise WeightFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}); "
+                                  "pass an (options_file, weight_file) pair")
+    raise FileNotFoundError(f"{directory}: no {what} file found (looked for {', '.join(patterns)})")
+
+
+def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
+    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair."""
+    options = _find_one(directory, ["elmo_*_options.json", "*options*.json", "*.json"], "options JSON")
+    weights = _find_one(directory, ["elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"], "hdf5 weight")
+    return options, weights
+
+
+def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Optional[str] = None,
+              cache_size: int = 50_000) -> BiLM:
+    """Load a biLM in eval mode.
+
+    `path`: a directory with an options JSON and one `.hdf5` weight file (bilm-tf / AllenNLP layout,
+    published or plain names), an `(options_file, weight_file)` pair, or a directory saved by
+    `save_bilm`. `state`: "warm" (default for hdf5 weights), "zero" or "carry"; a saved model
+    keeps the policy it was saved with unless one is given.
+    """
+    if state is not None:
+        _check_policy(state)
+    if isinstance(path, (tuple, list)):
+        if len(path) != 2:
+            raise ValueError("pass (options_file, weight_file)")
+        options_path, weights_path = Path(path[0]), Path(path[1])
+    else:
+        directory = Path(path)
+        if not directory.exists():
+            raise FileNotFoundError(f"ELMo weights not found: {directory}")
+        if not directory.is_dir():
+            raise ValueError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
+        if (directory / OWN_CONFIG).is_file():
+            return _load_own(directory, state, cache_size)
+        options_path, weights_path = resolve_hdf5_pair(directory)
+    opts = BiLMOptions.from_file(options_path)
+    arrays = _read_hdf5(weights_path, opts, str(options_path))
+    bilm = BiLM(opts, state=state or "warm", cache_size=cache_size)
+    bilm.load_state_dict(_tf_to_state_dict(arrays, opts), strict=False)
+    if bilm.state_policy == "warm":
+        bilm.compute_warm_state()
+    return bilm
+
+
+def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
+    """Every dataset of an hdf5 file as `(name, array)` (for comparisons and `info`)."""
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        names = []
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in sorted(names):
+            yield name, f[name][...]
