@@ -69,13 +69,17 @@ class ProjectedLSTMLayer(nn.Module):
         _, B, T, _ = x.shape
         D = self.dim
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4D)
-        xw = torch.baddbmm(bias, x.reshape(2, B * T, -1), self.w_input).view(2, B, T, 4 * D)
+        # time-major gate inputs: xw[:, t] is one contiguous (B, 4D) block per direction
+        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * D)
         inplace = not torch.is_grad_enabled()
         h, c = h0, c0
         hs: List[Tensor] = []
         cs: List[Tensor] = []
         for t in range(T):
-            g = torch.baddbmm(xw[:, :, t], h, self.w_hidden)
+            if inplace:  # accumulate the recurrent term into xw itself: no allocation, no copy
+                g = xw[:, t].baddbmm_(h, self.w_hidden)
+            else:
+                g = torch.baddbmm(xw[:, t], h, self.w_hidden)
             s = torch.sigmoid(g)
             j = torch.tanh(g[..., D : 2 * D])
             c = torch.addcmul(s[..., 2 * D : 3 * D] * c, s[..., :D], j)

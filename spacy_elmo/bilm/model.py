@@ -21,6 +21,8 @@ STATE_POLICIES = ("warm", "zero", "carry")
 PADDED_TOKENS_PER_ROW = 32
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
+# Words per token-encoder call (bounds memory; words of similar length go together).
+ENCODER_CHUNK = 1024
 
 
 class BiLMOutput(NamedTuple):
@@ -197,12 +199,16 @@ class BiLM(nn.Module):
 
     # ------------------------------------------------------------------ token texts
     def _encode_words(self, words: List[str]) -> Tensor:
-        """Token texts -> token layer `(n, P)`, in chunks that bound memory."""
-        out = []
-        for start in range(0, len(words), 4096):
-            ids = torch.from_numpy(words_char_ids(words[start : start + 4096], self.options.max_characters_per_token))
-            out.append(self.token_encoder(ids.to(self.device)))
-        return torch.cat(out) if out else torch.zeros(0, self.options.projection_dim, device=self.device)
+        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
+        if not words:
+            return torch.zeros(0, self.options.projection_dim, device=self.device)
+        order = sorted(range(len(words)), key=lambda i: len(words[i]))
+        out = torch.empty(len(words), self.options.projection_dim, device=self.device)
+        for start in range(0, len(words), ENCODER_CHUNK):
+            chunk = order[start : start + ENCODER_CHUNK]
+            ids = torch.from_numpy(words_char_ids([words[i] for i in chunk], self.options.max_characters_per_token))
+            out[torch.tensor(chunk, device=self.device)] = self.token_encoder(ids.to(self.device))
+        return out
 
     def _token_layer(self, sentences: Sequence[Sequence[str]]) -> Tensor:
         """Sentences -> `(B, T, P)` token layer with boundaries, via the token cache."""
