@@ -64,8 +64,8 @@ def encoder_flops_per_token(opts) -> float:
     return conv + opts.n_highway * 2 * (2 * F * F) + 2 * F * P
 
 
-def exact_outputs(bilm, sentences):
-    """One sentence at a time through `forward` on char ids: no cache, no regrouping."""
+def exact_outputs(bilm, sentences, dtype=np.float32):
+    """One sentence at a time through `forward` on char ids, boundaries included: no cache, no regrouping."""
     from spacy_elmo.bilm import batch_char_ids
 
     out = []
@@ -73,8 +73,23 @@ def exact_outputs(bilm, sentences):
         for s in sentences:
             ids = torch.from_numpy(batch_char_ids([s]))
             layers = bilm.forward(ids, initial_state=bilm.initial_state(1)).layers
-            out.append(layers[:, 0, 1:-1].numpy())
+            out.append(layers[:, 0, 1:-1].numpy().astype(dtype))
     return out
+
+
+def noise_floor(bilm, sentences) -> float:
+    """Largest change of the exact path's float32 output when a sentence shares a padded batch."""
+    from spacy_elmo.bilm import batch_char_ids
+
+    alone = exact_outputs(bilm, sentences)
+    longest = max(sentences, key=len)
+    worst = 0.0
+    with torch.inference_mode():
+        for s, a in zip(sentences, alone):
+            ids = torch.from_numpy(batch_char_ids([s, longest + ["."]]))
+            layers = bilm.forward(ids, initial_state=bilm.initial_state(2)).layers[:, 0, 1 : len(s) + 1]
+            worst = max(worst, float(np.abs(layers.numpy() - a).max()) if a.size else 0.0)
+    return worst
 
 
 def main() -> None:
@@ -99,14 +114,24 @@ def main() -> None:
     seconds = time.perf_counter() - start
 
     opts = bilm.options
-    padded = sum(len(b) * (len(sentences[b[0]]) + 2) for b in
-                 bilm._batches_by_length(sentences, args.batch_size * 32))
+    # under a fixed state the boundary steps are computed once, so only real tokens are stepped
+    padded = sum(len(b) * len(sentences[b[0]]) for b in bilm._batches_by_length(sentences, args.batch_size * 32))
     misses = bilm.token_cache.lookups - bilm.token_cache.hits
     lstm_flops = padded * lstm_flops_per_position(opts)
     rng = np.random.default_rng(0)
     idx = rng.choice(len(sentences), size=min(args.check, len(sentences)), replace=False)
-    exact = exact_outputs(bilm, [sentences[i] for i in idx])
-    max_diff = max(float(np.abs(outputs[i] - e).max()) if e.size else 0.0 for i, e in zip(idx, exact))
+    checked = [sentences[i] for i in idx]
+    # float32: the timed outputs against one-sentence-at-a-time forward on char ids ...
+    exact = exact_outputs(bilm, checked)
+    max_diff = max(float(np.abs(outputs[i] - e).max()) for i, e in zip(idx, exact) if e.size)
+    # ... whose own noise floor is what padding one sentence next to another changes (float32
+    # rounding, amplified through time where random weights make the recurrence chaotic) ...
+    noise = noise_floor(bilm, checked)
+    # ... so the algorithm itself (regrouping, cache, skipped boundary steps) is held to 1e-5 in float64
+    bilm64 = load_bilm(weights_dir(args.size), state=args.state).double()
+    fast64 = list(bilm64.embed_iter(checked, batch_size=args.batch_size, as_tensor=True))
+    max_diff64 = max(float((f - torch.from_numpy(e).double()).abs().max()) if e.size else 0.0
+                     for f, e in zip(fast64, exact_outputs(bilm64, checked, np.float64)))
     result = {
         "size": args.size, "state": args.state, "batch_size": args.batch_size, "threads": args.threads,
         "sentences": len(sentences), "tokens": n_tokens, "seconds": round(seconds, 2),
@@ -116,12 +141,13 @@ def main() -> None:
         "lstm_gflop_per_s": round(lstm_flops / seconds / 1e9, 1),
         # what a char CNN run for every token would cost per token, for scale
         "encoder_mflop_per_token": round(encoder_flops_per_token(opts) / 1e6, 1),
-        "max_abs_diff_vs_exact": max_diff,
+        "max_abs_diff_vs_exact_fp32": max_diff, "fp32_noise_floor": noise,
+        "max_abs_diff_vs_exact_fp64": max_diff64,
         "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
     }
     print(json.dumps(result))
-    if max_diff > 1e-5:
-        sys.exit(f"fast path differs from the exact path by {max_diff}")
+    if max_diff64 > 1e-5 or max_diff > max(1e-5, 2 * noise):
+        sys.exit(f"fast path differs from the exact path: {max_diff} (fp32), {max_diff64} (fp64)")
 
 
 if __name__ == "__main__":

@@ -1,22 +1,40 @@
 """The projected LSTM stack of the biLM, both directions computed together.
 
-Gate blocks follow the TF order (input i, new memory j, forget f, output o), and TF's
-forget bias of 1.0 is added at run time, not stored:
+The step, with TF's gate blocks (input i, new memory j, forget f, output o) and TF's forget
+bias of 1.0 added at run time (not stored):
 
     [i, j, f, o] = x W_input + h_prev W_hidden + bias
     c = clip(sigmoid(f + 1) * c_prev + sigmoid(i) * tanh(j), cell_clip)
     h = clip((sigmoid(o) * tanh(c)) W_proj, proj_clip)
 
-Direction 0 reads left to right; direction 1 reads each sequence from its last real
-position back to its first, and its outputs are aligned back to token positions.
+Inside this module the gate blocks are kept in the order (i, f, o, j), so that one sigmoid
+covers a contiguous block; `TF_TO_INTERNAL` maps the stored order to it (weights.py applies it).
+Direction 0 reads left to right; direction 1 reads each sequence from its last real position
+back to its first, and its outputs are aligned back to token positions.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+# Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
+TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
+
+
+def gates_to_internal(w: Tensor, dim: int) -> Tensor:
+    """`(..., 4*dim)` in TF gate order -> internal order."""
+    blocks = w.split(dim, dim=-1)
+    return torch.cat([blocks[k] for k in TF_TO_INTERNAL], dim=-1)
+
+
+def gates_to_tf(w: Tensor, dim: int) -> Tensor:
+    """Inverse of `gates_to_internal`."""
+    blocks = w.split(dim, dim=-1)
+    inverse = [TF_TO_INTERNAL.index(k) for k in range(4)]
+    return torch.cat([blocks[k] for k in inverse], dim=-1)
 
 
 class LSTMState(NamedTuple):
@@ -39,7 +57,7 @@ def gather_time(x: Tensor, index: Tensor) -> Tensor:
 
 
 class ProjectedLSTMLayer(nn.Module):
-    """One layer, both directions: weights carry a leading direction axis of size 2."""
+    """One layer, both directions: weights carry a leading direction axis of size 2, gates in (i, f, o, j)."""
 
     def __init__(self, input_dim: int, dim: int, projection_dim: int, cell_clip: float, proj_clip: float):
         super().__init__()
@@ -50,7 +68,7 @@ class ProjectedLSTMLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(2, 4 * dim))
         self.w_proj = nn.Parameter(torch.empty(2, dim, projection_dim))
         forget = torch.zeros(4 * dim)
-        forget[2 * dim : 3 * dim] = 1.0
+        forget[dim : 2 * dim] = 1.0
         self.register_buffer("forget_bias", forget, persistent=False)
         self.reset_parameters()
 
@@ -60,42 +78,58 @@ class ProjectedLSTMLayer(nn.Module):
             nn.init.uniform_(w, -bound, bound)
         nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor, h0: Tensor, c0: Tensor, final_index: Optional[Tensor] = None):
+    def forward(self, x: Tensor, h0: Tensor, c0: Tensor,
+                final_index: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
         """x `(2, B, T, input_dim)` (direction 1 already reversed per row); h0 `(2, B, P)`; c0 `(2, B, D)`.
 
-        Returns h `(2, B, T, P)` and, when `final_index` `(B,)` is given, the state `(h, c)`
-        at that time step of each row, each `(2, B, ·)`.
+        Returns h `(2, B, T, P)` and, when `final_index` `(B,)` is given, the state `(h, c)` at that
+        time step of each row, each `(2, B, ·)`.
         """
         _, B, T, _ = x.shape
-        D = self.dim
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4D)
         # time-major gate inputs: xw[:, t] is one contiguous (B, 4D) block per direction
-        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * D)
-        inplace = not torch.is_grad_enabled()
-        h, c = h0, c0
+        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * self.dim)
+        if torch.is_grad_enabled():
+            out, cs = self._steps_autograd(xw, h0, c0, final_index is not None)
+        else:
+            out, cs = self._steps_inplace(xw, h0, c0, final_index is not None)
+        if final_index is None:
+            return out.transpose(1, 2), None
+        rows = torch.arange(B, device=x.device)
+        return out.transpose(1, 2), (out[:, final_index, rows], cs[:, final_index, rows])
+
+    def _steps_inplace(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
+        """Inference: gates computed in place in `xw`, outputs written into one `(2, T, B, P)` buffer."""
+        _, T, B, _ = xw.shape
+        D = self.dim
+        out = xw.new_empty(2, T, B, self.projection_dim)
+        cs = xw.new_empty(2, T, B, D) if keep_c else None
+        for t in range(T):
+            g = xw[:, t].baddbmm_(h, self.w_hidden)
+            g[..., : 3 * D].sigmoid_()
+            g[..., 3 * D :].tanh_()
+            c = torch.mul(g[..., D : 2 * D], c).addcmul_(g[..., :D], g[..., 3 * D :]).clamp_(-self.cell_clip, self.cell_clip)
+            if keep_c:
+                cs[:, t] = c
+            m = torch.tanh(c).mul_(g[..., 2 * D : 3 * D])
+            h = torch.bmm(m, self.w_proj, out=out[:, t]).clamp_(-self.proj_clip, self.proj_clip)
+        return out, cs
+
+    def _steps_autograd(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
+        """Training: the same step without in-place operations, so autograd can record it."""
+        D = self.dim
         hs: List[Tensor] = []
         cs: List[Tensor] = []
-        for t in range(T):
-            if inplace:  # accumulate the recurrent term into xw itself: no allocation, no copy
-                g = xw[:, t].baddbmm_(h, self.w_hidden)
-            else:
-                g = torch.baddbmm(xw[:, t], h, self.w_hidden)
-            s = torch.sigmoid(g)
-            j = torch.tanh(g[..., D : 2 * D])
-            c = torch.addcmul(s[..., 2 * D : 3 * D] * c, s[..., :D], j)
-            c = c.clamp_(-self.cell_clip, self.cell_clip) if inplace else c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.bmm(s[..., 3 * D :] * torch.tanh(c), self.w_proj)
-            h = h.clamp_(-self.proj_clip, self.proj_clip) if inplace else h.clamp(-self.proj_clip, self.proj_clip)
+        for t in range(xw.shape[1]):
+            g = torch.baddbmm(xw[:, t], h, self.w_hidden)
+            s = torch.sigmoid(g[..., : 3 * D])
+            j = torch.tanh(g[..., 3 * D :])
+            c = torch.addcmul(s[..., D : 2 * D] * c, s[..., :D], j).clamp(-self.cell_clip, self.cell_clip)
+            h = torch.bmm(s[..., 2 * D :] * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
             hs.append(h)
-            if final_index is not None:
+            if keep_c:
                 cs.append(c)
-        out = torch.stack(hs, dim=2)
-        if final_index is None:
-            return out, None
-        rows = torch.arange(B, device=x.device)
-        h_last = out[:, rows, final_index]
-        c_last = torch.stack(cs, dim=2)[:, rows, final_index]
-        return out, (h_last, c_last)
+        return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
 
 
 class BiLSTMStack(nn.Module):
@@ -116,19 +150,10 @@ class BiLSTMStack(nn.Module):
         return LSTMState(torch.zeros(n, 2, batch, self.projection_dim, device=device, dtype=dtype),
                          torch.zeros(n, 2, batch, self.dim, device=device, dtype=dtype))
 
-    def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
-                return_state: bool = False):
-        """x `(B, T, P)` token layer (boundaries included, padding after `lengths`).
-
-        Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
-        positions, and the final `LSTMState` (at each row's last real position) when asked.
-        """
-        B, T, _ = x.shape
-        rev = reverse_index(lengths, T)
-        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])  # (2, B, T, P)
-        if initial_state is None:
-            initial_state = self.zero_state(B, x.device, x.dtype)
-        final_index = (lengths - 1).clamp(min=0) if return_state else None
+    def run_directions(self, inp: Tensor, initial_state: LSTMState,
+                       final_index: Optional[Tensor] = None) -> Tuple[List[Tensor], Optional[LSTMState]]:
+        """inp `(2, B, T, P)`, each direction in its own reading order -> per layer `(2, B, T, P)`
+        outputs in reading order (skip connections applied) and, with `final_index`, the state there."""
         outputs, hs, cs = [], [], []
         for l, layer in enumerate(self.layers):
             if self.training and self.dropout > 0:
@@ -141,6 +166,22 @@ class BiLSTMStack(nn.Module):
                 hs.append(state[0])
                 cs.append(state[1])
             inp = out
+        final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
+        return outputs, final
+
+    def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
+                return_state: bool = False):
+        """x `(B, T, P)` token layer (padding after `lengths`).
+
+        Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
+        positions, and the final `LSTMState` (at each row's last real position) when asked.
+        """
+        B, T, _ = x.shape
+        rev = reverse_index(lengths, T)
+        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])  # (2, B, T, P)
+        if initial_state is None:
+            initial_state = self.zero_state(B, x.device, x.dtype)
+        final_index = (lengths - 1).clamp(min=0) if return_state else None
+        outputs, final = self.run_directions(inp, initial_state, final_index)
         aligned = [torch.cat([o[0], gather_time(o[1:], rev)[0]], dim=-1) for o in outputs]
-        final = LSTMState(torch.stack(hs), torch.stack(cs)) if return_state else None
         return aligned, final

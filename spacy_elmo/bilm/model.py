@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from itertools import islice
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -73,6 +73,7 @@ class BiLM(nn.Module):
         self.warm_ready = False
         self._state_policy = _check_policy(state)
         self._carried: Optional[LSTMState] = None
+        self._after_boundary: dict = {}
         self.token_cache = TokenLayerCache(cache_size, P)
         self._fingerprint: Optional[str] = None
         self.eval()
@@ -111,6 +112,7 @@ class BiLM(nn.Module):
         self.token_cache.clear()
         self._fingerprint = None
         self._carried = None
+        self._after_boundary = {}
 
     def train(self, mode: bool = True):
         self.invalidate()
@@ -165,6 +167,7 @@ class BiLM(nn.Module):
         self.warm_c.copy_(state.c[:, :, 0])
         self.warm_ready = True
         self._fingerprint = None
+        self._after_boundary = {}
         if was_training:
             super().train(True)
 
@@ -201,38 +204,60 @@ class BiLM(nn.Module):
     def _encode_words(self, words: List[str]) -> Tensor:
         """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
         if not words:
-            return torch.zeros(0, self.options.projection_dim, device=self.device)
+            return self.token_encoder.w_proj.new_zeros(0, self.options.projection_dim)
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
-        out = torch.empty(len(words), self.options.projection_dim, device=self.device)
+        out = self.token_encoder.w_proj.new_empty(len(words), self.options.projection_dim)
         for start in range(0, len(words), ENCODER_CHUNK):
             chunk = order[start : start + ENCODER_CHUNK]
             ids = torch.from_numpy(words_char_ids([words[i] for i in chunk], self.options.max_characters_per_token))
             out[torch.tensor(chunk, device=self.device)] = self.token_encoder(ids.to(self.device))
         return out
 
+    def _token_layer_of(self, words: List[str]) -> Tensor:
+        """Distinct token texts -> `(n, P)`, through the token cache."""
+        return self.token_cache.lookup(words, self._encode_words)
+
     def _token_layer(self, sentences: Sequence[Sequence[str]]) -> Tensor:
-        """Sentences -> `(B, T, P)` token layer with boundaries, via the token cache."""
-        vocab = {BOS_TOKEN: 0, EOS_TOKEN: 1}
-        T = max(len(s) for s in sentences) + 2
-        index = np.full((len(sentences), T), 1, dtype=np.int64)
+        """Non-empty sentences -> `(B, T, P)` token layer of their tokens (no boundaries), zero-padded."""
+        vocab: dict = {}
+        T = max(len(s) for s in sentences)
+        index = np.zeros((len(sentences), T), dtype=np.int64)
         for row, sent in enumerate(sentences):
-            index[row, 0] = 0
-            index[row, 1 : len(sent) + 1] = [vocab.setdefault(w, len(vocab)) for w in sent]
-        vectors = self.token_cache.lookup(list(vocab), self._encode_words)
+            index[row, : len(sent)] = [vocab.setdefault(w, len(vocab)) for w in sent]
+        vectors = self._token_layer_of(list(vocab))
         return vectors[torch.from_numpy(index).to(vectors.device)]
 
+    def _boundary_step(self, policy: str) -> LSTMState:
+        """The state after the first step of each direction (over `<S>` forward, over `</S>`
+        backward): under a fixed start state it is the same for every sentence, so it is computed
+        once per policy. Batch size 1."""
+        if policy not in self._after_boundary:
+            x = self._token_layer_of([BOS_TOKEN, EOS_TOKEN])  # (2, P)
+            first = torch.zeros(1, dtype=torch.long, device=self.device)
+            _, state = self.lstm.run_directions(x.view(2, 1, 1, -1), self.initial_state(1, policy), first)
+            self._after_boundary[policy] = state
+        return self._after_boundary[policy]
+
     def _run_texts(self, sentences: Sequence[Sequence[str]], policy: str) -> Tensor:
-        """Sentences -> layers `(n_layers + 1, B, T, 2P)` under `policy` (updates the carried state)."""
-        lengths = torch.tensor([len(s) + 2 for s in sentences], device=self.device)
-        mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-        init = self.initial_state(len(sentences), policy)
+        """Sentences -> layers `(n_layers + 1, B, T, 2P)` under `policy`.
+
+        "carry": the boundaries are included in T (and the carried state is updated).
+        "warm" / "zero": T covers the real tokens only; the boundary steps come from `_boundary_step`.
+        """
         if policy == "carry":
+            lengths = torch.tensor([len(s) + 2 for s in sentences], device=self.device)
+            mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
             ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
-            out = self.forward(ids.to(self.device), mask, init, return_state=True)
+            out = self.forward(ids.to(self.device), mask, self.initial_state(len(sentences), policy), return_state=True)
             self._carried = self._merge_carried(out.state)
-        else:
-            out = self.forward_token_layer(self._token_layer(sentences), mask, init)
-        return out.layers
+            return out.layers
+        B = len(sentences)
+        state = self._boundary_step(policy)
+        init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
+        x = self._token_layer(sentences)  # (B, T, P), real tokens only
+        lengths = torch.tensor([len(s) for s in sentences], device=self.device)
+        layers, _ = self.lstm(x, lengths, init)
+        return torch.stack([torch.cat([x, x], dim=-1), *layers])
 
     def _merge_carried(self, state: LSTMState) -> LSTMState:
         """Rows beyond this batch keep their older carried state (AllenNLP's semantics)."""
@@ -250,7 +275,7 @@ class BiLM(nn.Module):
         order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: -len(sentences[i]))
         batch: List[int] = []
         for i in order:
-            width = len(sentences[batch[0]]) + 2 if batch else len(sentences[i]) + 2
+            width = len(sentences[batch[0]]) if batch else len(sentences[i])
             if batch and (len(batch) + 1) * width > budget:
                 yield batch
                 batch = []
@@ -271,7 +296,7 @@ class BiLM(nn.Module):
         for batch in self._batches_by_length(sentences, batch_size * PADDED_TOKENS_PER_ROW):
             layers = self._run_texts([sentences[i] for i in batch], self._state_policy)
             for row, i in enumerate(batch):
-                results[i] = self._convert(layers[:, row, 1 : len(sentences[i]) + 1], as_tensor)
+                results[i] = self._convert(layers[:, row, : len(sentences[i])], as_tensor)
         return [self._empty(as_tensor) if r is None else r for r in results]
 
     def _embed_carry(self, sentences: List[List[str]], as_tensor: bool) -> list:
