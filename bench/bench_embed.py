@@ -114,8 +114,8 @@ def main() -> None:
     seconds = time.perf_counter() - start
 
     opts = bilm.options
-    # under a fixed state the boundary steps are computed once, so only real tokens are stepped
-    padded = sum(len(b) * len(sentences[b[0]]) for b in bilm._batches_by_length(sentences, args.batch_size * 32))
+    # packed rows and boundary steps computed once: only real tokens are stepped
+    padded = n_tokens
     misses = bilm.token_cache.lookups - bilm.token_cache.hits
     lstm_flops = padded * lstm_flops_per_position(opts)
     rng = np.random.default_rng(0)
@@ -135,8 +135,9 @@ def main() -> None:
     result = {
         "size": args.size, "state": args.state, "batch_size": args.batch_size, "threads": args.threads,
         "sentences": len(sentences), "tokens": n_tokens, "seconds": round(seconds, 2),
-        "tokens_per_s": round(n_tokens / seconds, 1), "cache_hit_rate": round(bilm.token_cache.hit_rate, 3),
-        "encoder_calls": misses, "padded_positions": padded,
+        "tokens_per_s": round(n_tokens / seconds, 1), # token occurrences whose token layer came from the cache (each distinct word is computed once)
+        "cache_hit_rate": round(1 - misses / n_tokens, 3),
+        "token_layers_computed": misses, "stepped_positions": padded,
         # the LSTM's arithmetic over the whole wall time: a lower bound on the rate reached
         "lstm_gflop_per_s": round(lstm_flops / seconds / 1e9, 1),
         # what a char CNN run for every token would cost per token, for scale

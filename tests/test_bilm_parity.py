@@ -117,3 +117,18 @@ def test_warm_and_carry_match_reference_with_state(tmp_path):
     for sent in SENTS:
         expected, _ = ref.run(sent, state)
         assert np.abs(warm.embed([sent])[0] - expected).max() <= 1e-5
+
+
+def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
+    """Many rows of mixed lengths, with the input projection split into chunks of a few positions."""
+    from spacy_elmo.bilm import lstm
+
+    monkeypatch.setattr(lstm, "PACKED_CHUNK_ROWS", 5)
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=7)
+    ref = _reference_pair(path)
+    sentences = [SENTS[i % len(SENTS)][: 1 + i % 9] for i in range(12)] + [[]]
+    out = load_bilm(path, state="zero").embed(sentences, batch_size=64)
+    for sent, got in zip(sentences, out):
+        expected, _ = ref.run(sent) if sent else (np.zeros((3, 0, 16)), None)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5

@@ -14,12 +14,14 @@ back to its first, and its outputs are aligned back to token positions.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+# Positions per input-projection chunk of the packed inference path (bounds its memory).
+PACKED_CHUNK_ROWS = 1024
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
 
@@ -89,34 +91,15 @@ class ProjectedLSTMLayer(nn.Module):
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4D)
         # time-major gate inputs: xw[:, t] is one contiguous (B, 4D) block per direction
         xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * self.dim)
-        if torch.is_grad_enabled():
-            out, cs = self._steps_autograd(xw, h0, c0, final_index is not None)
-        else:
-            out, cs = self._steps_inplace(xw, h0, c0, final_index is not None)
+        out, cs = self._steps(xw, h0, c0, final_index is not None)
         if final_index is None:
             return out.transpose(1, 2), None
         rows = torch.arange(B, device=x.device)
         return out.transpose(1, 2), (out[:, final_index, rows], cs[:, final_index, rows])
 
-    def _steps_inplace(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
-        """Inference: gates computed in place in `xw`, outputs written into one `(2, T, B, P)` buffer."""
-        _, T, B, _ = xw.shape
-        D = self.dim
-        out = xw.new_empty(2, T, B, self.projection_dim)
-        cs = xw.new_empty(2, T, B, D) if keep_c else None
-        for t in range(T):
-            g = xw[:, t].baddbmm_(h, self.w_hidden)
-            g[..., : 3 * D].sigmoid_()
-            g[..., 3 * D :].tanh_()
-            c = torch.mul(g[..., D : 2 * D], c).addcmul_(g[..., :D], g[..., 3 * D :]).clamp_(-self.cell_clip, self.cell_clip)
-            if keep_c:
-                cs[:, t] = c
-            m = torch.tanh(c).mul_(g[..., 2 * D : 3 * D])
-            h = torch.bmm(m, self.w_proj, out=out[:, t]).clamp_(-self.proj_clip, self.proj_clip)
-        return out, cs
-
-    def _steps_autograd(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
-        """Training: the same step without in-place operations, so autograd can record it."""
+    def _steps(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
+        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place operations
+        so that autograd can record it."""
         D = self.dim
         hs: List[Tensor] = []
         cs: List[Tensor] = []
@@ -130,6 +113,41 @@ class ProjectedLSTMLayer(nn.Module):
             if keep_c:
                 cs.append(c)
         return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
+
+    def forward_packed(self, x: Tensor, batch_sizes: Sequence[int], h0: Tensor, c0: Tensor) -> Tensor:
+        """Inference on packed rows: x `(2, N, input_dim)` time-major, step t holding the first
+        `batch_sizes[t]` rows (rows sorted longest first, so `batch_sizes` never grows); h0 `(2, B, P)`,
+        c0 `(2, B, D)`. Returns h `(2, N, P)` in the same packed layout.
+
+        No step computes a padded position, and a step's matrix products cover every row still
+        running, which keeps them large. Gates are computed in place; the input projection runs over
+        chunks of at most `PACKED_CHUNK_ROWS` positions, which bounds memory.
+        """
+        D = self.dim
+        bias = (self.bias + self.forget_bias).unsqueeze(1)
+        out = x.new_empty(2, x.shape[1], self.projection_dim)
+        h, c = h0, c0
+        start = t = 0
+        while t < len(batch_sizes):
+            stop, rows = t, 0
+            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS):
+                rows += batch_sizes[stop]
+                stop += 1
+            xw = torch.baddbmm(bias, x[:, start : start + rows], self.w_input)  # (2, rows, 4D)
+            local = 0
+            for n in batch_sizes[t:stop]:
+                g = xw[:, local : local + n].baddbmm_(h[:, :n], self.w_hidden)
+                g[..., : 3 * D].sigmoid_()
+                g[..., 3 * D :].tanh_()
+                c = torch.mul(g[..., D : 2 * D], c[:, :n]).addcmul_(g[..., :D], g[..., 3 * D :])
+                c.clamp_(-self.cell_clip, self.cell_clip)
+                m = torch.tanh(c).mul_(g[..., 2 * D : 3 * D])
+                h = out[:, start + local : start + local + n]
+                torch.bmm(m, self.w_proj, out=h).clamp_(-self.proj_clip, self.proj_clip)
+                local += n
+            start += rows
+            t = stop
+        return out
 
 
 class BiLSTMStack(nn.Module):
@@ -168,6 +186,18 @@ class BiLSTMStack(nn.Module):
             inp = out
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
+
+    def run_packed(self, inp: Tensor, batch_sizes: Sequence[int], initial_state: LSTMState) -> List[Tensor]:
+        """Inference on packed rows (see `ProjectedLSTMLayer.forward_packed`): inp `(2, N, P)`, each
+        direction in its reading order -> per layer `(2, N, P)` (skip connections applied)."""
+        outputs = []
+        for l, layer in enumerate(self.layers):
+            out = layer.forward_packed(inp, batch_sizes, initial_state.h[l], initial_state.c[l])
+            if self.use_skip_connections and l > 0:
+                out += inp
+            outputs.append(out)
+            inp = out
+        return outputs
 
     def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
                 return_state: bool = False):

@@ -17,8 +17,10 @@ from .options import BiLMOptions
 from .warmup import WARMUP_SENTENCES
 
 STATE_POLICIES = ("warm", "zero", "carry")
-# Compute batches hold up to `batch_size * PADDED_TOKENS_PER_ROW` padded positions.
-PADDED_TOKENS_PER_ROW = 32
+# Compute batches (packed, so without padding) hold up to `batch_size * ROWS_PER_BATCH` sentences
+# and `batch_size * TOKENS_PER_BATCH` tokens: large matrix products, memory bounded by batch_size.
+ROWS_PER_BATCH = 8
+TOKENS_PER_BATCH = 256
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
@@ -238,26 +240,39 @@ class BiLM(nn.Module):
             self._after_boundary[policy] = state
         return self._after_boundary[policy]
 
-    def _run_texts(self, sentences: Sequence[Sequence[str]], policy: str) -> Tensor:
-        """Sentences -> layers `(n_layers + 1, B, T, 2P)` under `policy`.
+    def _run_carry(self, sentences: Sequence[Sequence[str]]) -> Tensor:
+        """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`;
+        updates the carried state."""
+        lengths = torch.tensor([len(s) + 2 for s in sentences], device=self.device)
+        mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
+        ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
+        out = self.forward(ids.to(self.device), mask, self.initial_state(len(sentences), "carry"), return_state=True)
+        self._carried = self._merge_carried(out.state)
+        return out.layers
 
-        "carry": the boundaries are included in T (and the carried state is updated).
-        "warm" / "zero": T covers the real tokens only; the boundary steps come from `_boundary_step`.
-        """
-        if policy == "carry":
-            lengths = torch.tensor([len(s) + 2 for s in sentences], device=self.device)
-            mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-            ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
-            out = self.forward(ids.to(self.device), mask, self.initial_state(len(sentences), policy), return_state=True)
-            self._carried = self._merge_carried(out.state)
-            return out.layers
-        B = len(sentences)
+    def _run_packed(self, sentences: Sequence[Sequence[str]], policy: str) -> List[Tensor]:
+        """Non-empty sentences sorted longest first -> per sentence, layers `(n_layers + 1, n, 2P)`
+        of its real tokens, through the packed recurrence from the state after the boundary steps."""
+        lengths = np.array([len(s) for s in sentences])
+        B, T = len(sentences), int(lengths[0])
+        batch_sizes = (lengths[None, :] > np.arange(T)[:, None]).sum(1)  # (T,) rows still running at t
+        rows = np.concatenate([np.arange(n) for n in batch_sizes])  # packed position -> row
+        time = np.repeat(np.arange(T), batch_sizes)  # packed position -> forward step = token
+        back = lengths[rows] - 1 - time  # backward step `time` reads this token
+        # packed position -> sentence-major position (sentences one after another, tokens in order)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        to_forward = torch.from_numpy(np.argsort(starts[rows] + time, kind="stable")).to(self.device)
+        to_backward = torch.from_numpy(np.argsort(starts[rows] + back, kind="stable")).to(self.device)
+        x = self._token_layer(sentences)  # (B, T, P)
+        rows_t, time_t, back_t = (torch.from_numpy(a).to(self.device) for a in (rows, time, back))
+        inp = torch.stack([x[rows_t, time_t], x[rows_t, back_t]])  # (2, N, P)
         state = self._boundary_step(policy)
         init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
-        x = self._token_layer(sentences)  # (B, T, P), real tokens only
-        lengths = torch.tensor([len(s) for s in sentences], device=self.device)
-        layers, _ = self.lstm(x, lengths, init)
-        return torch.stack([torch.cat([x, x], dim=-1), *layers])
+        outputs = self.lstm.run_packed(inp, batch_sizes.tolist(), init)
+        token = inp[0, to_forward]  # (N, P) sentence-major
+        layers = torch.stack([torch.cat([token, token], dim=-1)]
+                             + [torch.cat([out[0, to_forward], out[1, to_backward]], dim=-1) for out in outputs])
+        return list(layers.split(lengths.tolist(), dim=1))
 
     def _merge_carried(self, state: LSTMState) -> LSTMState:
         """Rows beyond this batch keep their older carried state (AllenNLP's semantics)."""
@@ -270,16 +285,19 @@ class BiLM(nn.Module):
         c[:, :, :n] = state.c
         return LSTMState(h, c)
 
-    def _batches_by_length(self, sentences: List[List[str]], budget: int) -> Iterator[List[int]]:
-        """Indices of non-empty sentences, longest first, grouped under `budget` padded positions."""
+    def _batches_by_length(self, sentences: List[List[str]], batch_size: int) -> Iterator[List[int]]:
+        """Indices of non-empty sentences, longest first, in groups of at most
+        `batch_size * ROWS_PER_BATCH` sentences and `batch_size * TOKENS_PER_BATCH` tokens."""
         order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: -len(sentences[i]))
+        max_rows, max_tokens = batch_size * ROWS_PER_BATCH, batch_size * TOKENS_PER_BATCH
         batch: List[int] = []
+        tokens = 0
         for i in order:
-            width = len(sentences[batch[0]]) if batch else len(sentences[i])
-            if batch and (len(batch) + 1) * width > budget:
+            if batch and (len(batch) == max_rows or tokens + len(sentences[i]) > max_tokens):
                 yield batch
-                batch = []
+                batch, tokens = [], 0
             batch.append(i)
+            tokens += len(sentences[i])
         if batch:
             yield batch
 
@@ -293,14 +311,14 @@ class BiLM(nn.Module):
 
     def _embed_window(self, sentences: List[List[str]], batch_size: int, as_tensor: bool) -> list:
         results: list = [None] * len(sentences)
-        for batch in self._batches_by_length(sentences, batch_size * PADDED_TOKENS_PER_ROW):
-            layers = self._run_texts([sentences[i] for i in batch], self._state_policy)
-            for row, i in enumerate(batch):
-                results[i] = self._convert(layers[:, row, : len(sentences[i])], as_tensor)
+        for batch in self._batches_by_length(sentences, batch_size):
+            outputs = self._run_packed([sentences[i] for i in batch], self._state_policy)
+            for i, layers in zip(batch, outputs):
+                results[i] = self._convert(layers, as_tensor)
         return [self._empty(as_tensor) if r is None else r for r in results]
 
     def _embed_carry(self, sentences: List[List[str]], as_tensor: bool) -> list:
-        layers = self._run_texts(sentences, "carry")
+        layers = self._run_carry(sentences)
         return [self._convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)]
 
     def embed_iter(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
