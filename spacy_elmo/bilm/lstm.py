@@ -14,7 +14,8 @@ back to its first, and its outputs are aligned back to token positions.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from functools import partial
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -114,18 +115,23 @@ class ProjectedLSTMLayer(nn.Module):
                 cs.append(c)
         return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
 
-    def forward_packed(self, x: Tensor, batch_sizes: Sequence[int], h0: Tensor, c0: Tensor) -> Tensor:
-        """Inference on packed rows: x `(2, N, input_dim)` time-major, step t holding the first
-        `batch_sizes[t]` rows (rows sorted longest first, so `batch_sizes` never grows); h0 `(2, B, P)`,
+    def project_packed(self, x: Tensor, start: int, rows: int) -> Tensor:
+        """Gate inputs of packed positions `start:start+rows` of x `(2, N, I)` -> `(2, rows, 4D)`."""
+        return torch.baddbmm((self.bias + self.forget_bias).unsqueeze(1), x[:, start : start + rows], self.w_input)
+
+    def forward_packed(self, gate_inputs: Callable[[int, int], Tensor], batch_sizes: Sequence[int],
+                       h0: Tensor, c0: Tensor) -> Tensor:
+        """Inference on packed rows, time-major: step t holds the first `batch_sizes[t]` rows (rows
+        sorted longest first, so `batch_sizes` never grows). `gate_inputs(start, rows)` gives the
+        input projection `(2, rows, 4D)` of packed positions `start:start+rows`; h0 `(2, B, P)`,
         c0 `(2, B, D)`. Returns h `(2, N, P)` in the same packed layout.
 
-        No step computes a padded position, and a step's matrix products cover every row still
-        running, which keeps them large. Gates are computed in place; the input projection runs over
-        chunks of at most `PACKED_CHUNK_ROWS` positions, which bounds memory.
+        No step computes a padded position, and each step's matrix products cover every row still
+        running, which keeps them large. Gates are computed in place; gate inputs are asked for in
+        chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
         """
         D = self.dim
-        bias = (self.bias + self.forget_bias).unsqueeze(1)
-        out = x.new_empty(2, x.shape[1], self.projection_dim)
+        out = h0.new_empty(2, sum(batch_sizes), self.projection_dim)
         h, c = h0, c0
         start = t = 0
         while t < len(batch_sizes):
@@ -133,7 +139,7 @@ class ProjectedLSTMLayer(nn.Module):
             while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS):
                 rows += batch_sizes[stop]
                 stop += 1
-            xw = torch.baddbmm(bias, x[:, start : start + rows], self.w_input)  # (2, rows, 4D)
+            xw = gate_inputs(start, rows)  # (2, rows, 4D)
             local = 0
             for n in batch_sizes[t:stop]:
                 g = xw[:, local : local + n].baddbmm_(h[:, :n], self.w_hidden)
@@ -187,16 +193,32 @@ class BiLSTMStack(nn.Module):
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
 
-    def run_packed(self, inp: Tensor, batch_sizes: Sequence[int], initial_state: LSTMState) -> List[Tensor]:
-        """Inference on packed rows (see `ProjectedLSTMLayer.forward_packed`): inp `(2, N, P)`, each
-        direction in its reading order -> per layer `(2, N, P)` (skip connections applied)."""
-        outputs = []
+    def run_packed(self, words: Tensor, word_index: Tensor, batch_sizes: Sequence[int],
+                   initial_state: LSTMState) -> List[Tensor]:
+        """Inference on packed rows (see `ProjectedLSTMLayer.forward_packed`).
+
+        words `(U, P)`: the token layer of each distinct word; word_index `(2, N)`: the word read at
+        each packed position, per direction in its reading order. The first layer's input projection
+        is computed once per distinct word and gathered. Returns per layer `(2, N, P)` (skip
+        connections applied).
+        """
+        first = self.layers[0]
+        word_gates = torch.baddbmm((first.bias + first.forget_bias).unsqueeze(1), words.expand(2, -1, -1),
+                                   first.w_input)  # (2, U, 4D)
+
+        def first_gates(start: int, rows: int) -> Tensor:
+            idx = word_index[:, start : start + rows]
+            return torch.stack([word_gates[0, idx[0]], word_gates[1, idx[1]]])
+
+        outputs: List[Tensor] = []
+        gates: Callable[[int, int], Tensor] = first_gates
         for l, layer in enumerate(self.layers):
-            out = layer.forward_packed(inp, batch_sizes, initial_state.h[l], initial_state.c[l])
+            out = layer.forward_packed(gates, batch_sizes, initial_state.h[l], initial_state.c[l])
             if self.use_skip_connections and l > 0:
-                out += inp
+                out += outputs[-1]
             outputs.append(out)
-            inp = out
+            if l + 1 < len(self.layers):
+                gates = partial(self.layers[l + 1].project_packed, out)
         return outputs
 
     def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,

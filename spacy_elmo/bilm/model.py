@@ -219,15 +219,13 @@ class BiLM(nn.Module):
         """Distinct token texts -> `(n, P)`, through the token cache."""
         return self.token_cache.lookup(words, self._encode_words)
 
-    def _token_layer(self, sentences: Sequence[Sequence[str]]) -> Tensor:
-        """Non-empty sentences -> `(B, T, P)` token layer of their tokens (no boundaries), zero-padded."""
+    def _word_index(self, sentences: Sequence[Sequence[str]]) -> Tuple[List[str], np.ndarray]:
+        """Non-empty sentences -> their distinct words and a `(B, T)` index into them (0-padded)."""
         vocab: dict = {}
-        T = max(len(s) for s in sentences)
-        index = np.zeros((len(sentences), T), dtype=np.int64)
+        index = np.zeros((len(sentences), max(len(s) for s in sentences)), dtype=np.int64)
         for row, sent in enumerate(sentences):
             index[row, : len(sent)] = [vocab.setdefault(w, len(vocab)) for w in sent]
-        vectors = self._token_layer_of(list(vocab))
-        return vectors[torch.from_numpy(index).to(vectors.device)]
+        return list(vocab), index
 
     def _boundary_step(self, policy: str) -> LSTMState:
         """The state after the first step of each direction (over `<S>` forward, over `</S>`
@@ -263,13 +261,13 @@ class BiLM(nn.Module):
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         to_forward = torch.from_numpy(np.argsort(starts[rows] + time, kind="stable")).to(self.device)
         to_backward = torch.from_numpy(np.argsort(starts[rows] + back, kind="stable")).to(self.device)
-        x = self._token_layer(sentences)  # (B, T, P)
-        rows_t, time_t, back_t = (torch.from_numpy(a).to(self.device) for a in (rows, time, back))
-        inp = torch.stack([x[rows_t, time_t], x[rows_t, back_t]])  # (2, N, P)
+        words, index = self._word_index(sentences)
+        vectors = self._token_layer_of(words)  # (U, P)
+        word_index = torch.from_numpy(np.stack([index[rows, time], index[rows, back]])).to(self.device)  # (2, N)
         state = self._boundary_step(policy)
         init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
-        outputs = self.lstm.run_packed(inp, batch_sizes.tolist(), init)
-        token = inp[0, to_forward]  # (N, P) sentence-major
+        outputs = self.lstm.run_packed(vectors, word_index, batch_sizes.tolist(), init)
+        token = vectors[word_index[0, to_forward]]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
                              + [torch.cat([out[0, to_forward], out[1, to_backward]], dim=-1) for out in outputs])
         return list(layers.split(lengths.tolist(), dim=1))
