@@ -1,6 +1,7 @@
 """State policies: "zero" and "warm" give a sentence the same vectors whatever surrounds it."""
 import numpy as np
 import pytest
+import torch
 
 from spacy_elmo import load_bilm
 
@@ -81,3 +82,25 @@ def test_unknown_policy_is_rejected(fixture_dir):
     bilm = load_bilm(fixture_dir)
     with pytest.raises(ValueError, match="state policy"):
         bilm.state_policy = "cold"
+
+
+def test_derived_state_follows_the_weights(fixture_dir):
+    """Caches and the warm state are dropped when weights, device or dtype change, and only then."""
+    bilm = load_bilm(fixture_dir, state="warm")
+    before = bilm.embed([TARGET])[0]
+    assert len(bilm.token_cache.slots) > 0
+    bilm.eval()  # no change of mode: the cache stays
+    assert len(bilm.token_cache.slots) > 0
+    as_double = bilm.double()
+    np.testing.assert_allclose(as_double.embed([TARGET])[0], before, atol=1e-5)
+    bilm.float()
+    with torch.no_grad():
+        bilm.token_encoder.b_proj.add_(0.5)
+    bilm.invalidate()
+    after = bilm.embed([TARGET])[0]
+    assert np.abs(after[0] - before[0]).max() > 0.4  # the token layer moved with the bias
+    fresh = load_bilm(fixture_dir, state="warm")
+    with torch.no_grad():
+        fresh.token_encoder.b_proj.add_(0.5)
+    fresh.invalidate()
+    np.testing.assert_allclose(fresh.embed([TARGET])[0], after, atol=1e-6)

@@ -110,15 +110,23 @@ class BiLM(nn.Module):
         self._carried = None
 
     def invalidate(self) -> None:
-        """Drop everything derived from the weights: call after changing them in place."""
+        """Drop everything derived from the weights (token cache, warm state, fingerprint, carried
+        state). Happens on `train()`/`eval()` switches, `load_state_dict` and moves between devices
+        or dtypes; call it yourself after changing weights in place."""
         self.token_cache.clear()
         self._fingerprint = None
         self._carried = None
         self._after_boundary = {}
+        self.warm_ready = False
 
     def train(self, mode: bool = True):
-        self.invalidate()
+        if mode != self.training:
+            self.invalidate()
         return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):
+        self.invalidate()
+        return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         self.invalidate()
