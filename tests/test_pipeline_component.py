@@ -1,6 +1,7 @@
 """The `elmo` component: annotations, segmentation, batching, caching, options and errors."""
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -268,6 +269,7 @@ def test_factory_and_architectures_via_entry_points(fixture_dir):
         "for name in ('spacy_elmo.ElmoModel.v1', 'spacy_elmo.ElmoFeatures.v1', 'spacy_elmo.ElmoMultiHashEmbed.v1'):\n"
         "    registry.architectures.get(name)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(3, 32)"
