@@ -158,3 +158,25 @@ def test_spacy_train_with_shipped_config(fixture_dir, ud, tmp_path, frozen):
     trained = spacy.load(tmp_path / "out" / "model-last")
     doc = trained("The cat sat on the mat .")
     assert doc._.elmo.shape == (7, 32) and all(t.tag_ for t in doc)
+
+
+def test_tagger_and_ner_learn_their_own_mix(fixture_dir, ud):
+    """Two components in one pipeline, each with its own ElmoFeatures: their mixes move apart."""
+    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.01})
+    tok2vec = nlp.config.interpolate()["components"]["tok2vec"]["model"]
+    nlp.add_pipe("ner", config={"model": {
+        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
+        "hidden_width": 32, "maxout_pieces": 2, "use_upper": True, "nO": None, "tok2vec": tok2vec}})
+    examples = []
+    for words, tags in ud[0][:60]:
+        ents = ["B-NAME" if t == "PROPN" else "O" for t in tags]
+        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags, ents=ents)))
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        for batch in spacy.util.minibatch(examples, 8):
+            nlp.update(batch, sgd=optimizer, annotates=["elmo"])
+    mixes = [n.get_param("s") for name in ("tok2vec", "ner") for n in nlp.get_pipe(name).model.walk()
+             if n.name == "elmo_mix"]
+    assert len(mixes) == 2
+    assert np.abs(mixes[0]).max() > 0.01 and np.abs(mixes[1]).max() > 0.01
+    assert not np.allclose(mixes[0], mixes[1], atol=1e-3)
