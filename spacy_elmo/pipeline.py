@@ -1,0 +1,355 @@
+"""The `elmo` pipeline component: runs the frozen biLM over each Doc and stores the layers.
+
+Per Doc: the non-whitespace tokens are cut into biLM input sequences (the Doc's sentences where
+it has sentence boundaries, else a built-in split after sentence-final punctuation; sequences
+longer than `max_length` become overlapping windows whose centres are kept). Whitespace tokens
+stay out of the biLM and get zero vectors. All sequences of a batch of Docs go to the biLM
+together, which groups them by length under a cap on padded positions; order is kept.
+
+The outputs per sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint,
+its state policy and the sequence's token texts (the sequence is the unit of segmentation, so
+the key covers it): the biLM is frozen, so a training corpus is embedded once, not once per epoch.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import srsly
+from spacy import util
+from spacy.attrs import IS_SPACE
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc
+from spacy.vocab import Vocab
+from thinc.api import Config, Model
+
+from .bilm import BiLM
+from .data import ElmoDocData, install_extensions, set_vector_hooks
+from .layers import get_bilm, load_weights
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_elmo.ElmoModel.v1"
+options = null
+state = "warm"
+batch_size = 64
+token_cache_size = 50000
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+
+STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
+SENTENCE_END = frozenset(".!?\u2026")
+CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb"])
+SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
+
+
+class Window(NamedTuple):
+    """One biLM input over a Doc's non-whitespace tokens: positions `[start, end)`; the outputs
+    at `[keep_start, keep_end)` are kept (the rest is context shared with the neighbouring windows)."""
+
+    start: int
+    end: int
+    keep_start: int
+    keep_end: int
+
+
+def rule_sentences(texts: Sequence[str]) -> List[Tuple[int, int]]:
+    """`[start, end)` ranges that end after sentence-final punctuation (and any closing quotes)."""
+    out, start, i, n = [], 0, 0, len(texts)
+    while i < n:
+        text = texts[i]
+        i += 1
+        if text and all(c in SENTENCE_END for c in text):
+            while i < n and texts[i] in CLOSING:
+                i += 1
+            out.append((start, i))
+            start = i
+    if start < n:
+        out.append((start, n))
+    return out
+
+
+def windows_of(sentences: Iterable[Tuple[int, int]], max_length: int) -> List[Window]:
+    """Sentences -> biLM inputs of at most `max_length` tokens; a longer sentence becomes overlapping
+    windows with `max_length // 4` tokens of context on each side of the part that is kept."""
+    context = max_length // 4
+    step = max_length - 2 * context
+    out = []
+    for a, b in sentences:
+        if b - a <= max_length:
+            out.append(Window(a, b, a, b))
+            continue
+        k = a
+        while k < b:
+            keep_end = min(k + step, b)
+            start, end = max(a, k - context), min(b, keep_end + context)
+            if start == a:
+                end = min(b, a + max_length)
+            if end == b:
+                start = max(a, b - max_length)
+            out.append(Window(start, end, k, keep_end))
+            k = keep_end
+    return out
+
+
+class FeatureCache:
+    """An LRU cache of arrays bounded by their total size in bytes (0 disables it)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.entries: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: Hashable) -> Optional[np.ndarray]:
+        value = self.entries.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def put(self, key: Hashable, value: np.ndarray) -> None:
+        if value.nbytes > self.max_bytes or key in self.entries:
+            return
+        while self.nbytes + value.nbytes > self.max_bytes:
+            self.nbytes -= self.entries.popitem(last=False)[1].nbytes
+        self.entries[key] = value
+        self.nbytes += value.nbytes
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.nbytes = 0
+
+
+class Elmo(Pipe):
+    """Stores ELMo on Docs: `doc._.elmo_data` (an `ElmoDocData`), seen through `doc._.elmo`,
+    `doc._.elmo_layers`, `token._.elmo` and `span._.elmo`. Frozen: it has no `update`."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[List[str]], List[np.ndarray]],
+        name: str = "elmo",
+        *,
+        weights: Optional[str] = None,
+        mix: Union[str, List[float]] = "average",
+        store: str = "float32",
+        keep_layers: bool = True,
+        use_sents: bool = True,
+        max_length: int = 128,
+        vector_hooks: bool = False,
+        cache_mb: float = 1024,
+    ):
+        if store not in STORE_DTYPES:
+            raise ValueError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
+        if isinstance(mix, str) and mix not in ("average", "top"):
+            raise ValueError(f"elmo: mix must be 'average', 'top' or a list of layer weights, got {mix!r}")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
+            raise ValueError(f"elmo: max_length must be an integer of at least 4, got {max_length!r}")
+        if cache_mb < 0:
+            raise ValueError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
+        self.vocab, self.model, self.name = vocab, model, name
+        self.weights = weights
+        self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]
+        self.dtype = STORE_DTYPES[store]
+        self.keep_layers, self.use_sents, self.max_length = keep_layers, use_sents, max_length
+        self.vector_hooks = vector_hooks
+        self.cache = FeatureCache(int(cache_mb * 2**20))
+        self.cfg = {"store": store, "keep_layers": keep_layers, "use_sents": use_sents, "max_length": max_length}
+        install_extensions()
+
+    # ------------------------------------------------------------------ weights
+    @property
+    def bilm(self) -> BiLM:
+        """The biLM, its weights loaded on first use from `weights` unless already initialized or loaded."""
+        bilm = get_bilm(self.model)
+        if bilm is None:
+            if self.weights is None:
+                raise ValueError(
+                    f"the '{self.name}' component has no ELMo weights: add it with "
+                    f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
+                )
+            bilm = load_weights(self.model, self.weights)
+        return bilm
+
+    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None,
+                   weights: Optional[str] = None) -> None:
+        """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that was
+        loaded from disk keeps its own), and check the training wiring when `nlp` is given."""
+        if weights is not None:
+            self.weights = weights
+        if self.weights is not None:
+            load_weights(self.model, self.weights)
+        self.cache.clear()
+        self.bilm  # raises if there are no weights at all
+        if nlp is not None:
+            self._check_wiring(nlp)
+
+    def _check_wiring(self, nlp: Language) -> None:
+        """Training and evaluation must give a Doc the same sentences: a sentence setter before `elmo`
+        runs at evaluation, so it must also annotate during training."""
+        annotating = set(nlp.config["training"].get("annotating_components") or [])
+        if self.name not in annotating or not self.use_sents:
+            return
+        for name in nlp.pipe_names:
+            if name == self.name:
+                break
+            assigns = nlp.get_pipe_meta(name).assigns
+            if any(a in assigns for a in SENT_ASSIGNS) and name not in annotating:
+                raise ValueError(
+                    f"'{name}' sets sentence boundaries before '{self.name}' but is not in [training] "
+                    f"annotating_components, so '{self.name}' would split training Docs differently from "
+                    f"evaluation Docs. Add '{name}' to annotating_components, or set "
+                    f"[components.{self.name}] use_sents = false."
+                )
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, doc: Doc) -> Doc:
+        try:
+            self.set_annotations([doc], self.predict([doc]))
+        except Exception as err:
+            self.get_error_handler()(self.name, self, [doc], err)
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Annotate Docs in batches of `batch_size`; all their sequences go to the biLM together."""
+        for docs in util.minibatch(stream, size=batch_size):
+            try:
+                self.set_annotations(docs, self.predict(docs))
+            except Exception as err:
+                self.get_error_handler()(self.name, self, docs, err)
+            yield from docs
+
+    def windows(self, doc: Doc) -> Tuple[np.ndarray, List[Window]]:
+        """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows over them."""
+        keep = np.flatnonzero(doc.to_array([IS_SPACE]) == 0) if len(doc) else np.zeros(0, dtype=np.int64)
+        if self.use_sents and doc.has_annotation("SENT_START"):
+            before = np.concatenate([[0], np.cumsum(doc.to_array([IS_SPACE]) == 0)])
+            sents = [(int(before[s.start]), int(before[s.end])) for s in doc.sents]
+            sents = [(a, b) for a, b in sents if b > a]
+        else:
+            texts = [doc[int(i)].text for i in keep]
+            sents = rule_sentences(texts)
+        return keep, windows_of(sents, self.max_length)
+
+    def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
+        """Docs -> one `ElmoDocData` each (nothing is set on the Docs)."""
+        bilm = self.bilm
+        plans = [self.windows(doc) for doc in docs]
+        inputs = [[doc[int(i)].text for i in keep[w.start : w.end]]
+                  for doc, (keep, wins) in zip(docs, plans) for w in wins]
+        outputs = iter(self._embed(bilm, inputs))
+        weights = self.mix_weights(bilm.num_output_layers)
+        shape = (bilm.num_output_layers, 0, bilm.output_dim)
+        out = []
+        for doc, (keep, wins) in zip(docs, plans):
+            outs = [next(outputs) for _ in wins]
+            if len(wins) == 1 and len(keep) == len(doc) and wins[0] == Window(0, len(doc), 0, len(doc)):
+                layers = outs[0]
+            else:
+                layers = np.zeros((shape[0], len(doc), shape[2]), dtype=self.dtype)
+                for w, arr in zip(wins, outs):
+                    layers[:, keep[w.keep_start : w.keep_end]] = arr[:, w.keep_start - w.start : w.keep_end - w.start]
+                layers.setflags(write=False)
+            if self.keep_layers:
+                out.append(ElmoDocData(layers=layers, mixed=None, weights=weights))
+            else:
+                mixed = np.tensordot(weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
+                out.append(ElmoDocData(layers=None, mixed=mixed, weights=weights))
+        return out
+
+    def _embed(self, bilm: BiLM, inputs: List[List[str]]) -> List[np.ndarray]:
+        """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
+        if self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: exact parity, no reuse
+            return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
+        prefix = (bilm.fingerprint(), bilm.state_policy)
+        keys = [(prefix, tuple(seq)) for seq in inputs]
+        results = [self.cache.get(key) for key in keys]
+        todo: Dict[Hashable, List[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                todo.setdefault(keys[i], []).append(i)
+        if todo:
+            computed = self.model.predict([inputs[rows[0]] for rows in todo.values()])
+            for (key, rows), arr in zip(todo.items(), computed):
+                arr = self._stored(arr)
+                self.cache.put(key, arr)
+                for i in rows:
+                    results[i] = arr
+        return results
+
+    def _stored(self, arr: np.ndarray) -> np.ndarray:
+        arr = arr.astype(self.dtype, copy=False)
+        arr.setflags(write=False)
+        return arr
+
+    def mix_weights(self, n_layers: int) -> np.ndarray:
+        """The fixed mix of `doc._.elmo`: `(n_layers,)` float32."""
+        if self.mix == "average":
+            return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
+        if self.mix == "top":
+            return np.eye(n_layers, dtype=np.float32)[-1]
+        if len(self.mix) != n_layers:
+            raise ValueError(f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers")
+        return np.asarray(self.mix, dtype=np.float32)
+
+    def set_annotations(self, docs: Sequence[Doc], datas: Sequence[ElmoDocData]) -> None:
+        for doc, data in zip(docs, datas):
+            doc._.elmo_data = data
+            if self.vector_hooks:
+                set_vector_hooks(doc)
+
+    # ------------------------------------------------------------------ serialization
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        self.bilm  # load the weights if they are not yet
+        serialize = {"cfg": lambda: srsly.json_dumps(self.cfg), "model": lambda: self.model.to_bytes()}
+        return util.to_bytes(serialize, exclude)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        deserialize = {"cfg": lambda b: None, "model": lambda b: self.model.from_bytes(b)}
+        util.from_bytes(bytes_data, deserialize, exclude)
+        self.cache.clear()
+        return self
+
+    def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
+        """Write the biLM into the pipeline directory (`model`), so loading needs nothing else."""
+        self.bilm
+        serialize = {"cfg": lambda p: srsly.write_json(p, self.cfg), "model": lambda p: self.model.to_disk(p)}
+        util.to_disk(path, serialize, exclude)
+
+    def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        deserialize = {"cfg": lambda p: None, "model": lambda p: self.model.from_disk(p)}
+        util.from_disk(path, deserialize, exclude)
+        self.cache.clear()
+        return self
+
+
+@Language.factory(
+    "elmo",
+    assigns=["doc._.elmo_data"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        "weights": None,
+        "mix": "average",
+        "store": "float32",
+        "keep_layers": True,
+        "use_sents": True,
+        "max_length": 128,
+        "vector_hooks": False,
+        "cache_mb": 1024,
+    },
+)
+def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mix: Union[str, List[float]],
+              store: str, keep_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
+              cache_mb: float) -> Elmo:
+    """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
+    or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory)."""
+    return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
+                use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb)

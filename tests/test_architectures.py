@@ -1,0 +1,173 @@
+"""ElmoFeatures.v1 and ElmoMultiHashEmbed.v1: values, gradients, shapes and errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Config
+
+from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed, mix_weights
+from spacy_elmo.data import ElmoDocData, install_extensions
+
+N_LAYERS, WIDTH = 3, 8
+
+
+def docs_with_layers(lengths, seed=0, dtype=np.float32):
+    install_extensions()
+    rng = np.random.default_rng(seed)
+    nlp = spacy.blank("en")
+    docs = []
+    for n in lengths:
+        doc = Doc(nlp.vocab, words=["w%d" % i for i in range(n)])
+        doc._.elmo_data = ElmoDocData(layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype), mixed=None,
+                                      weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"))
+        docs.append(doc)
+    return docs
+
+
+def mix_layer(model):
+    return next(node for node in model.walk() if node.name == "elmo_mix")
+
+
+def test_mix_values():
+    docs = docs_with_layers([4, 0, 6])
+    model = ElmoFeatures(N_LAYERS, WIDTH)
+    model.initialize(X=docs)
+    mix = mix_layer(model)
+    mix.set_param("s", np.array([1.0, -1.0, 0.5], dtype="f"))
+    mix.set_param("gamma", np.array([2.0], dtype="f"))
+    w = np.exp([1.0, -1.0, 0.5]) / np.exp([1.0, -1.0, 0.5]).sum()
+    Y = model.predict(docs)
+    assert [y.shape for y in Y] == [(4, WIDTH), (0, WIDTH), (6, WIDTH)]
+    for doc, y in zip(docs, Y):
+        np.testing.assert_allclose(y, 2.0 * np.tensordot(w, doc._.elmo_data.layers, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mix_weights(model), w, rtol=1e-6)
+
+
+def loss_and_grads(model, docs, target):
+    Y, backprop = model.begin_update(docs)
+    dY = [y - t for y, t in zip(Y, target)]
+    backprop(dY)
+    mix = mix_layer(model)
+    loss = sum(float(((y - t) ** 2).sum()) / 2 for y, t in zip(Y, target)) + mix.attrs["l2"] * float((mix.get_param("s") ** 2).sum())
+    return loss, mix.get_grad("s").copy(), mix.get_grad("gamma").copy()
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.5])
+def test_gradients_match_finite_differences(l2):
+    docs = docs_with_layers([5, 3], seed=1)
+    target = [np.random.default_rng(2).normal(size=(len(d), WIDTH)).astype("f") for d in docs]
+    model = ElmoFeatures(N_LAYERS, WIDTH, l2=l2)
+    model.initialize(X=docs)
+    mix = mix_layer(model)
+    s0 = np.array([0.3, -0.2, 0.1], dtype="f")
+    mix.set_param("s", s0.copy())
+    _, d_s, d_gamma = loss_and_grads(model, docs, target)
+    eps = 1e-3
+    for j in range(N_LAYERS):
+        losses = []
+        for sign in (1, -1):
+            s = s0.copy()
+            s[j] += sign * eps
+            mix.set_param("s", s)
+            mix.set_grad("s", np.zeros_like(s))
+            losses.append(loss_and_grads(model, docs, target)[0])
+        assert d_s[j] == pytest.approx((losses[0] - losses[1]) / (2 * eps), rel=2e-2, abs=2e-3)
+    mix.set_param("s", s0)
+    losses = []
+    for g in (1 + eps, 1 - eps):
+        mix.set_param("gamma", np.array([g], dtype="f"))
+        losses.append(loss_and_grads(model, docs, target)[0])
+    assert d_gamma[0] == pytest.approx((losses[0] - losses[1]) / (2 * eps), rel=2e-2)
+
+
+def test_layer_norm_projection_and_dropout():
+    docs = docs_with_layers([4, 5], dtype=np.float16)
+    model = ElmoFeatures(N_LAYERS, WIDTH, layer_norm=True, projection=4, dropout=0.5)
+    model.initialize(X=docs)
+    assert model.get_dim("nO") == 4
+    Y = model.predict(docs)
+    assert [y.shape for y in Y] == [(4, 4), (5, 4)]
+    mix = mix_layer(model)
+    normed = ElmoFeatures(N_LAYERS, WIDTH, layer_norm=True)
+    normed.initialize(X=docs)
+    out = normed.predict(docs)[0]
+    layers = docs[0]._.elmo_data.layers.astype("f")
+    z = (layers - layers.mean(-1, keepdims=True)) / np.sqrt(layers.var(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(out, z.mean(0), rtol=1e-4, atol=1e-5)
+    Y1, _ = model.begin_update(docs)
+    Y2, _ = model.begin_update(docs)
+    assert not np.allclose(Y1[0], Y2[0])  # dropout in training
+    assert mix.get_dim("nO") == WIDTH
+
+
+def test_missing_features_raise_except_during_shape_inference():
+    nlp = spacy.blank("en")
+    install_extensions()
+    model = ElmoFeatures(N_LAYERS, WIDTH)
+    init_docs = [Doc(nlp.vocab, words=["a", "b"])]
+    model.initialize(X=init_docs)
+    assert model.predict(init_docs)[0].shape == (2, WIDTH)  # shape inference: zeros allowed
+    assert not model.predict(init_docs)[0].any()
+    with pytest.raises(ValueError, match="annotating_components"):
+        model.begin_update(init_docs)  # never in training
+    with pytest.raises(ValueError, match="the 'elmo' component must run before"):
+        model.predict([Doc(nlp.vocab, words=["c"])])  # nor at inference
+
+
+def test_wrong_sizes_and_mix_only_raise():
+    docs = docs_with_layers([3])
+    model = ElmoFeatures(N_LAYERS, WIDTH * 2)
+    model.initialize()
+    with pytest.raises(ValueError, match="n_layers=3, width=16"):
+        model.predict(docs)
+    docs[0]._.elmo_data = ElmoDocData(layers=None, mixed=np.zeros((3, WIDTH), "f"), weights=np.ones(3, "f") / 3)
+    with pytest.raises(ValueError, match="keep_layers = true"):
+        ElmoFeatures(N_LAYERS, WIDTH).predict(docs)
+
+
+def test_multihash_embed_concatenates_and_reduces():
+    docs = docs_with_layers([4, 7])
+    model = ElmoMultiHashEmbed(width=16, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False,
+                               elmo=ElmoFeatures(N_LAYERS, WIDTH, projection=6))
+    model.initialize(X=docs)
+    Y, backprop = model.begin_update(docs)
+    assert [y.shape for y in Y] == [(4, 16), (7, 16)]
+    backprop([np.ones_like(y) for y in Y])
+    assert np.abs(mix_layer(model).get_grad("gamma")).sum() > 0
+
+
+def test_architectures_resolve_from_config():
+    config = Config().from_str("""
+[model]
+@architectures = "spacy.Tok2Vec.v2"
+
+[model.embed]
+@architectures = "spacy_elmo.ElmoMultiHashEmbed.v1"
+width = 32
+attrs = ["NORM"]
+rows = [100]
+include_static_vectors = false
+
+[model.embed.elmo]
+@architectures = "spacy_elmo.ElmoFeatures.v1"
+n_layers = 3
+width = 8
+dropout = 0.1
+l2 = 0.01
+layer_norm = true
+projection = 4
+
+[model.encode]
+@architectures = "spacy.MaxoutWindowEncoder.v2"
+width = 32
+depth = 1
+window_size = 1
+maxout_pieces = 2
+""")
+    model = registry.resolve(config)["model"]
+    docs = docs_with_layers([3, 2])
+    model.initialize(X=docs)
+    assert [y.shape for y in model.predict(docs)] == [(3, 32), (2, 32)]

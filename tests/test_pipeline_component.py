@@ -1,0 +1,275 @@
+"""The `elmo` component: annotations, segmentation, batching, caching, options and errors."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc
+
+from spacy_elmo import BiLM, BiLMOptions
+from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
+
+SENTENCES = [
+    "The quick brown fox jumped over the lazy dog .".split(),
+    "A second , rather shorter sentence .".split(),
+    "Colorless green ideas sleep furiously !".split(),
+    "Is this the third one ?".split(),
+    "Yes".split(),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The fixture biLM is tiny: one thread is faster and avoids contention on shared CPUs."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def nlp(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    return nlp
+
+
+def words_doc(nlp, words, sent_starts=None):
+    return Doc(nlp.vocab, words=words, sent_starts=sent_starts)
+
+
+def test_extensions_shapes_and_values(nlp, fixture_bilm):
+    doc = nlp(words_doc(nlp, SENTENCES[0]))
+    expected = fixture_bilm.embed([SENTENCES[0]])[0]  # (3, n, 32)
+    n = len(SENTENCES[0])
+    assert doc._.elmo_layers.shape == (3, n, 32) and doc._.elmo_layers.dtype == np.float32
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=1e-6)
+    assert doc._.elmo.shape == (n, 32) and doc._.elmo.dtype == np.float32
+    np.testing.assert_allclose(doc[3]._.elmo, expected.mean(0)[3], atol=1e-6)
+    np.testing.assert_allclose(doc[2:5]._.elmo, expected.mean(0)[2:5].mean(0), atol=1e-6)
+
+
+def test_mix_options(fixture_dir, fixture_bilm):
+    expected = fixture_bilm.embed([SENTENCES[1]])[0]
+    for mix, weights in (("top", [0, 0, 1]), ([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
+        doc = nlp(words_doc(nlp, SENTENCES[1]))
+        np.testing.assert_allclose(doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=1e-6)
+
+
+def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
+    expected = fixture_bilm.embed([SENTENCES[0]])[0]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "keep_layers": False})
+    doc = nlp(words_doc(nlp, SENTENCES[0]))
+    assert doc._.elmo_data.layers is None and doc._.elmo_data.mixed.dtype == np.float16
+    assert doc._.elmo_layers is None
+    assert doc._.elmo.dtype == np.float32
+    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=2e-3, rtol=2e-3)
+
+
+def test_sentences_are_separate_inputs(nlp, fixture_bilm):
+    words = SENTENCES[0] + SENTENCES[1]
+    starts = [True] + [False] * (len(SENTENCES[0]) - 1) + [True] + [False] * (len(SENTENCES[1]) - 1)
+    with_sents = nlp(words_doc(nlp, words, starts))
+    no_sents = nlp(words_doc(nlp, words))  # the built-in split finds the same two sentences
+    expected = np.concatenate(fixture_bilm.embed(SENTENCES[:2]), axis=1)
+    np.testing.assert_allclose(with_sents._.elmo_layers, expected, atol=1e-6)
+    np.testing.assert_allclose(no_sents._.elmo_layers, expected, atol=1e-6)
+
+
+def test_whitespace_tokens_get_zeros_and_do_not_change_neighbours(nlp):
+    plain = nlp("Hello there . How are you ?")
+    spaced = nlp("Hello  there .\n\nHow are you ?")
+    spaces = [t.i for t in spaced if t.is_space]
+    assert len(spaces) == 2
+    layers = spaced._.elmo_layers
+    assert not layers[:, spaces].any()
+    kept = [t.i for t in spaced if not t.is_space]
+    np.testing.assert_allclose(layers[:, kept], plain._.elmo_layers, atol=1e-6)
+    assert np.abs(layers[:, kept]).sum(-1).min() > 0
+
+
+def test_empty_and_whitespace_only_docs(nlp):
+    for text in ("", "   ", "\n\n \t"):
+        doc = nlp(text)
+        assert doc._.elmo_layers.shape == (3, len(doc), 32)
+        assert not doc._.elmo.any()
+    assert nlp("")[0:0]._.elmo.shape == (32,)
+
+
+def test_rule_sentences():
+    texts = 'He said " Go . " Then he left ! Why ? ( Really ... ) Fine'.split()
+    assert rule_sentences(texts) == [(0, 6), (6, 10), (10, 12), (12, 16), (16, 17)]
+    assert rule_sentences([]) == []
+
+
+def test_windows_cover_long_sentences_once():
+    wins = windows_of([(0, 5), (5, 1005)], max_length=100)
+    assert wins[0] == Window(0, 5, 0, 5)
+    kept = [i for w in wins for i in range(w.keep_start, w.keep_end)]
+    assert kept == list(range(1005))
+    for w in wins:
+        assert w.end - w.start <= 100 and w.start <= w.keep_start < w.keep_end <= w.end
+    inner = [w for w in wins[1:] if w.keep_start > 5 + 25 and w.keep_end < 1005 - 25]
+    assert inner and all(w.keep_start - w.start == 25 and w.end - w.keep_end == 25 for w in inner)
+
+
+def test_long_doc_in_windows(fixture_dir):
+    """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token embedded."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "max_length": 64,
+                                 "model": {"batch_size": 32}})
+    rng = random.Random(0)
+    vocab = ["w%d" % i for i in range(5000)]
+    doc = nlp(Doc(nlp.vocab, words=[rng.choice(vocab) for _ in range(100_000)]))
+    layers = doc._.elmo_data.layers
+    assert layers.shape == (3, 100_000, 32) and layers.dtype == np.float16
+    assert np.abs(layers[2].astype("f")).sum(-1).min() > 0
+    elmo = nlp.get_pipe("elmo")
+    assert len(elmo.cache) > 100_000 // 64  # one entry per window, each at most 64 tokens
+
+
+def test_batch_composition_does_not_change_outputs(nlp):
+    docs = [" ".join(s) for s in SENTENCES]
+    alone = [nlp(text)._.elmo_layers for text in docs]
+    elmo = nlp.get_pipe("elmo")
+    for batch_size in (1, 2, 5):
+        elmo.cache.clear()
+        together = [d._.elmo_layers for d in nlp.pipe(reversed(docs), batch_size=batch_size)][::-1]
+        for a, b in zip(alone, together):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_pipe_keeps_order(nlp):
+    texts = [" ".join(SENTENCES[i % 5][: 1 + i % 7]) for i in range(40)]
+    docs = list(nlp.pipe(texts, batch_size=7))
+    assert [d.text for d in docs] == texts
+    for doc in docs:
+        assert doc._.elmo.shape == (len(doc), 32)
+
+
+def test_cached_features_equal_fresh_ones(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    fresh_nlp = spacy.blank("en")
+    fresh_nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0})
+    texts = [" ".join(s) for s in SENTENCES]
+    first = [d._.elmo_layers for d in nlp.pipe(texts)]
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.cache.misses == len(texts) and elmo.cache.hits == 0
+    second = [d._.elmo_layers for d in nlp.pipe(texts)]
+    assert elmo.cache.hits == len(texts)
+    fresh = [d._.elmo_layers for d in fresh_nlp.pipe(texts)]
+    assert len(fresh_nlp.get_pipe("elmo").cache) == 0
+    for a, b, c in zip(first, second, fresh):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, atol=1e-6)
+
+
+def test_feature_cache_is_bounded_lru():
+    cache = FeatureCache(max_bytes=1000)
+    for i in range(10):
+        cache.put(("a", i), np.zeros(50, dtype=np.float32))  # 200 bytes each
+    assert cache.nbytes <= 1000 and len(cache) == 5
+    assert cache.get(("a", 9)) is not None and cache.get(("a", 0)) is None
+
+
+def test_cache_key_includes_state_policy(nlp):
+    elmo = nlp.get_pipe("elmo")
+    warm = nlp("A second , rather shorter sentence .")._.elmo_layers
+    elmo.bilm.state_policy = "zero"
+    zero = nlp("A second , rather shorter sentence .")._.elmo_layers
+    assert elmo.cache.hits == 0 and len(elmo.cache) == 2
+    assert not np.allclose(warm, zero)
+
+
+def test_vector_hooks(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "vector_hooks": True})
+    doc = nlp("The cat sat .  The dog sat .")
+    np.testing.assert_allclose(doc[1].vector, doc[1]._.elmo)
+    kept = [t.i for t in doc if not t.is_space]
+    np.testing.assert_allclose(doc.vector, doc._.elmo[kept].mean(0), atol=1e-6)
+    np.testing.assert_allclose(doc[0:3].vector, doc[0:3]._.elmo, atol=1e-6)
+    a, b = doc[1], doc[6]
+    cos = float(a.vector @ b.vector / np.linalg.norm(a.vector) / np.linalg.norm(b.vector))
+    assert a.similarity(b) == pytest.approx(cos, abs=1e-5)
+    assert doc.has_vector and doc[0].has_vector
+    assert doc[0:3].similarity(doc[5:8]) > 0
+
+
+def test_memory_zone_keeps_memory_flat(nlp):
+    rng = random.Random(1)
+    elmo = nlp.get_pipe("elmo")
+    elmo.cache.max_bytes = 200_000
+    n_strings = len(nlp.vocab.strings)
+    for _ in range(3):
+        with nlp.memory_zone():
+            texts = [" ".join("x%d" % rng.randrange(10**9) for _ in range(12)) + " ." for _ in range(50)]
+            for doc in nlp.pipe(texts):
+                assert doc._.elmo.shape == (13, 32)
+    assert len(nlp.vocab.strings) == n_strings
+    assert elmo.cache.nbytes <= 200_000
+    assert len(elmo.bilm.token_cache.slots) <= elmo.bilm.token_cache.capacity
+
+
+def test_weights_load_lazily_and_on_initialize(fixture_dir):
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    from spacy_elmo.layers import get_bilm
+
+    assert get_bilm(elmo.model) is None  # the factory builds from sizes alone
+    nlp("Lazy loading works .")
+    assert get_bilm(elmo.model) is not None
+    nlp2 = spacy.blank("en")
+    elmo2 = nlp2.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    nlp2.initialize()
+    assert get_bilm(elmo2.model) is not None
+
+
+def test_clear_errors(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    with pytest.raises(ValueError, match="no ELMo weights"):
+        nlp("no weights")
+    with pytest.raises(ValueError, match="store must be"):
+        spacy.blank("en").add_pipe("elmo", config={"store": "int8"})
+    options = BiLM(BiLMOptions.from_dict({
+        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 8]], "n_highway": 1},
+        "lstm": {"projection_dim": 8, "dim": 16, "n_layers": 2, "use_skip_connections": True},
+    })).options.to_dict()
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "model": {"options": options}})
+    with pytest.raises(ValueError, match="disagree with the weights.*projection_dim: config 8, weights 16"):
+        nlp.initialize()
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": [0.5, 0.5]})
+    with pytest.raises(ValueError, match="mix has 2 weights but the biLM has 3"):
+        nlp("x")
+
+
+def test_factory_and_architectures_via_entry_points(fixture_dir):
+    """A fresh interpreter finds `elmo` and the architectures without importing spacy_elmo."""
+    code = (
+        "import spacy\n"
+        "nlp = spacy.blank('en')\n"
+        f"nlp.add_pipe('elmo', config={{'weights': {str(fixture_dir)!r}}})\n"
+        "doc = nlp('It works .')\n"
+        "print(doc._.elmo.shape)\n"
+        "from spacy.util import registry\n"
+        "for name in ('spacy_elmo.ElmoModel.v1', 'spacy_elmo.ElmoFeatures.v1', 'spacy_elmo.ElmoMultiHashEmbed.v1'):\n"
+        "    registry.architectures.get(name)\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(3, 32)"

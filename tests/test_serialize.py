@@ -1,0 +1,105 @@
+"""Round trips: nlp.to_disk / spacy.load, to_bytes / from_bytes, Doc.to_bytes, DocBin, n_process=2."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc, DocBin
+
+TEXTS = ["The quick brown fox jumped over the lazy dog .", "Colorless green ideas sleep furiously !",
+         "Two sentences here . And the second one .", ""]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def nlp(fixture_dir, tmp_path):
+    """A pipeline whose weights come from a copy that the tests can delete."""
+    weights = tmp_path / "weights"
+    shutil.copytree(fixture_dir, weights)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(weights), "store": "float16"})
+    nlp.initialize()
+    return nlp
+
+
+def layers_of(nlp, texts=TEXTS):
+    return [d._.elmo_layers for d in nlp.pipe(texts)]
+
+
+def test_to_disk_and_load_never_read_the_weights_path(nlp, tmp_path):
+    expected = layers_of(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    shutil.rmtree(tmp_path / "weights")  # spacy.load must not need it
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.config["components"]["elmo"]["weights"] == str(tmp_path / "weights")
+    for a, b in zip(expected, layers_of(loaded)):
+        assert a.dtype == b.dtype == np.float32
+        np.testing.assert_array_equal(a, b)
+    assert list((tmp_path / "pipeline" / "elmo").iterdir())
+
+
+def test_to_bytes_from_bytes(nlp):
+    expected = layers_of(nlp)
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"store": "float16"})
+    other.from_bytes(nlp.to_bytes())
+    for a, b in zip(expected, layers_of(other)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_saved_sizes_must_match_the_config(nlp):
+    from spacy_elmo import BiLMOptions
+
+    opts = BiLMOptions.from_dict({
+        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0},
+        "lstm": {"projection_dim": 8, "dim": 16, "n_layers": 1},
+    })
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"model": {"options": opts.to_dict()}})
+    with pytest.raises(ValueError, match="disagree with the weights from the serialized pipeline"):
+        other.from_bytes(nlp.to_bytes())
+
+
+def test_serialized_weights_load_without_unpickling_code(nlp):
+    """The state dict inside the serialized model loads with torch's weights_only reader."""
+    import io
+
+    import srsly
+
+    elmo = nlp.get_pipe("elmo")
+    shim_msg = srsly.msgpack_loads(elmo.model.shims[0].to_bytes())
+    inner = srsly.msgpack_loads(shim_msg["state"])
+    state = torch.load(io.BytesIO(inner["state_dict"]), weights_only=True)
+    assert "warm_h" in state and all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def test_doc_to_bytes_and_docbin_carry_values(nlp):
+    docs = list(nlp.pipe(TEXTS))
+    db = DocBin(store_user_data=True, docs=docs)
+    restored = list(DocBin().from_bytes(db.to_bytes()).get_docs(nlp.vocab))
+    for a, b in zip(docs, restored):
+        np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
+        np.testing.assert_array_equal(a._.elmo, b._.elmo)
+        assert b._.elmo_data.layers.dtype == np.float16
+    doc = Doc(nlp.vocab).from_bytes(docs[0].to_bytes())
+    np.testing.assert_array_equal(doc[2]._.elmo, docs[0][2]._.elmo)
+
+
+@pytest.mark.timeout(300)
+def test_n_process_2(nlp):
+    texts = TEXTS * 3
+    single = [d._.elmo for d in nlp.pipe(texts)]
+    multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    assert len(multi) == len(texts)
+    for a, b in zip(single, multi):
+        np.testing.assert_array_equal(a, b)

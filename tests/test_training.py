@@ -1,0 +1,182 @@
+"""Training with task-specific ELMo features: the features matter, the wiring is checked, and
+`spacy train` runs the shipped tagger config."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from component_util import fixture_config, read_conllu, tagged_examples
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+from spacy_elmo.data import ElmoDocData
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def ud(fixture_dir):
+    from conftest import data_path
+
+    folder = data_path("ud_english_ewt")
+    return read_conllu(folder / "en_ewt-ud-train.conllu.gz", 300), read_conllu(folder / "en_ewt-ud-dev.conllu.gz", 100)
+
+
+def build(fixture_dir, **overrides):
+    return spacy.util.load_model_from_config(fixture_config("tagger_elmo.cfg", fixture_dir, **overrides),
+                                             auto_fill=True, validate=True)
+
+
+def mix_param(nlp, name):
+    node = next(n for n in nlp.get_pipe("tok2vec").model.walk() if n.name == "elmo_mix")
+    return node.get_param(name).copy()
+
+
+def tag_accuracy(nlp, sentences, change_layers=None):
+    """Tag accuracy on gold sentences; `change_layers(layers) -> layers` alters each Doc's ELMo layers first."""
+    docs = list(nlp.get_pipe("elmo").pipe(Doc(nlp.vocab, words=w) for w, _ in sentences))
+    if change_layers is not None:
+        for doc in docs:
+            data = doc._.elmo_data
+            doc._.elmo_data = ElmoDocData(layers=change_layers(data.layers), mixed=None, weights=data.weights)
+    for name in ("tok2vec", "tagger"):
+        docs = list(nlp.get_pipe(name).pipe(docs))
+    pairs = [(t.tag_, g) for doc, (_, tags) in zip(docs, sentences) for t, g in zip(doc, tags)]
+    return sum(p == g for p, g in pairs) / len(pairs)
+
+
+def test_features_matter(fixture_dir, ud):
+    """The fixture biLM is tiny, so the hash embedding is cut to NORM alone: the tagger has to lean on ELMo."""
+    train, dev = ud
+    spacy.util.fix_random_seed(0)
+    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.003, "components.tok2vec.model.embed.attrs": ["NORM"],
+                                "components.tok2vec.model.embed.rows": [1000]})
+    examples = tagged_examples(nlp, train)
+    optimizer = nlp.initialize(lambda: examples)
+    s0 = mix_param(nlp, "s")
+    rng = random.Random(0)
+    for _ in range(5):
+        rng.shuffle(examples)
+        for batch in spacy.util.minibatch(examples, 8):
+            nlp.update(batch, sgd=optimizer, annotates=["elmo"])
+    acc = tag_accuracy(nlp, dev)
+    zeroed = tag_accuracy(nlp, dev, np.zeros_like)
+    perm = np.random.default_rng(0)
+    shuffled = tag_accuracy(nlp, dev, lambda layers: layers[:, perm.permutation(layers.shape[1])])
+    print(f"tag accuracy {acc:.3f}, layers zeroed {zeroed:.3f}, shuffled {shuffled:.3f}; s {mix_param(nlp, 's')}")
+    assert acc > 0.75
+    assert zeroed < acc - 0.03 and shuffled < acc - 0.03
+    assert np.abs(mix_param(nlp, "s") - s0).max() > 0.05
+
+
+def test_training_without_elmo_annotating_raises(fixture_dir, ud):
+    nlp = build(fixture_dir)
+    examples = tagged_examples(nlp, ud[0][:10])
+    optimizer = nlp.initialize(lambda: examples)  # shape inference: zeros are fine here
+    with pytest.raises(ValueError, match="annotating_components"):
+        nlp.update(examples, sgd=optimizer)  # elmo not in `annotates`
+
+
+class Probe(Pipe):
+    """Records the ELMo layers that a Doc has when the next component trains on it and when it is evaluated."""
+
+    def __init__(self, name):
+        self.name, self.train_seen, self.eval_seen = name, {}, {}
+
+    def initialize(self, get_examples=None, *, nlp=None):
+        pass
+
+    def update(self, examples, *, drop=0.0, sgd=None, losses=None):
+        for eg in examples:
+            self.train_seen[eg.predicted.text] = eg.predicted._.elmo_layers.copy()
+        return losses
+
+    def __call__(self, doc):
+        self.eval_seen[doc.text] = doc._.elmo_layers.copy()
+        return doc
+
+
+@Language.factory("elmo_test_probe")
+def make_probe(nlp, name):
+    return Probe(name)
+
+
+def test_features_are_the_same_in_training_and_evaluation(fixture_dir, ud):
+    """Training Docs hold several sentences and no boundaries, as `spacy train` makes them."""
+    nlp = build(fixture_dir, **{"components.elmo.max_length": 16})
+    nlp.add_pipe("elmo_test_probe", after="elmo")
+    train = ud[0][:12]
+    groups = [train[i : i + 3] for i in range(0, 12, 3)]
+    examples = []
+    for group in groups:
+        words = [w for ws, _ in group for w in ws]
+        tags = [t for _, ts in group for t in ts]
+        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags)))
+    optimizer = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=optimizer, annotates=["elmo"])
+    nlp.evaluate(examples)
+    probe = nlp.get_pipe("elmo_test_probe")
+    assert set(probe.train_seen) == set(probe.eval_seen) and len(probe.train_seen) == 4
+    for text, layers in probe.train_seen.items():
+        np.testing.assert_array_equal(layers, probe.eval_seen[text])
+
+
+def test_sentence_setter_before_elmo_must_annotate(fixture_dir):
+    nlp = build(fixture_dir)
+    nlp.add_pipe("sentencizer", before="elmo")
+    with pytest.raises(ValueError, match="'sentencizer' sets sentence boundaries before 'elmo'"):
+        nlp.initialize()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", [False, True])
+def test_spacy_train_with_shipped_config(fixture_dir, ud, tmp_path, frozen):
+    from spacy.cli.train import train as spacy_train
+
+    nlp = spacy.blank("en")
+    for name, sents in (("train", ud[0][:40]), ("dev", ud[1][:20])):
+        db = DocBin(docs=[Doc(nlp.vocab, words=w, tags=t) for w, t in sents])
+        db.to_disk(tmp_path / f"{name}.spacy")
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    config_path = tmp_path / "config.cfg"
+    config.to_disk(config_path)
+    overrides = {"paths.train": str(tmp_path / "train.spacy"), "paths.dev": str(tmp_path / "dev.spacy"),
+                 "training.max_steps": 12, "training.eval_frequency": 6,
+                 "training.frozen_components": ["elmo"] if frozen else []}
+    spacy_train(config_path, tmp_path / "out", overrides=overrides)
+    trained = spacy.load(tmp_path / "out" / "model-last")
+    doc = trained("The cat sat on the mat .")
+    assert doc._.elmo.shape == (7, 32) and all(t.tag_ for t in doc)
+
+
+def test_tagger_and_ner_learn_their_own_mix(fixture_dir, ud):
+    """Two components in one pipeline, each with its own ElmoFeatures: their mixes move apart."""
+    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.01})
+    tok2vec = nlp.config.interpolate()["components"]["tok2vec"]["model"]
+    nlp.add_pipe("ner", config={"model": {
+        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
+        "hidden_width": 32, "maxout_pieces": 2, "use_upper": True, "nO": None, "tok2vec": tok2vec}})
+    examples = []
+    for words, tags in ud[0][:60]:
+        ents = ["B-NAME" if t == "PROPN" else "O" for t in tags]
+        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags, ents=ents)))
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        for batch in spacy.util.minibatch(examples, 8):
+            nlp.update(batch, sgd=optimizer, annotates=["elmo"])
+    mixes = [n.get_param("s") for name in ("tok2vec", "ner") for n in nlp.get_pipe(name).model.walk()
+             if n.name == "elmo_mix"]
+    assert len(mixes) == 2
+    assert np.abs(mixes[0]).max() > 0.01 and np.abs(mixes[1]).max() > 0.01
+    assert not np.allclose(mixes[0], mixes[1], atol=1e-3)
