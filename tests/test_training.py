@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import spacy
 import torch
-from component_util import fixture_config, read_conllu, tagged_examples
+from .component_util import fixture_config, read_conllu, tagged_examples
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, DocBin
@@ -27,7 +27,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def ud(fixture_dir):
-    from conftest import data_path
+    from .conftest import data_path
 
     folder = data_path("ud_english_ewt")
     return read_conllu(folder / "en_ewt-ud-train.conllu.gz", 300), read_conllu(folder / "en_ewt-ud-dev.conllu.gz", 100)
