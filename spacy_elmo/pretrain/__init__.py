@@ -3,7 +3,7 @@ from .config import DEFAULT_CONFIG_PATH, PretrainError, load_config
 from .corpus import Vocab
 from .heads import AdaptiveSoftmax, FullSoftmax, SampledSoftmax
 from .lm import BiLanguageModel, dev_nll, perplexities
-from .train import Trainer, train
+from .train import Trainer, load_trained, train
 
 __all__ = ["DEFAULT_CONFIG_PATH", "AdaptiveSoftmax", "BiLanguageModel", "FullSoftmax", "PretrainError",
-           "SampledSoftmax", "Trainer", "Vocab", "dev_nll", "load_config", "perplexities", "train"]
+           "SampledSoftmax", "Trainer", "Vocab", "dev_nll", "load_config", "load_trained", "perplexities", "train"]

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("output", nargs="?", help="output directory")
     p.add_argument("--config", default=None, help="a .cfg file (default: the built-in small English config)")
-    p.add_argument("--train", default=None, help="training text: a file or directory (sets paths.train)")
+    p.add_argument("--train", nargs="+", default=None,
+                   help="training text: files or directories (sets paths.train)")
     p.add_argument("--dev", default=None, help="dev text for perplexity (sets paths.dev)")
     p.add_argument("--lang", default=None, help="tokenize with this spaCy language's tokenizer")
     p.add_argument("--whitespace", action="store_true", help="the text is already tokenized: split on spaces")
@@ -70,7 +71,7 @@ def resolve_config(args: argparse.Namespace, overrides: List[str]):
     except SystemExit:
         raise PretrainError(f"cannot parse the config overrides {' '.join(overrides)}") from None
     if args.train is not None:
-        values.setdefault("paths.train", args.train)
+        values.setdefault("paths.train", args.train[0] if len(args.train) == 1 else args.train)
     if args.dev is not None:
         values.setdefault("paths.dev", args.dev)
     if args.lang is not None:

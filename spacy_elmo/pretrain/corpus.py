@@ -37,9 +37,11 @@ Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 
 # ---------------------------------------------------------------------- files and tokenizers
 def corpus_files(path, what: str) -> List[Path]:
-    """A file, or the files of a directory (sorted, recursive, hidden ones skipped)."""
+    """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of those."""
     if path is None:
         raise PretrainError(f"no {what} corpus given (set --{what} or corpus.{what})")
+    if isinstance(path, (list, tuple)):
+        return [f for p in path for f in corpus_files(p, what)]
     path = Path(path)
     if not path.exists():
         raise PretrainError(f"{what} corpus not found: {path}")
@@ -253,7 +255,7 @@ class TrainingCorpus:
             if self.n_tokens <= MAX_CACHED_TOKENS:
                 self._cache[p] = f
         if self.n_tokens == 0:
-            raise PretrainError(f"the training corpus {path} is empty (no tokens in {len(self.files)} file(s))")
+            raise PretrainError(f"the training corpus {', '.join(map(str, self.files))} is empty (no tokens in {len(self.files)} file(s))")
         if self.n_tokens > MAX_CACHED_TOKENS:
             self._cache.clear()
 

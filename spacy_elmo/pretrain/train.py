@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -331,3 +331,16 @@ class Trainer:
 def train(config: Config, output, **kwargs) -> Dict[str, Any]:
     """Train a biLM as `config` says into `output` (see `Trainer` for the keyword arguments)."""
     return Trainer(config, Path(output), **kwargs).run()
+
+
+def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
+    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
+    model_dir = Path(model_dir)
+    summary = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
+    config = Config().from_str(summary["config"])
+    bilm = load_bilm(model_dir)
+    vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
+    s = config["softmax"]
+    head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
+    head.load_state_dict(torch.load(model_dir / HEAD_FILE, map_location="cpu", weights_only=True))
+    return bilm, head.eval(), vocab, config
