@@ -59,7 +59,7 @@ def main() -> None:
         f"| sizes | {json.dumps(summary['options']['lstm'])}; char CNN {summary['options']['char_cnn']['filters']} |",
         f"| training | {summary['train_minutes']:.1f} min ({wall:.1f} min with evaluation), {summary['steps']} steps, "
         f"{summary['tokens']} tokens, {summary['tokens_per_s']:.0f} tokens/s |",
-        f"| dev perplexity (WikiText-2 valid, `{dev['policy']}`) | fwd {dev['forward']:.1f} / bwd {dev['backward']:.1f} / "
+        f"| dev perplexity ({summary['dev_corpus']}, `{dev['policy']}`) | fwd {dev['forward']:.1f} / bwd {dev['backward']:.1f} / "
         f"mean {dev['mean']:.1f} |",
         f"| weights.pt sha256 | `{summary['weights_sha256']}` |",
     ]
