@@ -21,7 +21,7 @@ BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"
 
 
-@lru_cache(maxsize=100_000)
+@lru_cache(maxsize=8192)  # misses of the token cache, and the "carry" path
 def _word_ids(text: str, max_chars: int) -> np.ndarray:
     ids = np.full(max_chars, PAD_CHAR + 1, dtype=np.int64)
     if text == BOS_TOKEN:

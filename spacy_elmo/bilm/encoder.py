@@ -4,7 +4,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .chars import PAD_CHAR
 from .options import BiLMOptions
+
+PAD_ID = PAD_CHAR + 1  # the shifted id of the padding character
 
 
 class Highway(nn.Module):
@@ -44,6 +47,7 @@ class TokenEncoder(nn.Module):
         self.w_proj = nn.Parameter(torch.empty(options.n_filters, options.projection_dim))
         self.b_proj = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
+        self.max_width = max(w for w, _ in options.filters)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -63,10 +67,32 @@ class TokenEncoder(nn.Module):
     def forward(self, char_ids: Tensor) -> Tensor:
         """char_ids: `(..., max_chars)` int64 -> `(..., projection_dim)` float."""
         lead = char_ids.shape[:-1]
-        chars = self.char_embedding(char_ids.reshape(-1, char_ids.shape[-1])).transpose(1, 2)  # (N, E, C)
-        pooled = [self.activation(conv(chars).amax(dim=2)) for conv in self.convs]
-        x = torch.cat(pooled, dim=1)  # (N, F)
+        ids = char_ids.reshape(-1, char_ids.shape[-1])
+        x = torch.cat(self._filters(ids), dim=1)  # (N, F)
         for hw in self.highways:
             x = hw(x)
         x = torch.addmm(self.b_proj, x, self.w_proj)
         return x.reshape(*lead, -1)
+
+    def _filters(self, ids: Tensor):
+        """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the activation.
+
+        Positions after the longest word of the batch hold only PAD characters, and every window
+        made of PAD alone has the same value. So each convolution runs over the used positions
+        only, and that one all-PAD window joins the max (exactly the same set of windows).
+        """
+        C = ids.shape[1]
+        used = int((ids != PAD_ID).sum(1).max()) if ids.numel() else C
+        chars = self.char_embedding(ids[:, :used + self.max_width - 1]).transpose(1, 2)  # (N, E, C')
+        pad = self.char_embedding.weight[PAD_ID].view(1, -1, 1)
+        pooled = []
+        for conv in self.convs:
+            w = conv.kernel_size[0]
+            if used + w <= C:  # every word has an all-PAD window
+                windows = conv(chars[:, :, : used + w - 1]).amax(dim=2)
+                pad_window = conv(pad.expand(1, -1, w)).view(1, -1)
+                best = torch.maximum(windows, pad_window)
+            else:
+                best = conv(self.char_embedding(ids).transpose(1, 2)).amax(dim=2)
+            pooled.append(self.activation(best))
+        return pooled

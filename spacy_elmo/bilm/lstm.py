@@ -1,22 +1,43 @@
 """The projected LSTM stack of the biLM, both directions computed together.
 
-Gate blocks follow the TF order (input i, new memory j, forget f, output o), and TF's
-forget bias of 1.0 is added at run time, not stored:
+The step, with TF's gate blocks (input i, new memory j, forget f, output o) and TF's forget
+bias of 1.0 added at run time (not stored):
 
     [i, j, f, o] = x W_input + h_prev W_hidden + bias
     c = clip(sigmoid(f + 1) * c_prev + sigmoid(i) * tanh(j), cell_clip)
     h = clip((sigmoid(o) * tanh(c)) W_proj, proj_clip)
 
-Direction 0 reads left to right; direction 1 reads each sequence from its last real
-position back to its first, and its outputs are aligned back to token positions.
+Inside this module the gate blocks are kept in the order (i, f, o, j), so that one sigmoid
+covers a contiguous block; `TF_TO_INTERNAL` maps the stored order to it (weights.py applies it).
+Direction 0 reads left to right; direction 1 reads each sequence from its last real position
+back to its first, and its outputs are aligned back to token positions.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional
+from functools import partial
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+# Positions per input-projection chunk of the packed inference path (bounds its memory).
+PACKED_CHUNK_ROWS = 1024
+# Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
+TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
+
+
+def gates_to_internal(w: Tensor, dim: int) -> Tensor:
+    """`(..., 4*dim)` in TF gate order -> internal order."""
+    blocks = w.split(dim, dim=-1)
+    return torch.cat([blocks[k] for k in TF_TO_INTERNAL], dim=-1)
+
+
+def gates_to_tf(w: Tensor, dim: int) -> Tensor:
+    """Inverse of `gates_to_internal`."""
+    blocks = w.split(dim, dim=-1)
+    inverse = [TF_TO_INTERNAL.index(k) for k in range(4)]
+    return torch.cat([blocks[k] for k in inverse], dim=-1)
 
 
 class LSTMState(NamedTuple):
@@ -39,7 +60,7 @@ def gather_time(x: Tensor, index: Tensor) -> Tensor:
 
 
 class ProjectedLSTMLayer(nn.Module):
-    """One layer, both directions: weights carry a leading direction axis of size 2."""
+    """One layer, both directions: weights carry a leading direction axis of size 2, gates in (i, f, o, j)."""
 
     def __init__(self, input_dim: int, dim: int, projection_dim: int, cell_clip: float, proj_clip: float):
         super().__init__()
@@ -50,7 +71,7 @@ class ProjectedLSTMLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(2, 4 * dim))
         self.w_proj = nn.Parameter(torch.empty(2, dim, projection_dim))
         forget = torch.zeros(4 * dim)
-        forget[2 * dim : 3 * dim] = 1.0
+        forget[dim : 2 * dim] = 1.0
         self.register_buffer("forget_bias", forget, persistent=False)
         self.reset_parameters()
 
@@ -60,38 +81,79 @@ class ProjectedLSTMLayer(nn.Module):
             nn.init.uniform_(w, -bound, bound)
         nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor, h0: Tensor, c0: Tensor, final_index: Optional[Tensor] = None):
+    def forward(self, x: Tensor, h0: Tensor, c0: Tensor,
+                final_index: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
         """x `(2, B, T, input_dim)` (direction 1 already reversed per row); h0 `(2, B, P)`; c0 `(2, B, D)`.
 
-        Returns h `(2, B, T, P)` and, when `final_index` `(B,)` is given, the state `(h, c)`
-        at that time step of each row, each `(2, B, ·)`.
+        Returns h `(2, B, T, P)` and, when `final_index` `(B,)` is given, the state `(h, c)` at that
+        time step of each row, each `(2, B, ·)`.
         """
         _, B, T, _ = x.shape
-        D = self.dim
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4D)
-        xw = torch.baddbmm(bias, x.reshape(2, B * T, -1), self.w_input).view(2, B, T, 4 * D)
-        inplace = not torch.is_grad_enabled()
-        h, c = h0, c0
+        # time-major gate inputs: xw[:, t] is one contiguous (B, 4D) block per direction
+        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * self.dim)
+        out, cs = self._steps(xw, h0, c0, final_index is not None)
+        if final_index is None:
+            return out.transpose(1, 2), None
+        rows = torch.arange(B, device=x.device)
+        return out.transpose(1, 2), (out[:, final_index, rows], cs[:, final_index, rows])
+
+    def _steps(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
+        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place operations
+        so that autograd can record it."""
+        D = self.dim
         hs: List[Tensor] = []
         cs: List[Tensor] = []
-        for t in range(T):
-            g = torch.baddbmm(xw[:, :, t], h, self.w_hidden)
-            s = torch.sigmoid(g)
-            j = torch.tanh(g[..., D : 2 * D])
-            c = torch.addcmul(s[..., 2 * D : 3 * D] * c, s[..., :D], j)
-            c = c.clamp_(-self.cell_clip, self.cell_clip) if inplace else c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.bmm(s[..., 3 * D :] * torch.tanh(c), self.w_proj)
-            h = h.clamp_(-self.proj_clip, self.proj_clip) if inplace else h.clamp(-self.proj_clip, self.proj_clip)
+        for t in range(xw.shape[1]):
+            g = torch.baddbmm(xw[:, t], h, self.w_hidden)
+            s = torch.sigmoid(g[..., : 3 * D])
+            j = torch.tanh(g[..., 3 * D :])
+            c = torch.addcmul(s[..., D : 2 * D] * c, s[..., :D], j).clamp(-self.cell_clip, self.cell_clip)
+            h = torch.bmm(s[..., 2 * D :] * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
             hs.append(h)
-            if final_index is not None:
+            if keep_c:
                 cs.append(c)
-        out = torch.stack(hs, dim=2)
-        if final_index is None:
-            return out, None
-        rows = torch.arange(B, device=x.device)
-        h_last = out[:, rows, final_index]
-        c_last = torch.stack(cs, dim=2)[:, rows, final_index]
-        return out, (h_last, c_last)
+        return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
+
+    def project_packed(self, x: Tensor, start: int, rows: int) -> Tensor:
+        """Gate inputs of packed positions `start:start+rows` of x `(2, N, I)` -> `(2, rows, 4D)`."""
+        return torch.baddbmm((self.bias + self.forget_bias).unsqueeze(1), x[:, start : start + rows], self.w_input)
+
+    def forward_packed(self, gate_inputs: Callable[[int, int], Tensor], batch_sizes: Sequence[int],
+                       h0: Tensor, c0: Tensor) -> Tensor:
+        """Inference on packed rows, time-major: step t holds the first `batch_sizes[t]` rows (rows
+        sorted longest first, so `batch_sizes` never grows). `gate_inputs(start, rows)` gives the
+        input projection `(2, rows, 4D)` of packed positions `start:start+rows`; h0 `(2, B, P)`,
+        c0 `(2, B, D)`. Returns h `(2, N, P)` in the same packed layout.
+
+        No step computes a padded position, and each step's matrix products cover every row still
+        running, which keeps them large. Gates are computed in place; gate inputs are asked for in
+        chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
+        """
+        D = self.dim
+        out = h0.new_empty(2, sum(batch_sizes), self.projection_dim)
+        h, c = h0, c0
+        start = t = 0
+        while t < len(batch_sizes):
+            stop, rows = t, 0
+            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS):
+                rows += batch_sizes[stop]
+                stop += 1
+            xw = gate_inputs(start, rows)  # (2, rows, 4D)
+            local = 0
+            for n in batch_sizes[t:stop]:
+                g = xw[:, local : local + n].baddbmm_(h[:, :n], self.w_hidden)
+                g[..., : 3 * D].sigmoid_()
+                g[..., 3 * D :].tanh_()
+                c = torch.mul(g[..., D : 2 * D], c[:, :n]).addcmul_(g[..., :D], g[..., 3 * D :])
+                c.clamp_(-self.cell_clip, self.cell_clip)
+                m = torch.tanh(c).mul_(g[..., 2 * D : 3 * D])
+                h = out[:, start + local : start + local + n]
+                torch.bmm(m, self.w_proj, out=h).clamp_(-self.proj_clip, self.proj_clip)
+                local += n
+            start += rows
+            t = stop
+        return out
 
 
 class BiLSTMStack(nn.Module):
@@ -112,19 +174,10 @@ class BiLSTMStack(nn.Module):
         return LSTMState(torch.zeros(n, 2, batch, self.projection_dim, device=device, dtype=dtype),
                          torch.zeros(n, 2, batch, self.dim, device=device, dtype=dtype))
 
-    def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
-                return_state: bool = False):
-        """x `(B, T, P)` token layer (boundaries included, padding after `lengths`).
-
-        Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
-        positions, and the final `LSTMState` (at each row's last real position) when asked.
-        """
-        B, T, _ = x.shape
-        rev = reverse_index(lengths, T)
-        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])  # (2, B, T, P)
-        if initial_state is None:
-            initial_state = self.zero_state(B, x.device, x.dtype)
-        final_index = (lengths - 1).clamp(min=0) if return_state else None
+    def run_directions(self, inp: Tensor, initial_state: LSTMState,
+                       final_index: Optional[Tensor] = None) -> Tuple[List[Tensor], Optional[LSTMState]]:
+        """inp `(2, B, T, P)`, each direction in its own reading order -> per layer `(2, B, T, P)`
+        outputs in reading order (skip connections applied) and, with `final_index`, the state there."""
         outputs, hs, cs = [], [], []
         for l, layer in enumerate(self.layers):
             if self.training and self.dropout > 0:
@@ -137,6 +190,50 @@ class BiLSTMStack(nn.Module):
                 hs.append(state[0])
                 cs.append(state[1])
             inp = out
+        final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
+        return outputs, final
+
+    def run_packed(self, words: Tensor, word_index: Tensor, batch_sizes: Sequence[int],
+                   initial_state: LSTMState) -> List[Tensor]:
+        """Inference on packed rows (see `ProjectedLSTMLayer.forward_packed`).
+
+        words `(U, P)`: the token layer of each distinct word; word_index `(2, N)`: the word read at
+        each packed position, per direction in its reading order. The first layer's input projection
+        is computed once per distinct word and gathered. Returns per layer `(2, N, P)` (skip
+        connections applied).
+        """
+        first = self.layers[0]
+        word_gates = torch.baddbmm((first.bias + first.forget_bias).unsqueeze(1), words.expand(2, -1, -1),
+                                   first.w_input)  # (2, U, 4D)
+
+        def first_gates(start: int, rows: int) -> Tensor:
+            idx = word_index[:, start : start + rows]
+            return torch.stack([word_gates[0, idx[0]], word_gates[1, idx[1]]])
+
+        outputs: List[Tensor] = []
+        gates: Callable[[int, int], Tensor] = first_gates
+        for l, layer in enumerate(self.layers):
+            out = layer.forward_packed(gates, batch_sizes, initial_state.h[l], initial_state.c[l])
+            if self.use_skip_connections and l > 0:
+                out += outputs[-1]
+            outputs.append(out)
+            if l + 1 < len(self.layers):
+                gates = partial(self.layers[l + 1].project_packed, out)
+        return outputs
+
+    def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
+                return_state: bool = False):
+        """x `(B, T, P)` token layer (padding after `lengths`).
+
+        Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
+        positions, and the final `LSTMState` (at each row's last real position) when asked.
+        """
+        B, T, _ = x.shape
+        rev = reverse_index(lengths, T)
+        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])  # (2, B, T, P)
+        if initial_state is None:
+            initial_state = self.zero_state(B, x.device, x.dtype)
+        final_index = (lengths - 1).clamp(min=0) if return_state else None
+        outputs, final = self.run_directions(inp, initial_state, final_index)
         aligned = [torch.cat([o[0], gather_time(o[1:], rev)[0]], dim=-1) for o in outputs]
-        final = LSTMState(torch.stack(hs), torch.stack(cs)) if return_state else None
         return aligned, final

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from itertools import islice
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -17,10 +17,14 @@ from .options import BiLMOptions
 from .warmup import WARMUP_SENTENCES
 
 STATE_POLICIES = ("warm", "zero", "carry")
-# Compute batches hold up to `batch_size * PADDED_TOKENS_PER_ROW` padded positions.
-PADDED_TOKENS_PER_ROW = 32
+# Compute batches (packed, so without padding) hold up to `batch_size * ROWS_PER_BATCH` sentences
+# and `batch_size * TOKENS_PER_BATCH` tokens: large matrix products, memory bounded by batch_size.
+ROWS_PER_BATCH = 8
+TOKENS_PER_BATCH = 256
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
+# Words per token-encoder call (bounds memory; words of similar length go together).
+ENCODER_CHUNK = 1024
 
 
 class BiLMOutput(NamedTuple):
@@ -71,6 +75,7 @@ class BiLM(nn.Module):
         self.warm_ready = False
         self._state_policy = _check_policy(state)
         self._carried: Optional[LSTMState] = None
+        self._after_boundary: dict = {}
         self.token_cache = TokenLayerCache(cache_size, P)
         self._fingerprint: Optional[str] = None
         self.eval()
@@ -105,14 +110,23 @@ class BiLM(nn.Module):
         self._carried = None
 
     def invalidate(self) -> None:
-        """Drop everything derived from the weights: call after changing them in place."""
+        """Drop everything derived from the weights (token cache, warm state, fingerprint, carried
+        state). Happens on `train()`/`eval()` switches, `load_state_dict` and moves between devices
+        or dtypes; call it yourself after changing weights in place."""
         self.token_cache.clear()
         self._fingerprint = None
         self._carried = None
+        self._after_boundary = {}
+        self.warm_ready = False
 
     def train(self, mode: bool = True):
-        self.invalidate()
+        if mode != self.training:
+            self.invalidate()
         return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):
+        self.invalidate()
+        return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         self.invalidate()
@@ -163,6 +177,7 @@ class BiLM(nn.Module):
         self.warm_c.copy_(state.c[:, :, 0])
         self.warm_ready = True
         self._fingerprint = None
+        self._after_boundary = {}
         if was_training:
             super().train(True)
 
@@ -197,36 +212,73 @@ class BiLM(nn.Module):
 
     # ------------------------------------------------------------------ token texts
     def _encode_words(self, words: List[str]) -> Tensor:
-        """Token texts -> token layer `(n, P)`, in chunks that bound memory."""
-        out = []
-        for start in range(0, len(words), 4096):
-            ids = torch.from_numpy(words_char_ids(words[start : start + 4096], self.options.max_characters_per_token))
-            out.append(self.token_encoder(ids.to(self.device)))
-        return torch.cat(out) if out else torch.zeros(0, self.options.projection_dim, device=self.device)
+        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
+        if not words:
+            return self.token_encoder.w_proj.new_zeros(0, self.options.projection_dim)
+        order = sorted(range(len(words)), key=lambda i: len(words[i]))
+        out = self.token_encoder.w_proj.new_empty(len(words), self.options.projection_dim)
+        for start in range(0, len(words), ENCODER_CHUNK):
+            chunk = order[start : start + ENCODER_CHUNK]
+            ids = torch.from_numpy(words_char_ids([words[i] for i in chunk], self.options.max_characters_per_token))
+            out[torch.tensor(chunk, device=self.device)] = self.token_encoder(ids.to(self.device))
+        return out
 
-    def _token_layer(self, sentences: Sequence[Sequence[str]]) -> Tensor:
-        """Sentences -> `(B, T, P)` token layer with boundaries, via the token cache."""
-        vocab = {BOS_TOKEN: 0, EOS_TOKEN: 1}
-        T = max(len(s) for s in sentences) + 2
-        index = np.full((len(sentences), T), 1, dtype=np.int64)
+    def _token_layer_of(self, words: List[str]) -> Tensor:
+        """Distinct token texts -> `(n, P)`, through the token cache."""
+        return self.token_cache.lookup(words, self._encode_words)
+
+    def _word_index(self, sentences: Sequence[Sequence[str]]) -> Tuple[List[str], np.ndarray]:
+        """Non-empty sentences -> their distinct words and a `(B, T)` index into them (0-padded)."""
+        vocab: dict = {}
+        index = np.zeros((len(sentences), max(len(s) for s in sentences)), dtype=np.int64)
         for row, sent in enumerate(sentences):
-            index[row, 0] = 0
-            index[row, 1 : len(sent) + 1] = [vocab.setdefault(w, len(vocab)) for w in sent]
-        vectors = self.token_cache.lookup(list(vocab), self._encode_words)
-        return vectors[torch.from_numpy(index).to(vectors.device)]
+            index[row, : len(sent)] = [vocab.setdefault(w, len(vocab)) for w in sent]
+        return list(vocab), index
 
-    def _run_texts(self, sentences: Sequence[Sequence[str]], policy: str) -> Tensor:
-        """Sentences -> layers `(n_layers + 1, B, T, 2P)` under `policy` (updates the carried state)."""
+    def _boundary_step(self, policy: str) -> LSTMState:
+        """The state after the first step of each direction (over `<S>` forward, over `</S>`
+        backward): under a fixed start state it is the same for every sentence, so it is computed
+        once per policy. Batch size 1."""
+        if policy not in self._after_boundary:
+            x = self._token_layer_of([BOS_TOKEN, EOS_TOKEN])  # (2, P)
+            first = torch.zeros(1, dtype=torch.long, device=self.device)
+            _, state = self.lstm.run_directions(x.view(2, 1, 1, -1), self.initial_state(1, policy), first)
+            self._after_boundary[policy] = state
+        return self._after_boundary[policy]
+
+    def _run_carry(self, sentences: Sequence[Sequence[str]]) -> Tensor:
+        """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`;
+        updates the carried state."""
         lengths = torch.tensor([len(s) + 2 for s in sentences], device=self.device)
         mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-        init = self.initial_state(len(sentences), policy)
-        if policy == "carry":
-            ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
-            out = self.forward(ids.to(self.device), mask, init, return_state=True)
-            self._carried = self._merge_carried(out.state)
-        else:
-            out = self.forward_token_layer(self._token_layer(sentences), mask, init)
+        ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
+        out = self.forward(ids.to(self.device), mask, self.initial_state(len(sentences), "carry"), return_state=True)
+        self._carried = self._merge_carried(out.state)
         return out.layers
+
+    def _run_packed(self, sentences: Sequence[Sequence[str]], policy: str) -> List[Tensor]:
+        """Non-empty sentences sorted longest first -> per sentence, layers `(n_layers + 1, n, 2P)`
+        of its real tokens, through the packed recurrence from the state after the boundary steps."""
+        lengths = np.array([len(s) for s in sentences])
+        B, T = len(sentences), int(lengths[0])
+        batch_sizes = (lengths[None, :] > np.arange(T)[:, None]).sum(1)  # (T,) rows still running at t
+        rows = np.concatenate([np.arange(n) for n in batch_sizes])  # packed position -> row
+        time = np.repeat(np.arange(T), batch_sizes)  # packed position -> forward step = token
+        back = lengths[rows] - 1 - time  # backward step `time` reads this token
+        # packed position -> sentence-major position (sentences one after another, tokens in order)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        to_forward = torch.from_numpy(np.argsort(starts[rows] + time, kind="stable")).to(self.device)
+        to_backward = torch.from_numpy(np.argsort(starts[rows] + back, kind="stable")).to(self.device)
+        words, index = self._word_index(sentences)
+        vectors = self._token_layer_of(words)  # (U, P)
+        word_index = torch.from_numpy(np.stack([index[rows, time], index[rows, back]])).to(self.device)  # (2, N)
+        state = self._boundary_step(policy)
+        init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
+        outputs = self.lstm.run_packed(vectors, word_index, batch_sizes.tolist(), init)
+        token = vectors[word_index[0, to_forward]]  # (N, P) sentence-major
+        layers = torch.stack([torch.cat([token, token], dim=-1)]
+                             + [torch.cat([out[0, to_forward], out[1, to_backward]], dim=-1) for out in outputs])
+        return list(layers.split(lengths.tolist(), dim=1))
 
     def _merge_carried(self, state: LSTMState) -> LSTMState:
         """Rows beyond this batch keep their older carried state (AllenNLP's semantics)."""
@@ -239,16 +291,19 @@ class BiLM(nn.Module):
         c[:, :, :n] = state.c
         return LSTMState(h, c)
 
-    def _batches_by_length(self, sentences: List[List[str]], budget: int) -> Iterator[List[int]]:
-        """Indices of non-empty sentences, longest first, grouped under `budget` padded positions."""
+    def _batches_by_length(self, sentences: List[List[str]], batch_size: int) -> Iterator[List[int]]:
+        """Indices of non-empty sentences, longest first, in groups of at most
+        `batch_size * ROWS_PER_BATCH` sentences and `batch_size * TOKENS_PER_BATCH` tokens."""
         order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: -len(sentences[i]))
+        max_rows, max_tokens = batch_size * ROWS_PER_BATCH, batch_size * TOKENS_PER_BATCH
         batch: List[int] = []
+        tokens = 0
         for i in order:
-            width = len(sentences[batch[0]]) + 2 if batch else len(sentences[i]) + 2
-            if batch and (len(batch) + 1) * width > budget:
+            if batch and (len(batch) == max_rows or tokens + len(sentences[i]) > max_tokens):
                 yield batch
-                batch = []
+                batch, tokens = [], 0
             batch.append(i)
+            tokens += len(sentences[i])
         if batch:
             yield batch
 
@@ -262,14 +317,14 @@ class BiLM(nn.Module):
 
     def _embed_window(self, sentences: List[List[str]], batch_size: int, as_tensor: bool) -> list:
         results: list = [None] * len(sentences)
-        for batch in self._batches_by_length(sentences, batch_size * PADDED_TOKENS_PER_ROW):
-            layers = self._run_texts([sentences[i] for i in batch], self._state_policy)
-            for row, i in enumerate(batch):
-                results[i] = self._convert(layers[:, row, 1 : len(sentences[i]) + 1], as_tensor)
+        for batch in self._batches_by_length(sentences, batch_size):
+            outputs = self._run_packed([sentences[i] for i in batch], self._state_policy)
+            for i, layers in zip(batch, outputs):
+                results[i] = self._convert(layers, as_tensor)
         return [self._empty(as_tensor) if r is None else r for r in results]
 
     def _embed_carry(self, sentences: List[List[str]], as_tensor: bool) -> list:
-        layers = self._run_texts(sentences, "carry")
+        layers = self._run_carry(sentences)
         return [self._convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)]
 
     def embed_iter(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,

@@ -12,6 +12,7 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM, _check_policy
 from .options import BiLMConfigError, BiLMOptions
 
@@ -108,16 +109,22 @@ def _tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[
             sd[f"token_encoder.highways.{k}.b_{m}"] = t(arrays[f"CNN_high_{k}/b_{m}"])
     for l in range(opts.n_layers):
         w0 = np.stack([arrays[f"{_cell(d, l)}/W_0"] for d in range(2)])
-        sd[f"lstm.layers.{l}.w_input"] = t(np.ascontiguousarray(w0[:, :P]))
-        sd[f"lstm.layers.{l}.w_hidden"] = t(np.ascontiguousarray(w0[:, P:]))
-        sd[f"lstm.layers.{l}.bias"] = t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)]))
+        D = opts.lstm_dim
+        sd[f"lstm.layers.{l}.w_input"] = gates_to_internal(t(w0[:, :P]), D).contiguous()
+        sd[f"lstm.layers.{l}.w_hidden"] = gates_to_internal(t(w0[:, P:]), D).contiguous()
+        sd[f"lstm.layers.{l}.bias"] = gates_to_internal(t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)])), D)
         sd[f"lstm.layers.{l}.w_proj"] = t(np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)]))
     return sd
 
 
 def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
     opts = bilm.options
-    sd = {k: v.detach().cpu().float().numpy() for k, v in bilm.state_dict().items()}
+    sd = {k: v.detach().cpu().float() for k, v in bilm.state_dict().items()}
+    for l in range(opts.n_layers):
+        for name in ("w_input", "w_hidden", "bias"):
+            key = f"lstm.layers.{l}.{name}"
+            sd[key] = gates_to_tf(sd[key], opts.lstm_dim)
+    sd = {k: v.numpy() for k, v in sd.items()}
     out: Dict[str, np.ndarray] = {
         "char_embed": sd["token_encoder.char_embedding.weight"][1:],
         "CNN_proj/W_proj": sd["token_encoder.w_proj"],

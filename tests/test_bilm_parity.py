@@ -1,0 +1,137 @@
+"""Exactness: the fixture's TensorFlow outputs, and the fast path against the numpy reference."""
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.bilm import words_char_ids
+
+from .reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
+
+SENTS = [
+    "The quick brown fox jumps over the lazy dog .".split(),
+    ["Hi"],
+    "A somewhat longer sentence , with commas , numbers like 3.14 and UPPER case words .".split(),
+    "naïve café — 東京 🙂".split(),
+]
+
+
+def test_token_layer_matches_tensorflow(fixture_dir):
+    bilm = load_bilm(fixture_dir)
+    words = (fixture_dir / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    with h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r") as f:
+        expected = f["embedding"][...]
+    assert len(words) == expected.shape[0] == 458
+    with torch.no_grad():
+        got = bilm.token_encoder(torch.from_numpy(words_char_ids(words))).numpy()
+    assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_token_layer_through_embed_matches_tensorflow(fixture_dir):
+    """Layer 0 of `embed` is `[x; x]` with x the TF token layer (via the token cache)."""
+    bilm = load_bilm(fixture_dir, state="zero")
+    words = (fixture_dir / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    with h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r") as f:
+        expected = f["embedding"][...]
+    sentences = [words[i : i + 50] for i in range(0, len(words), 50)]
+    layer0 = np.concatenate([out[0] for out in bilm.embed(sentences)])
+    assert np.abs(layer0[:, :16] - expected).max() <= 1e-5
+    assert np.array_equal(layer0[:, :16], layer0[:, 16:])
+
+
+def test_carried_state_matches_tensorflow(fixture_dir):
+    """10 batches of 3 with states carried, row k of batch i = sentences[k][i]."""
+    bilm = load_bilm(fixture_dir, state="carry")
+    sentences = json.loads((fixture_dir / "sentences.json").read_text())
+    refs = [h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") for k in range(3)]
+    worst = 0.0
+    for i in range(10):
+        out = bilm.embed([sentences[k][i].split() for k in range(3)], batch_size=3)
+        for k in range(3):
+            expected = refs[k][str(i)][...]  # (2, n, 16): forward, backward top layer
+            top = out[k][2]
+            assert top.shape == (expected.shape[1], 32)
+            worst = max(worst, np.abs(top[:, :16] - expected[0]).max(), np.abs(top[:, 16:] - expected[1]).max())
+    assert worst <= 1e-5
+
+
+def test_carry_differs_from_zero_after_first_batch(fixture_dir):
+    """Sanity of the carry test: without carried state only batch 0 would match."""
+    sentences = json.loads((fixture_dir / "sentences.json").read_text())
+    carry, zero = load_bilm(fixture_dir, state="carry"), load_bilm(fixture_dir, state="zero")
+    first = [[sentences[k][i].split() for k in range(3)] for i in range(2)]
+    a0, b0 = carry.embed(first[0], batch_size=3), zero.embed(first[0], batch_size=3)
+    np.testing.assert_allclose(a0[0], b0[0], atol=1e-6)
+    a1, b1 = carry.embed(first[1], batch_size=3), zero.embed(first[1], batch_size=3)
+    assert np.abs(a1[0][2] - b1[0][2]).max() > 1e-3
+
+
+def _reference_pair(directory):
+    return ReferenceBiLM(directory / "options.json", directory / "weights.hdf5")
+
+
+@pytest.mark.parametrize("source", ["fixture", "random"])
+def test_fast_path_matches_reference_recurrence(source, fixture_dir, tmp_path):
+    if source == "fixture":
+        ref = ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        path = fixture_dir
+    else:
+        path = write_random_weights(tmp_path, TINY_OPTIONS, seed=3)
+        ref = _reference_pair(path)
+    bilm = load_bilm(path, state="zero")
+    out = bilm.embed(SENTS, batch_size=2)
+    for sent, got in zip(SENTS, out):
+        expected, _ = ref.run(sent)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_random_weights_clip_and_saturate(tmp_path):
+    """The random model exercises the clips (else the comparison above would prove less)."""
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=3)
+    out = load_bilm(path, state="zero").embed(SENTS)
+    top = np.concatenate([o[1] for o in out], axis=0)
+    assert np.isclose(np.abs(top).max(), 0.8, atol=1e-6)  # proj_clip reached
+
+
+def test_warm_and_carry_match_reference_with_state(tmp_path):
+    """Carried state across calls equals the reference run with the same state handed on."""
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=5)
+    ref = _reference_pair(path)
+    bilm = load_bilm(path, state="carry")
+    state = None
+    for sent in SENTS:
+        got = bilm.embed([sent], batch_size=1)[0]
+        expected, state = ref.run(sent, state)
+        assert np.abs(got - expected).max() <= 1e-5
+    # warm = the state after reading the warm-up text in one carried row
+    from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
+
+    state = None
+    for sent in WARMUP_SENTENCES:
+        _, state = ref.run(sent, state)
+    warm = load_bilm(path, state="warm")
+    for sent in SENTS:
+        expected, _ = ref.run(sent, state)
+        assert np.abs(warm.embed([sent])[0] - expected).max() <= 1e-5
+
+
+def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
+    """Many rows of mixed lengths, with the input projection split into chunks of a few positions."""
+    from spacy_elmo.bilm import lstm
+
+    monkeypatch.setattr(lstm, "PACKED_CHUNK_ROWS", 5)
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=7)
+    ref = _reference_pair(path)
+    sentences = [SENTS[i % len(SENTS)][: 1 + i % 9] for i in range(12)] + [[]]
+    out = load_bilm(path, state="zero").embed(sentences, batch_size=64)
+    for sent, got in zip(sentences, out):
+        if not sent:
+            assert got.shape == (3, 0, 16)
+            continue
+        expected, _ = ref.run(sent)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5

@@ -1,0 +1,106 @@
+"""State policies: "zero" and "warm" give a sentence the same vectors whatever surrounds it."""
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+
+from .reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
+
+TARGET = "The bank raised its rates on Tuesday .".split()
+OTHERS = [
+    ["Short"],
+    "A much longer neighbour sentence that forces a lot of padding onto the target row in a batch .".split(),
+    "Another one , of middling length .".split(),
+    [],
+    "x y z".split(),
+]
+
+
+@pytest.fixture(params=["zero", "warm"])
+def bilm(request, fixture_dir):
+    return load_bilm(fixture_dir, state=request.param)
+
+
+def _target_output(bilm, batch, batch_size):
+    outs = bilm.embed(batch, batch_size=batch_size)
+    return outs[batch.index(TARGET)]
+
+
+def test_independent_of_batch_size_neighbours_order_padding(bilm):
+    alone = bilm.embed([TARGET], batch_size=1)[0]
+    cases = [
+        ([TARGET, *OTHERS], 64),
+        ([*OTHERS, TARGET], 64),
+        ([*OTHERS[::-1], TARGET], 2),
+        ([OTHERS[1], TARGET, OTHERS[0]], 3),
+        ([TARGET] + OTHERS * 20, 7),
+    ]
+    for batch, batch_size in cases:
+        np.testing.assert_allclose(_target_output(bilm, batch, batch_size), alone, atol=1e-5, rtol=0)
+    streamed = list(bilm.embed_iter(iter([*OTHERS, TARGET, *OTHERS]), batch_size=2))
+    np.testing.assert_allclose(streamed[len(OTHERS)], alone, atol=1e-5, rtol=0)
+
+
+def test_repeated_calls_are_deterministic(bilm):
+    first = bilm.embed([TARGET, *OTHERS])
+    second = bilm.embed([TARGET, *OTHERS])
+    for a, b in zip(first, second):
+        assert np.array_equal(a, b)
+
+
+def test_warm_differs_from_zero_and_is_stored(fixture_dir):
+    warm, zero = load_bilm(fixture_dir, state="warm"), load_bilm(fixture_dir, state="zero")
+    assert warm.warm_ready and float(warm.warm_h.abs().sum()) > 0
+    assert np.abs(warm.embed([TARGET])[0][2] - zero.embed([TARGET])[0][2]).max() > 1e-3
+    # the token layer does not depend on the state
+    np.testing.assert_array_equal(warm.embed([TARGET])[0][0], zero.embed([TARGET])[0][0])
+
+
+def test_carry_row_semantics(tmp_path):
+    """Row i continues from row i of the previous call; rows beyond a smaller batch keep their state."""
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=1)
+    ref = ReferenceBiLM(path / "options.json", path / "weights.hdf5")
+    bilm = load_bilm(path, state="carry")
+    a, b, c = TARGET, OTHERS[2], OTHERS[4]
+    bilm.embed([a, b], batch_size=2)  # rows 0 and 1
+    _, s_a = ref.run(a)
+    _, s_b = ref.run(b)
+    got = bilm.embed([c], batch_size=1)[0]  # row 0 continues after a
+    np.testing.assert_allclose(got, ref.run(c, s_a)[0], atol=1e-5)
+    _, s_ac = ref.run(c, s_a)
+    got = bilm.embed([a, c], batch_size=2)  # row 1 still continues after b
+    np.testing.assert_allclose(got[0], ref.run(a, s_ac)[0], atol=1e-5)
+    np.testing.assert_allclose(got[1], ref.run(c, s_b)[0], atol=1e-5)
+    bilm.reset_state()
+    np.testing.assert_allclose(bilm.embed([a])[0], ref.run(a)[0], atol=1e-5)
+
+
+def test_unknown_policy_is_rejected(fixture_dir):
+    with pytest.raises(ValueError, match="state policy"):
+        load_bilm(fixture_dir, state="hot")
+    bilm = load_bilm(fixture_dir)
+    with pytest.raises(ValueError, match="state policy"):
+        bilm.state_policy = "cold"
+
+
+def test_derived_state_follows_the_weights(fixture_dir):
+    """Caches and the warm state are dropped when weights, device or dtype change, and only then."""
+    bilm = load_bilm(fixture_dir, state="warm")
+    before = bilm.embed([TARGET])[0]
+    assert len(bilm.token_cache.slots) > 0
+    bilm.eval()  # no change of mode: the cache stays
+    assert len(bilm.token_cache.slots) > 0
+    as_double = bilm.double()
+    np.testing.assert_allclose(as_double.embed([TARGET])[0], before, atol=1e-5)
+    bilm.float()
+    with torch.no_grad():
+        bilm.token_encoder.b_proj.add_(0.5)
+    bilm.invalidate()
+    after = bilm.embed([TARGET])[0]
+    assert np.abs(after[0] - before[0]).max() > 0.4  # the token layer moved with the bias
+    fresh = load_bilm(fixture_dir, state="warm")
+    with torch.no_grad():
+        fresh.token_encoder.b_proj.add_(0.5)
+    fresh.invalidate()
+    np.testing.assert_allclose(fresh.embed([TARGET])[0], after, atol=1e-6)

@@ -1,0 +1,103 @@
+"""The project's data scripts: assets from a local directory (offline, sha256-checked) and conversion."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from spacy.tokens import DocBin
+
+import spacy
+
+from .conftest import REPO, data_path
+
+SCRIPTS = REPO / "project" / "scripts"
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch_assets = load_script("fetch_assets")
+convert_data = load_script("convert_data")
+
+
+def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):
+    data_dir = data_path()
+    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "uner", "conll2003"])
+    manifest = json.loads((REPO / "project" / "assets.json").read_text())["assets"]
+    for asset in manifest:
+        assert (data_dir / asset["local"]).is_file(), asset["local"]
+        if asset["dest"].split("/")[0] in ("uner", "conll2003"):
+            assert fetch_assets.sha256(tmp_path / asset["dest"]) == asset["sha256"]
+        assert asset["url"] or asset["dest"].startswith("conll2003/")
+    # a second run finds them in place
+    again = [fetch_assets.fetch(a, data_dir, None, tmp_path) for a in manifest if a["dest"].startswith("uner/")]
+    assert again == ["present"] * 3
+
+
+def test_checksum_mismatch_is_refused(tmp_path):
+    local = tmp_path / "data" / "x.txt"
+    local.parent.mkdir()
+    local.write_text("tampered\n")
+    asset = {"dest": "lm/x.txt", "local": "x.txt", "sha256": "0" * 64, "url": None}
+    with pytest.raises(SystemExit, match="does not match"):
+        fetch_assets.fetch(asset, tmp_path / "data", None, tmp_path / "out")
+    assert not (tmp_path / "out" / "lm" / "x.txt").exists()
+    with pytest.raises(SystemExit, match="conll_dir"):
+        fetch_assets.fetch({"dest": "conll2003/eng.train", "local": "none", "sha256": "0", "url": None},
+                           None, None, tmp_path / "out")
+
+
+def _docs(path):
+    return list(DocBin().from_disk(path).get_docs(spacy.blank("en").vocab))
+
+
+def test_convert_ud_dev(tmp_path):
+    data_dir = data_path()
+    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "ud"])
+    n = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "dev.spacy")
+    docs = _docs(tmp_path / "dev.spacy")
+    assert n == len(docs) == 2001
+    assert docs[0].text == "From the AP comes this story :"
+    assert [t.tag_ for t in docs[0]] == ["ADP", "DET", "PROPN", "VERB", "DET", "NOUN", "PUNCT"]
+    assert all(doc[0].is_sent_start for doc in docs)
+    subset = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "s.spacy",
+                                  fraction=0.1, seed=1)
+    assert subset == 200
+    other = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "t.spacy",
+                                 fraction=0.1, seed=2)
+    assert [d.text for d in _docs(tmp_path / "s.spacy")] != [d.text for d in _docs(tmp_path / "t.spacy")]
+
+
+def test_convert_uner_dev_matches_its_statistics(tmp_path):
+    source = tmp_path / "dev.iob2"
+    fetch_assets.copy_local(data_path("uner_english_ewt", "en_ewt-ud-dev.iob2.gz"), source)
+    stats = json.loads(data_path("uner_english_ewt", "en_ewt-ud-dev.stats.json").read_text())
+    convert_data.convert("iob2", source, tmp_path / "dev.spacy")
+    docs = _docs(tmp_path / "dev.spacy")
+    assert len(docs) == stats["num_sentences"]
+    assert sum(len(d) for d in docs) == stats["num_tokens"]
+    labels = {}
+    for doc in docs:
+        for ent in doc.ents:
+            labels[ent.label_] = labels.get(ent.label_, 0) + 1
+    assert labels == stats["label_distribution"]
+
+
+def test_convert_conll2003_iob1(tmp_path):
+    source = tmp_path / "eng.testa"
+    fetch_assets.copy_local(data_path("conll2003", "eng.testa.gz"), source)
+    convert_data.convert("conll03", source, tmp_path / "a.spacy")
+    docs = _docs(tmp_path / "a.spacy")
+    assert len(docs) == 3250
+    assert {e.label_ for d in docs for e in d.ents} == {"PER", "ORG", "LOC", "MISC"}
+
+
+def test_iob1_to_iob2():
+    assert convert_data.to_iob2(["I-PER", "I-PER", "I-LOC", "O", "I-ORG", "B-ORG"]) == \
+        ["B-PER", "I-PER", "B-LOC", "O", "B-ORG", "B-ORG"]

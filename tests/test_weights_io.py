@@ -1,0 +1,144 @@
+"""Weight files: exact export back to the bilm-tf layout, our own format, and clear errors."""
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import export_hdf5, load_bilm, save_bilm
+from spacy_elmo.bilm import BiLMConfigError, BiLMOptions, WeightFileError
+from spacy_elmo.bilm.weights import iter_hdf5_datasets
+
+SENTS = [["The", "cat", "sat", "."], ["Hello"]]
+
+
+def test_export_reproduces_every_dataset(fixture_dir, tmp_path):
+    bilm = load_bilm(fixture_dir)
+    opts_path, weights_path = export_hdf5(bilm, tmp_path)
+    original = dict(iter_hdf5_datasets(fixture_dir / "lm_weights.hdf5"))
+    exported = dict(iter_hdf5_datasets(weights_path))
+    assert set(original) == set(exported)
+    assert exported["char_embed"].shape == (261, 4)
+    for name, arr in original.items():
+        assert exported[name].dtype == np.float32, name
+        assert np.array_equal(exported[name], arr), name
+    assert json.loads(opts_path.read_text()) == json.loads((fixture_dir / "options.json").read_text())
+
+
+def test_published_file_names_and_explicit_pair(fixture_dir, tmp_path):
+    stem = "2x64_16_124cnn_2xhighway"
+    shutil.copy(fixture_dir / "options.json", tmp_path / f"elmo_{stem}_options.json")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / f"elmo_{stem}_weights.hdf5")
+    a = load_bilm(tmp_path).embed(SENTS)
+    b = load_bilm((fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")).embed(SENTS)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("state", ["warm", "zero"])
+def test_own_format_round_trip(fixture_dir, tmp_path, state):
+    bilm = load_bilm(fixture_dir, state=state)
+    save_bilm(bilm, tmp_path / "model")
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["bilm.json", "weights.pt"]
+    loaded = load_bilm(tmp_path / "model")
+    assert loaded.state_policy == state
+    assert loaded.fingerprint() == bilm.fingerprint()
+    for x, y in zip(bilm.embed(SENTS), loaded.embed(SENTS)):
+        assert np.array_equal(x, y)
+    # and back out to hdf5, unchanged
+    _, weights = export_hdf5(loaded, tmp_path / "h5")
+    original = dict(iter_hdf5_datasets(fixture_dir / "lm_weights.hdf5"))
+    for name, arr in iter_hdf5_datasets(weights):
+        assert np.array_equal(arr, original[name]), name
+
+
+def test_own_format_is_not_unpickled(fixture_dir, tmp_path):
+    """A weights.pt carrying arbitrary Python objects is refused (weights_only=True)."""
+    save_bilm(load_bilm(fixture_dir), tmp_path)
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    torch.save({"x": Evil()}, tmp_path / "weights.pt")
+    with pytest.raises(WeightFileError, match="weights.pt"):
+        load_bilm(tmp_path)
+
+
+def test_missing_files(tmp_path, fixture_dir):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_bilm(tmp_path / "nowhere")
+    shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
+    with pytest.raises(FileNotFoundError, match="hdf5"):
+        load_bilm(tmp_path)
+    with pytest.raises(FileNotFoundError, match="weights.hdf5"):
+        load_bilm((tmp_path / "options.json", tmp_path / "weights.hdf5"))
+
+
+def test_mismatched_options_name_dataset_and_shapes(fixture_dir, tmp_path):
+    opts = json.loads((fixture_dir / "options.json").read_text())
+    opts["lstm"]["dim"] = 32
+    (tmp_path / "options.json").write_text(json.dumps(opts))
+    shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
+    with pytest.raises(WeightFileError) as err:
+        load_bilm(tmp_path)
+    msg = str(err.value)
+    assert "W_0" in msg and "(32, 256)" in msg and "(32, 128)" in msg and "weights.hdf5" in msg
+
+
+def test_missing_dataset(fixture_dir, tmp_path):
+    shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
+    with h5py.File(fixture_dir / "lm_weights.hdf5", "r") as src, h5py.File(tmp_path / "weights.hdf5", "w") as dst:
+        for name in ("char_embed", "CNN"):
+            src.copy(name, dst)
+    with pytest.raises(WeightFileError, match="CNN_high_0/W_transform.*missing"):
+        load_bilm(tmp_path)
+
+
+def test_truncated_and_corrupt_hdf5(fixture_dir, tmp_path):
+    shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
+    data = (fixture_dir / "lm_weights.hdf5").read_bytes()
+    (tmp_path / "weights.hdf5").write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightFileError, match="weights.hdf5.*(truncated|corrupt)"):
+        load_bilm(tmp_path)
+    (tmp_path / "weights.hdf5").write_bytes(b"not an hdf5 file at all" * 10)
+    with pytest.raises(WeightFileError, match="weights.hdf5"):
+        load_bilm(tmp_path)
+
+
+def test_nan_weights_refused(fixture_dir, tmp_path):
+    shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
+    with h5py.File(tmp_path / "weights.hdf5", "r+") as f:
+        f["CNN_proj/b_proj"][0] = np.nan
+    with pytest.raises(WeightFileError, match="CNN_proj/b_proj.*NaN"):
+        load_bilm(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda o: o["char_cnn"].update(activation="gelu"), "activation"),
+        (lambda o: o.pop("char_cnn"), "char_cnn"),
+        (lambda o: o["lstm"].update(n_layers=0), "n_layers"),
+        (lambda o: o["char_cnn"].update(filters=[[60, 4]]), "wider"),
+        (lambda o: o.update(bidirectional=False), "bidirectional"),
+        (lambda o: o["lstm"].pop("dim"), "lstm.dim"),
+    ],
+)
+def test_unsupported_options(fixture_dir, tmp_path, edit, message):
+    opts = json.loads((fixture_dir / "options.json").read_text())
+    edit(opts)
+    (tmp_path / "options.json").write_text(json.dumps(opts))
+    shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
+    with pytest.raises(BiLMConfigError, match=message) as err:
+        load_bilm(tmp_path)
+    assert "options.json" in str(err.value)
+
+
+def test_options_round_trip(fixture_dir):
+    opts = BiLMOptions.from_file(fixture_dir / "options.json")
+    assert BiLMOptions.from_dict(opts.to_dict()) == opts
+    assert opts.output_dim == 32 and opts.n_filters == 124
