@@ -6,7 +6,7 @@ import gzip
 import pytest
 import torch
 
-from pretrain_helpers import override_args, toy_sentences, write_corpus
+from tests.pretrain_helpers import override_args, toy_sentences, write_corpus
 from spacy_elmo.pretrain.cli import pretrain_command, split_overrides
 
 

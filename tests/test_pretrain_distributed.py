@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 from spacy_elmo.pretrain import train
 
 

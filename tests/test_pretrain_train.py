@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pretrain_helpers import tiny_config, toy_sentences, write_corpus
+from tests.pretrain_helpers import tiny_config, toy_sentences, write_corpus
 from spacy_elmo import BiLM, load_bilm
 from spacy_elmo.bilm import batch_char_ids
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train

@@ -15,9 +15,10 @@ from .corpus import Batch, DevSet
 
 
 def run_layer(layer: ProjectedLSTMLayer, x: Tensor, h0: Tensor, c0: Tensor, final_index: Tensor):
-    """`ProjectedLSTMLayer.forward` for training: the same arithmetic (TF gate order, forget bias,
-    clips), with the per-step slices taken by `unbind` / `chunk`, whose backward writes each gradient
-    once (indexing `xw[:, :, t]` zero-fills a full `(2, B, T, 4D)` gradient per step: O(T^2)).
+    """`ProjectedLSTMLayer.forward` for training: the same arithmetic (the core's internal gate
+    order (i, f, o, j), forget bias, clips), with the per-step slices taken by `unbind` / `chunk`,
+    whose backward writes each gradient once (indexing `xw[:, t]` zero-fills a full `(2, T, B, 4D)`
+    gradient per step: O(T^2)). `test_training_objective_matches_inference` holds the two equal.
 
     x `(2, B, T, I)` (direction 1 already in its reading order), h0 `(2, B, P)`, c0 `(2, B, D)`,
     final_index `(B,)` -> h `(2, B, T, P)` and the state `(h, c)` at `final_index`, each `(2, B, ·)`.
@@ -29,7 +30,7 @@ def run_layer(layer: ProjectedLSTMLayer, x: Tensor, h0: Tensor, c0: Tensor, fina
     hs: List[Tensor] = []
     cs: List[Tensor] = []
     for xw_t in xw.unbind(2):
-        i, j, f, o = torch.baddbmm(xw_t, h, layer.w_hidden).chunk(4, dim=-1)
+        i, f, o, j = torch.baddbmm(xw_t, h, layer.w_hidden).chunk(4, dim=-1)
         c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-layer.cell_clip, layer.cell_clip)
         h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), layer.w_proj).clamp(-layer.proj_clip, layer.proj_clip)
         hs.append(h)
