@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--eval-every-minutes", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
     rest, overrides = split_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     torch.set_num_threads(args.threads)
@@ -55,7 +56,7 @@ def main() -> None:
     config = load_config(args.config, values)
     peak = matmul_gflops()
     wall = time.perf_counter()
-    summary = train(config, out, device=args.device)
+    summary = train(config, out, device=args.device, progress_bar=not args.no_progress)
     wall = time.perf_counter() - wall
 
     metrics = read_metrics(out / "metrics.jsonl")
