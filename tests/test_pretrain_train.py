@@ -142,3 +142,30 @@ def test_export_and_load_round_trip(toy, tmp_path):
     sentences = [s.split() for s in toy_sentences(5, seed=3)]
     for a, b in zip(own.embed(sentences), hdf5.embed(sentences)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
+    train_path, dev_path = toy
+    config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
+    train(config, tmp_path / "base", progress_bar=False, log=lambda m: None)
+    base = load_bilm(tmp_path / "base" / "model")
+    # a model saved here: its weights, softmax and vocabulary continue
+    adapted = tiny_config(train_path, dev_path, training__max_steps=2)
+    summary = train(adapted, tmp_path / "own", init_from=str(tmp_path / "base" / "model"), progress_bar=False,
+                    log=lambda m: None)
+    assert summary["steps"] == 2
+    assert (tmp_path / "own" / "vocab.txt").read_text() == (tmp_path / "base" / "model" / "vocab.txt").read_text()
+    # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's
+    for source in (tmp_path / "base" / "model-hdf5", fixture_dir):
+        out = tmp_path / ("hdf5" if source != fixture_dir else "fixture")
+        train(tiny_config(train_path, dev_path, training__max_steps=2, model__lstm_dim=8), out,
+              init_from=str(source), progress_bar=False, log=lambda m: None)
+        assert load_bilm(out / "model").options == load_bilm(source).options
+    assert load_bilm(tmp_path / "hdf5" / "model").options == base.options
+
+
+def test_init_from_missing_path(toy, tmp_path):
+    from spacy_elmo.pretrain import PretrainError
+
+    with pytest.raises(PretrainError, match="not found"):
+        train(tiny_config(*toy), tmp_path, init_from=str(tmp_path / "nope"), progress_bar=False)
