@@ -96,20 +96,22 @@ def pretrain_command(args, extra: List[str]) -> int:
             return 0
         if opts.output is None:
             parser.error("OUTPUT_DIR is required")
-        if opts.threads:
-            import torch
+        import torch
+        import torch.distributed as dist
 
-            torch.set_num_threads(opts.threads)
         from .train import train
 
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            import torch.distributed as dist
-
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
+        distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # started by torchrun
+        if distributed:
             dist.init_process_group("nccl" if opts.device.startswith("cuda") else "gloo")
             if opts.device.startswith("cuda"):
                 opts.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
         train(config, opts.output, resume=opts.resume, init_from=opts.init_from, device=opts.device,
               progress_bar=not opts.no_progress, log=lambda msg: print(msg, file=sys.stderr))
+        if distributed:
+            dist.destroy_process_group()
     except PretrainError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
