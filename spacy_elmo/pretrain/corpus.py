@@ -47,7 +47,8 @@ def corpus_files(path, what: str) -> List[Path]:
         raise PretrainError(f"{what} corpus not found: {path}")
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.parts))
+    files = sorted(p for p in path.rglob("*")
+                   if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts))
     if not files:
         raise PretrainError(f"{what} corpus directory {path} holds no files")
     return files
