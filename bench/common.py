@@ -1,0 +1,63 @@
+"""Shared helpers of the pretraining benchmarks: machine facts, arithmetic rate, FLOPs per token."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import torch
+
+from spacy_elmo.bilm import BiLMOptions
+
+
+def machine() -> Dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """The machine's float32 arithmetic rate (GFLOP/s) on large matrix products, at the current thread count."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def train_flops_per_token(options: BiLMOptions, vocab_size: int, softmax: str = "full", n_samples: int = 8192) -> float:
+    """Multiply-adds x 2 of one training token (both directions, forward + backward pass = 3x forward)
+    in the LSTM layers and the softmax. The token encoder runs once per distinct word of a batch and
+    is left out, so this is a lower bound."""
+    P, D = options.projection_dim, options.lstm_dim
+    lstm = options.n_layers * 2 * (2 * P * 4 * D + D * P)
+    classes = vocab_size if softmax == "full" else min(n_samples, vocab_size)
+    per_direction = lstm + 2 * P * classes
+    return 3 * 2 * per_direction
+
+
+def read_metrics(path: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def write_curve(metrics: List[Dict[str, Any]], path: Path) -> None:
+    """perplexity against training minutes, as CSV."""
+    rows = ["train_minutes,step,tokens,train_loss,dev_forward,dev_backward,dev_mean,policy"]
+    for m in metrics:
+        d = m["dev"] or {}
+        rows.append(f"{m['train_minutes']:.3f},{m['step']},{m['tokens']},{m['train_loss']:.4f},"
+                    f"{d.get('forward', float('nan')):.2f},{d.get('backward', float('nan')):.2f},"
+                    f"{d.get('mean', float('nan')):.2f},{d.get('policy', '')}")
+    Path(path).write_text("\n".join(rows) + "\n", encoding="utf-8")

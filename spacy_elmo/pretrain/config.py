@@ -1,0 +1,112 @@
+"""The pretraining config: a thinc / spaCy-style `.cfg`, the built-in default, overrides, checks."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+from thinc.api import Config
+
+from ..bilm import BiLMConfigError, BiLMOptions
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
+SCHEMES = ("stream", "sentences")
+SOFTMAX_TYPES = ("full", "sampled", "adaptive")
+OPTIMIZERS = ("adagrad", "adam", "sgd")
+TOKENIZERS = ("spacy", "whitespace")
+POLICIES = ("auto", "zero", "warm", "carry")
+# Default state policy of a model, by training scheme: from the README's policy table
+# (dev perplexity of models trained each way, under each inference policy).
+DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
+
+
+class PretrainError(ValueError):
+    """A problem with the user's input (config, corpus, paths): printed as a message, no traceback."""
+
+
+def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None) -> Config:
+    """Read `path` (default: the built-in config), apply dotted `overrides`, interpolate and check."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    if not path.is_file():
+        raise PretrainError(f"config file not found: {path}")
+    overrides = dict(overrides or {})
+    try:
+        config = Config().from_disk(path, interpolate=False)
+        for key in overrides:
+            section, _, name = key.rpartition(".")
+            if not section or section not in config or name not in config[section]:
+                raise PretrainError(f"unknown config setting '{key}' (not in {path})")
+        config = Config().from_disk(path, overrides=overrides, interpolate=True)
+    except PretrainError:
+        raise
+    except Exception as err:  # confection raises several error types for bad files
+        raise PretrainError(f"{path}: cannot read the config ({type(err).__name__}: {err})") from None
+    check_config(config)
+    return config
+
+
+def _need(ok: bool, key: str, what: str, value: Any) -> None:
+    if not ok:
+        raise PretrainError(f"config '{key}' must be {what}, got {value!r}")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def check_config(config: Config) -> None:
+    """Check every value the training loop reads; raise `PretrainError` naming the setting."""
+    for section in ("corpus", "vocab", "model", "softmax", "training"):
+        if section not in config:
+            raise PretrainError(f"config has no [{section}] section")
+    c, v, s, t = config["corpus"], config["vocab"], config["softmax"], config["training"]
+    _need(c["tokenizer"] in TOKENIZERS, "corpus.tokenizer", f"one of {TOKENIZERS}", c["tokenizer"])
+    _need(_positive_int(c["max_sentence_length"]), "corpus.max_sentence_length", "a positive integer",
+          c["max_sentence_length"])
+    _need(v["size"] is None or _positive_int(v["size"]), "vocab.size", "a positive integer or null", v["size"])
+    _need(s["type"] in SOFTMAX_TYPES, "softmax.type", f"one of {SOFTMAX_TYPES}", s["type"])
+    _need(_positive_int(s["n_samples"]), "softmax.n_samples", "a positive integer", s["n_samples"])
+    _need(t["scheme"] in SCHEMES, "training.scheme", f"one of {SCHEMES}", t["scheme"])
+    _need(t["optimizer"] in OPTIMIZERS, "training.optimizer", f"one of {OPTIMIZERS}", t["optimizer"])
+    _need(t["state_policy"] in POLICIES, "training.state_policy", f"one of {POLICIES}", t["state_policy"])
+    _need(isinstance(t["seed"], int), "training.seed", "an integer", t["seed"])
+    for key in ("batch_tokens", "window", "eval_batch_size", "checkpoint_every"):
+        _need(_positive_int(t[key]), f"training.{key}", "a positive integer", t[key])
+    for key in ("max_steps", "max_epochs", "eval_every"):
+        _need(t[key] is None or _positive_int(t[key]), f"training.{key}", "a positive integer or null", t[key])
+    for key in ("max_minutes", "eval_every_minutes"):
+        _need(t[key] is None or _positive_number(t[key]), f"training.{key}", "a positive number or null", t[key])
+    for key in ("learning_rate", "grad_clip"):
+        _need(_positive_number(t[key]), f"training.{key}", "a positive number", t[key])
+    _need(isinstance(t["dropout"], (int, float)) and 0 <= t["dropout"] < 1, "training.dropout", "in [0, 1)",
+          t["dropout"])
+    if t["scheme"] == "stream" and t["batch_tokens"] < t["window"]:
+        raise PretrainError(f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "
+                            f"({t['window']}): the stream scheme packs batch_tokens // window rows")
+    if t["max_steps"] is None and t["max_epochs"] is None and t["max_minutes"] is None:
+        raise PretrainError("set at least one of training.max_steps, training.max_epochs, training.max_minutes")
+    bilm_options(config)
+
+
+def bilm_options(config: Config) -> BiLMOptions:
+    """The `[model]` section as `BiLMOptions` (bilm-tf layout)."""
+    m = config["model"]
+    try:
+        return BiLMOptions.from_dict({
+            "lstm": {"dim": m["lstm_dim"], "projection_dim": m["projection_dim"], "n_layers": m["n_layers"],
+                     "cell_clip": m["cell_clip"], "proj_clip": m["proj_clip"],
+                     "use_skip_connections": m["use_skip_connections"]},
+            "char_cnn": {"embedding": {"dim": m["char_dim"]}, "filters": m["filters"], "n_highway": m["n_highway"],
+                         "activation": m["activation"], "n_characters": 262, "max_characters_per_token": 50},
+        }, source="config [model]")
+    except (BiLMConfigError, KeyError) as err:
+        raise PretrainError(str(err)) from None
+
+
+def model_policy(config: Config) -> str:
+    """The state policy for dev perplexity and the saved model."""
+    policy = config["training"]["state_policy"]
+    return DEFAULT_POLICY[config["training"]["scheme"]] if policy == "auto" else policy

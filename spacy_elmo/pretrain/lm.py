@@ -1,0 +1,146 @@
+"""The bidirectional LM objective on the biLM core, and dev perplexity under each state policy."""
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from ..bilm import BiLM, LSTMState, batch_char_ids
+from ..bilm.lstm import ProjectedLSTMLayer
+from .corpus import Batch, DevSet
+
+
+def run_layer(layer: ProjectedLSTMLayer, x: Tensor, h0: Tensor, c0: Tensor, final_index: Tensor):
+    """`ProjectedLSTMLayer.forward` for training: the same arithmetic (the core's internal gate
+    order (i, f, o, j), forget bias, clips), with the per-step slices taken by `unbind` / `chunk`,
+    whose backward writes each gradient once (indexing `xw[:, t]` zero-fills a full `(2, T, B, 4D)`
+    gradient per step: O(T^2)). `test_training_objective_matches_inference` holds the two equal.
+
+    x `(2, B, T, I)` (direction 1 already in its reading order), h0 `(2, B, P)`, c0 `(2, B, D)`,
+    final_index `(B,)` -> h `(2, B, T, P)` and the state `(h, c)` at `final_index`, each `(2, B, ·)`.
+    """
+    _, B, T, _ = x.shape
+    bias = (layer.bias + layer.forget_bias).unsqueeze(1)  # (2, 1, 4D)
+    xw = torch.baddbmm(bias, x.reshape(2, B * T, -1), layer.w_input).view(2, B, T, -1)
+    h, c = h0, c0
+    hs: List[Tensor] = []
+    cs: List[Tensor] = []
+    for xw_t in xw.unbind(2):
+        i, f, o, j = torch.baddbmm(xw_t, h, layer.w_hidden).chunk(4, dim=-1)
+        c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-layer.cell_clip, layer.cell_clip)
+        h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), layer.w_proj).clamp(-layer.proj_clip, layer.proj_clip)
+        hs.append(h)
+        cs.append(c)
+    out = torch.stack(hs, dim=2)
+    rows = torch.arange(B, device=x.device)
+    return out, (out[:, rows, final_index], torch.stack(cs, dim=2)[:, rows, final_index])
+
+
+class BiLanguageModel(nn.Module):
+    """Forward and backward LMs sharing the token encoder and the softmax `head`.
+
+    `forward` reads both directions stacked, direction 1 already in its reading order (see
+    `corpus`), so that it can start from any state: zeros for single sentences, or the state
+    carried from the previous window of a packed stream. Dropout (`bilm.lstm.dropout`) is applied
+    to each LSTM layer's input, as in the core, and to the top layer before the softmax.
+    """
+
+    def __init__(self, bilm: BiLM, head: nn.Module):
+        super().__init__()
+        self.bilm = bilm
+        self.head = head
+
+    def forward(self, batch: Batch, state: Optional[LSTMState] = None) -> Tuple[Tensor, LSTMState]:
+        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `state` `h (L, 2, B, P)`,
+        `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the state at each
+        row's last masked position (detached, to carry into the next window)."""
+        _, B, T = batch.index.shape
+        lstm = self.bilm.lstm
+        p = lstm.dropout if self.training else 0.0
+        x = self.bilm.token_encoder(batch.chars)[batch.index]  # (2, B, T, P)
+        if state is None:
+            state = lstm.zero_state(B, x.device, x.dtype)
+        final_index = batch.mask[0].sum(1) - 1  # (B,)
+        hs, cs = [], []
+        inp = x
+        for l, layer in enumerate(lstm.layers):
+            inp = F.dropout(inp, p, self.training)
+            out, (h_last, c_last) = run_layer(layer, inp, state.h[l], state.c[l], final_index)
+            if lstm.use_skip_connections and l > 0:
+                out = out + inp
+            hs.append(h_last.detach())
+            cs.append(c_last.detach())
+            inp = out
+        top = F.dropout(inp, p, self.training)
+        nll = self.head(top[batch.mask], batch.targets[batch.mask])  # (N,)
+        direction = batch.mask.nonzero()[:, 0]
+        sums = torch.zeros(2, dtype=nll.dtype, device=nll.device).index_add_(0, direction, nll)
+        return sums, LSTMState(torch.stack(hs), torch.stack(cs))
+
+
+def _length_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
+    order = sorted(range(len(dev.sentences)), key=lambda i: len(dev.sentences[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def _carry_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
+    """Row k reads sentences `k * n_rows ... ` in order (bilm-tf's layout); rows present form a prefix."""
+    n = len(dev.sentences)
+    block = math.ceil(n / batch_size)
+    for i in range(block):
+        yield [k * block + i for k in range(batch_size) if k * block + i < n]
+
+
+@torch.no_grad()
+def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: int = 64) -> Tensor:
+    """Summed NLL `(2,)` (forward, backward) of `dev` through `bilm.forward`, as at inference.
+
+    Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
+    the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). `policy`: "zero" or "warm" start every
+    sentence from that state (batches sorted by length); "carry" reads the sentences in order,
+    row k of each batch starting where row k of the previous batch ended.
+    """
+    was_training = bilm.training, head.training
+    bilm.eval()
+    head.eval()
+    if policy == "warm":
+        bilm.compute_warm_state()
+    P = bilm.options.projection_dim
+    totals = torch.zeros(2, dtype=torch.float64)
+    carried: Optional[LSTMState] = None
+    batches = _carry_batches(dev, batch_size) if policy == "carry" else _length_batches(dev, batch_size)
+    for rows in batches:
+        sents = [dev.sentences[i] for i in rows]
+        ids = torch.from_numpy(batch_char_ids(sents, bilm.options.max_characters_per_token)).to(bilm.device)
+        B, T = ids.shape[:2]
+        targets = np.zeros((B, T), dtype=np.int64)
+        for row, i in enumerate(rows):
+            targets[row, : len(dev.ids[i])] = dev.ids[i]
+        targets_t = torch.from_numpy(targets).to(bilm.device)
+        if policy == "carry":
+            init = bilm.lstm.zero_state(B, bilm.device)
+            if carried is not None:
+                init = LSTMState(carried.h[:, :, :B].clone(), carried.c[:, :, :B].clone())
+        else:
+            init = bilm.initial_state(B, policy)
+        out = bilm.forward(ids, initial_state=init, return_state=policy == "carry")
+        carried = out.state
+        top = out.layers[-1]  # (B, T, 2P)
+        valid = out.mask[:, 1:]  # position t + 1 is a real token
+        fwd = head(top[:, :-1, :P][valid], targets_t[:, 1:][valid])
+        bwd = head(top[:, 1:, P:][valid], targets_t[:, :-1][valid])
+        totals += torch.stack([fwd.sum(), bwd.sum()]).double().cpu()
+    bilm.train(was_training[0])
+    head.train(was_training[1])
+    return totals
+
+
+def perplexities(nll: Tensor, n_predicted: int) -> Dict[str, float]:
+    """Summed NLL `(2,)` -> per-direction perplexity exp(mean NLL) and their arithmetic mean."""
+    fwd, bwd = (math.exp(float(v) / n_predicted) for v in nll)
+    return {"forward": fwd, "backward": bwd, "mean": (fwd + bwd) / 2}

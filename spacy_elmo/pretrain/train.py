@@ -1,0 +1,346 @@
+"""The training loop of `python -m spacy_elmo pretrain`, read top to bottom.
+
+One step: a batch of both directions (see `corpus`) -> summed NLL -> loss = mean NLL over the
+predicted tokens of both directions (the mean of the two LMs' losses) on all processes together
+-> gradients summed across processes (torch.distributed, gloo on CPU) -> clip -> optimizer step.
+Under the "stream" scheme the LSTM state at the end of each window is carried into the next.
+
+Checkpoints hold the weights, the optimizer, the data position, the carried states and the random
+generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from thinc.api import Config
+from tqdm import tqdm
+
+from ..bilm import BiLM, LSTMState, export_hdf5, load_bilm, save_bilm
+from .config import PretrainError, bilm_options, model_policy
+from .corpus import DevSet, Position, TrainingCorpus, Vocab, load_dev, make_tokenizer
+from .heads import build_head
+from .lm import BiLanguageModel, dev_nll, perplexities
+
+CHECKPOINT_DIR = "checkpoint"
+MODEL_DIR = "model"
+HDF5_DIR = "model-hdf5"
+HEAD_FILE = "lm_head.pt"
+VOCAB_FILE = "vocab.txt"
+# Settings that may change between a run and its resumption (they only say when to stop or report).
+RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
+                     "checkpoint_every", "export_hdf5"}
+
+
+@dataclass
+class Progress:
+    """Everything about how far training has come (saved in checkpoints)."""
+
+    step: int = 0
+    epoch: int = 0
+    file: int = 0
+    batch: int = 0
+    tokens: int = 0
+    train_seconds: float = 0.0
+    last_eval_seconds: float = 0.0
+
+    @property
+    def position(self) -> Position:
+        return Position(self.epoch, self.file, self.batch)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    if name == "adagrad":  # bilm-tf: Adagrad, lr 0.2, accumulators starting at 1.0
+        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=1.0)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr)
+
+
+def all_reduce_gradients(params: List[torch.nn.Parameter], world: int) -> None:
+    """Sum every gradient across processes (missing ones count as zeros, on one process too)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if world > 1:
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+def resolve_init(path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
+                            f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
+    return p
+
+
+class Trainer:
+    """Builds everything from the config, then `run()`s the loop. `rank` / `world` come from
+    torch.distributed when it is initialized (torchrun); rank 0 alone writes shared files."""
+
+    def __init__(self, config: Config, output: Path, *, resume: bool = False, init_from: Optional[str] = None,
+                 device: str = "cpu", progress_bar: bool = True, log: Callable[[str], None] = print):
+        self.config, self.output, self.device = config, Path(output), torch.device(device)
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        self.log = log if self.rank == 0 else (lambda msg: None)
+        self.progress_bar = progress_bar and self.rank == 0
+        c, t = config["corpus"], config["training"]
+        self.t = t
+        self.unk = c["unk_token"]
+        self.policy = model_policy(config)
+        self.ckpt_dir = self.output / CHECKPOINT_DIR
+        if resume and not (self.ckpt_dir / "model.pt").is_file():
+            raise PretrainError(f"--resume: no checkpoint in {self.ckpt_dir}")
+        if resume:
+            self._check_resumable()
+
+        tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
+        self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
+        init_dir = resolve_init(init_from) if init_from else None
+        self.vocab = self._vocab(init_dir, resume)
+        self.dev: Optional[DevSet] = None
+        if c["dev"] is not None:
+            self.dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], self.vocab, self.unk)
+
+        torch.manual_seed(t["seed"])
+        bilm = load_bilm(init_dir) if init_dir else BiLM(bilm_options(config))
+        bilm.state_policy = self.policy
+        bilm.lstm.dropout = t["dropout"]
+        self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
+        s = config["softmax"]
+        try:
+            head = build_head(s["type"], bilm.options.projection_dim, len(self.vocab), s["n_samples"],
+                              s["adaptive_cutoffs"], self.head_rng)
+        except ValueError as err:
+            raise PretrainError(str(err)) from None
+        if init_dir and (init_dir / HEAD_FILE).is_file():
+            self._load_head(head, init_dir / HEAD_FILE)
+        self.model = BiLanguageModel(bilm, head).to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(t["optimizer"], self.params, t["learning_rate"])
+        self.progress = Progress()
+        self.state: Optional[LSTMState] = None
+        self.last_dev: Optional[Dict[str, Any]] = None
+        if resume:
+            self._load_checkpoint()
+        elif self.rank == 0:
+            self.output.mkdir(parents=True, exist_ok=True)
+            config.to_disk(self.output / "config.cfg")
+            self.vocab.to_disk(self.output / VOCAB_FILE)
+        n_params = sum(p.numel() for p in bilm.parameters())
+        self.log(f"corpus: {self.corpus.n_tokens} tokens in {len(self.corpus.files)} file(s); vocab {len(self.vocab)}; "
+                 f"dev {self.dev.n_predicted if self.dev else 0} predicted tokens; biLM {n_params / 1e6:.2f}M "
+                 f"parameters; scheme {t['scheme']}; {self.world} process(es)")
+
+    # ------------------------------------------------------------------ setup helpers
+    def _vocab(self, init_dir: Optional[Path], resume: bool) -> Vocab:
+        if resume:
+            return Vocab.from_disk(self.output / VOCAB_FILE)
+        if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
+            self.log(f"vocabulary and softmax from {init_dir}")
+            return Vocab.from_disk(init_dir / VOCAB_FILE)
+        return Vocab.build(self.corpus.counts, self.config["vocab"]["size"], self.unk)
+
+    def _load_head(self, head: torch.nn.Module, path: Path) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
+            raise PretrainError(f"{path}: the saved softmax does not match softmax.type = "
+                                f"{self.config['softmax']['type']!r}; set it to the type it was trained with")
+        head.load_state_dict(state)
+
+    def _check_resumable(self) -> None:
+        """A resumed run must train the same model on the same data; only when to stop or report may change."""
+        saved = Config().from_disk(self.output / "config.cfg")
+        for section in ("corpus", "vocab", "model", "softmax", "training"):
+            for key, value in self.config[section].items():
+                if section == "training" and key in RESUMABLE_CHANGES:
+                    continue
+                old = saved.get(section, {}).get(key)
+                if old != value:
+                    raise PretrainError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {self.output} "
+                                        f"was trained with {old!r}")
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self) -> None:
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if self.world > 1:
+            dist.barrier()
+        own = {"torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
+               "state": None if self.state is None else tuple(s.cpu() for s in self.state)}
+        torch.save(own, self.ckpt_dir / f"rank{self.rank}.pt.tmp")
+        os.replace(self.ckpt_dir / f"rank{self.rank}.pt.tmp", self.ckpt_dir / f"rank{self.rank}.pt")
+        if self.rank == 0:
+            shared = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                      "progress": asdict(self.progress), "world": self.world}
+            torch.save(shared, self.ckpt_dir / "model.pt.tmp")
+            os.replace(self.ckpt_dir / "model.pt.tmp", self.ckpt_dir / "model.pt")
+        if self.world > 1:
+            dist.barrier()
+
+    def _load_checkpoint(self) -> None:
+        shared = torch.load(self.ckpt_dir / "model.pt", map_location="cpu", weights_only=True)
+        if shared["world"] != self.world:
+            raise PretrainError(f"--resume: the checkpoint was written by {shared['world']} process(es), "
+                                f"this run has {self.world}; resume with the same number")
+        self.model.load_state_dict(shared["model"])
+        self.optimizer.load_state_dict(shared["optimizer"])
+        self.progress = Progress(**shared["progress"])
+        own = torch.load(self.ckpt_dir / f"rank{self.rank}.pt", map_location="cpu", weights_only=True)
+        torch.set_rng_state(own["torch_rng"])
+        self.head_rng.set_state(own["head_rng"])
+        self.state = None if own["state"] is None else LSTMState(*(s.to(self.device) for s in own["state"]))
+        self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> Optional[Dict[str, Any]]:
+        """Dev perplexity (forward, backward, mean) under the model's policy, on rank 0."""
+        if self.dev is None or self.rank != 0:
+            return None
+        nll = dev_nll(self.model.bilm, self.model.head, self.dev, self.policy, self.t["eval_batch_size"])
+        return {"policy": self.policy, **perplexities(nll, self.dev.n_predicted)}
+
+    def _say(self, message: str) -> None:
+        if self.progress_bar:
+            tqdm.write(message)
+        else:
+            self.log(message)
+
+    def _report(self, train_loss: float) -> None:
+        """Dev perplexity now: printed, and appended to `metrics.jsonl` (the learning curve)."""
+        start = time.perf_counter()
+        self.last_dev = self.evaluate()
+        p, dev = self.progress, self.last_dev
+        p.last_eval_seconds = p.train_seconds
+        if self.rank != 0:
+            return
+        record = {"step": p.step, "epoch": p.epoch, "tokens": p.tokens, "train_minutes": p.train_seconds / 60,
+                  "train_loss": train_loss, "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9), "dev": dev,
+                  "eval_seconds": time.perf_counter() - start}
+        with open(self.output / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        dev_text = (f"dev ppl fwd {dev['forward']:.1f} bwd {dev['backward']:.1f} mean {dev['mean']:.1f} "
+                    f"({dev['policy']}, {record['eval_seconds']:.0f}s)") if dev else "no dev set"
+        self._say(f"step {p.step} epoch {p.epoch} {p.train_seconds / 60:.1f} min: train loss {train_loss:.3f}; {dev_text}")
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Dict[str, Any]:
+        t, p = self.t, self.progress
+        max_seconds = t["max_minutes"] * 60 if t["max_minutes"] else math.inf
+        eval_seconds = t["eval_every_minutes"] * 60 if t["eval_every_minutes"] else math.inf
+        carry = t["scheme"] == "stream"
+        self.model.train()
+        batches = self.corpus.batches(p.position, t["seed"], self.vocab, self.unk, t["scheme"], t["batch_tokens"],
+                                      t["window"], self.rank, self.world, t["max_epochs"])
+        bar = tqdm(total=t["max_steps"], initial=p.step, disable=not self.progress_bar, unit="step", dynamic_ncols=True)
+        loss_sum, loss_count = 0.0, 0
+        for position, batch in batches:
+            if t["max_steps"] is not None and p.step >= t["max_steps"]:
+                break
+            start = time.perf_counter()
+            # Tokens predicted per direction on all processes, and whether rank 0 says stop.
+            flags = torch.tensor([batch.n_predicted, float(p.train_seconds >= max_seconds)], dtype=torch.float64)
+            if self.world > 1:
+                dist.all_reduce(flags)
+            if flags[1] > 0:
+                break
+            n_global = int(flags[0])
+
+            batch = type(batch)(*(x.to(self.device) for x in batch))
+            nll, state = self.model(batch, self.state if carry else None)
+            loss = nll.sum() / (2 * n_global)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            all_reduce_gradients(self.params, self.world)
+            torch.nn.utils.clip_grad_norm_(self.params, t["grad_clip"])
+            self.optimizer.step()
+            self.model.bilm.invalidate()
+            if carry:
+                self.state = state
+
+            p.step += 1
+            p.tokens += n_global
+            p.epoch, p.file, p.batch = position
+            p.train_seconds += time.perf_counter() - start
+            step_loss = float(nll.detach().sum()) / (2 * batch.n_predicted)
+            loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{step_loss:.3f}", ppl=f"{math.exp(min(step_loss, 50)):.0f}",
+                            tok_s=f"{p.tokens / p.train_seconds:.0f}", epoch=p.epoch, refresh=False)
+            if (t["eval_every"] and p.step % t["eval_every"] == 0) or p.train_seconds - p.last_eval_seconds >= eval_seconds:
+                self._report(loss_sum / loss_count)
+                loss_sum, loss_count = 0.0, 0
+            if p.step % t["checkpoint_every"] == 0:
+                self._save_checkpoint()
+        bar.close()
+        self._save_checkpoint()
+        if loss_count or self.last_dev is None:
+            self._report(loss_sum / loss_count if loss_count else float("nan"))
+        return self.finish()
+
+    # ------------------------------------------------------------------ the result
+    def finish(self) -> Dict[str, Any]:
+        """Save the final model (loadable by `load_bilm`), its softmax and vocabulary, and a summary."""
+        if self.rank != 0:
+            return {}
+        model_dir = self.output / MODEL_DIR
+        bilm = self.model.bilm.cpu()
+        bilm.eval()
+        bilm.compute_warm_state()
+        save_bilm(bilm, model_dir, state=self.policy)
+        torch.save(self.model.head.cpu().state_dict(), model_dir / HEAD_FILE)
+        self.vocab.to_disk(model_dir / VOCAB_FILE)
+        dev = self.last_dev
+        summary = {
+            "config": self.config.to_str(), "seed": self.t["seed"], "scheme": self.t["scheme"], "policy": self.policy,
+            "options": bilm.options.to_dict(), "processes": self.world, "steps": self.progress.step,
+            "epochs_started": self.progress.epoch, "tokens": self.progress.tokens,
+            "train_minutes": self.progress.train_seconds / 60,
+            "tokens_per_s": self.progress.tokens / max(self.progress.train_seconds, 1e-9),
+            "corpus": {str(f): sha256_file(f) for f in self.corpus.files},
+            "dev_corpus": str(self.config["corpus"]["dev"]), "dev": dev,
+            "weights_sha256": sha256_file(model_dir / "weights.pt"), "fingerprint": bilm.fingerprint(),
+        }
+        (model_dir / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        if self.t["export_hdf5"]:
+            export_hdf5(bilm, self.output / HDF5_DIR)
+        self.log(f"saved {model_dir}" + (f" and {self.output / HDF5_DIR}" if self.t["export_hdf5"] else ""))
+        return summary
+
+
+def train(config: Config, output, **kwargs) -> Dict[str, Any]:
+    """Train a biLM as `config` says into `output` (see `Trainer` for the keyword arguments)."""
+    return Trainer(config, Path(output), **kwargs).run()
+
+
+def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
+    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
+    model_dir = Path(model_dir)
+    summary = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
+    config = Config().from_str(summary["config"])
+    bilm = load_bilm(model_dir)
+    vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
+    s = config["softmax"]
+    head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
+    head.load_state_dict(torch.load(model_dir / HEAD_FILE, map_location="cpu", weights_only=True))
+    return bilm, head.eval(), vocab, config

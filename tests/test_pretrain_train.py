@@ -1,0 +1,171 @@
+"""Training a tiny biLM: the loss falls, no leakage, resume is exact, the output loads and exports."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from tests.pretrain_helpers import tiny_config, toy_sentences, write_corpus
+from spacy_elmo import BiLM, load_bilm
+from spacy_elmo.bilm import batch_char_ids
+from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
+from spacy_elmo.pretrain.config import bilm_options
+from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is many times faster than two on a busy 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("toy")
+    return write_corpus(d / "train.txt", toy_sentences(400)), write_corpus(d / "dev.txt", toy_sentences(40, seed=1))
+
+
+def read_metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_loss_falls(toy, tmp_path, scheme):
+    train_path, dev_path = toy
+    config = tiny_config(train_path, dev_path, training__scheme=scheme, training__max_steps=40,
+                         training__eval_every=10, training__dropout=0.1)
+    summary = train(config, tmp_path, progress_bar=False, log=lambda m: None)
+    metrics = read_metrics(tmp_path)
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"] - 0.5
+    assert metrics[-1]["dev"]["mean"] < metrics[0]["dev"]["mean"] * 0.7
+    assert summary["dev"]["mean"] == metrics[-1]["dev"]["mean"]
+    assert summary["policy"] == {"stream": "warm", "sentences": "zero"}[scheme]
+
+
+def test_no_leakage_in_bilm_outputs():
+    """Changing tokens after t leaves the forward top layer (and its predictions) up to t unchanged;
+    changing tokens before t leaves the backward one from t on unchanged."""
+    torch.manual_seed(0)
+    config = tiny_config("unused")
+    bilm = BiLM(bilm_options(config))
+    head = FullSoftmax(16, 50)
+    sent = "the cat sat on the mat and then it slept".split()
+    t = 5  # position in the row (<S> is position 0)
+    later = sent[: t] + "dogs run fast very far away".split()[: len(sent) - t]
+    earlier = "a big green frog jumps".split()[: t - 1] + sent[t - 1 :]
+    P = bilm.options.projection_dim
+
+    def top(words):
+        out = bilm(torch.from_numpy(batch_char_ids([words])))
+        return out.layers[-1][0]  # (T, 2P)
+
+    base, after, before = top(sent), top(later), top(earlier)
+    assert not torch.allclose(base[t + 1 :, :P], after[t + 1 :, :P])
+    torch.testing.assert_close(base[: t + 1, :P], after[: t + 1, :P], rtol=0, atol=0)
+    torch.testing.assert_close(head.weight @ base[t, :P], head.weight @ after[t, :P], rtol=0, atol=0)
+    assert not torch.allclose(base[:t, P:], before[:t, P:])
+    torch.testing.assert_close(base[t:, P:], before[t:, P:], rtol=0, atol=0)
+
+
+def test_training_objective_matches_inference(toy):
+    """The training path (directions stacked, targets shifted) gives the same NLL as reading the
+    sentences through `BiLM.forward` and predicting next (forward) / previous (backward) tokens."""
+    torch.manual_seed(0)
+    train_path, _ = toy
+    config = tiny_config(train_path)
+    corpus = TrainingCorpus(train_path, make_tokenizer("whitespace"), 100)
+    vocab = Vocab.build(corpus.counts, None)
+    model = BiLanguageModel(BiLM(bilm_options(config)), FullSoftmax(16, len(vocab))).eval()
+    _, batch = next(corpus.batches((0, 0, 0), 0, vocab, None, "sentences", 200, 10))
+    nll, _ = model(batch)
+    f = corpus.load(corpus.files[0])
+    # the batch's sentences, recovered from its inputs
+    sentences = []
+    for row in range(batch.index.shape[1]):
+        n = int(batch.mask[0, row].sum())
+        chars = batch.chars[batch.index[0, row, 1:n]]
+        sentences.append([next(w for w in f.texts if np.array_equal(batch_char_ids([[w]])[0, 1], c.numpy()))
+                          for c in chars])
+    dev = DevSet(sentences, [vocab.lookup(["<S>", *s, "</S>"]) for s in sentences])
+    expected = dev_nll(model.bilm, model.head, dev, "zero", batch_size=7)
+    torch.testing.assert_close(nll.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_random_tokens_cannot_be_predicted(tmp_path, scheme):
+    """On i.i.d. random words no model can beat the vocabulary size much; a leak of the target
+    into the input would drive the perplexity towards 1."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(12)]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(300)]
+    train_path = write_corpus(tmp_path / "train.txt", lines)
+    config = tiny_config(train_path, train_path, training__scheme=scheme, training__max_steps=60,
+                         training__learning_rate=0.02)
+    summary = train(config, tmp_path / "out", progress_bar=False, log=lambda m: None)
+    # words are uniform over 12 (the boundaries are predictable): a fair model stays near 12 / word
+    assert summary["dev"]["forward"] > 7 and summary["dev"]["backward"] > 7
+
+
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_resume_is_bit_exact(toy, tmp_path, scheme):
+    train_path, dev_path = toy
+    kwargs = dict(training__scheme=scheme, training__dropout=0.2, training__max_steps=12,
+                  softmax__type="sampled", softmax__n_samples=20, training__optimizer="adagrad",
+                  training__learning_rate=0.2, training__eval_every=5)
+    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "a", progress_bar=False, log=lambda m: None)
+    kwargs["training__max_steps"] = 5
+    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "b", progress_bar=False, log=lambda m: None)
+    kwargs["training__max_steps"] = 12
+    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "b", resume=True, progress_bar=False,
+          log=lambda m: None)
+    for name in ("weights.pt", "lm_head.pt"):
+        a = torch.load(tmp_path / "a" / "model" / name, weights_only=True)
+        b = torch.load(tmp_path / "b" / "model" / name, weights_only=True)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_export_and_load_round_trip(toy, tmp_path):
+    train_path, dev_path = toy
+    config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
+    summary = train(config, tmp_path, progress_bar=False, log=lambda m: None)
+    own = load_bilm(tmp_path / "model")
+    assert own.state_policy == summary["policy"]
+    hdf5 = load_bilm(tmp_path / "model-hdf5", state=own.state_policy)
+    sentences = [s.split() for s in toy_sentences(5, seed=3)]
+    for a, b in zip(own.embed(sentences), hdf5.embed(sentences)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
+    train_path, dev_path = toy
+    config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
+    train(config, tmp_path / "base", progress_bar=False, log=lambda m: None)
+    base = load_bilm(tmp_path / "base" / "model")
+    # a model saved here: its weights, softmax and vocabulary continue
+    adapted = tiny_config(train_path, dev_path, training__max_steps=2)
+    summary = train(adapted, tmp_path / "own", init_from=str(tmp_path / "base" / "model"), progress_bar=False,
+                    log=lambda m: None)
+    assert summary["steps"] == 2
+    assert (tmp_path / "own" / "vocab.txt").read_text() == (tmp_path / "base" / "model" / "vocab.txt").read_text()
+    # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's
+    for source in (tmp_path / "base" / "model-hdf5", fixture_dir):
+        out = tmp_path / ("hdf5" if source != fixture_dir else "fixture")
+        train(tiny_config(train_path, dev_path, training__max_steps=2, model__lstm_dim=8), out,
+              init_from=str(source), progress_bar=False, log=lambda m: None)
+        assert load_bilm(out / "model").options == load_bilm(source).options
+    assert load_bilm(tmp_path / "hdf5" / "model").options == base.options
+
+
+def test_init_from_missing_path(toy, tmp_path):
+    from spacy_elmo.pretrain import PretrainError
+
+    with pytest.raises(PretrainError, match="not found"):
+        train(tiny_config(*toy), tmp_path, init_from=str(tmp_path / "nope"), progress_bar=False)
