@@ -100,16 +100,15 @@ class ProjectedLSTMLayer(nn.Module):
 
     def _steps(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
         """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place operations
-        so that autograd can record it."""
-        D = self.dim
+        so that autograd can record it. Steps are taken with `unbind` and gates with `chunk`, whose
+        backward writes each gradient once (indexing `xw[:, t]` would zero-fill a full gradient per
+        step, O(T^2))."""
         hs: List[Tensor] = []
         cs: List[Tensor] = []
-        for t in range(xw.shape[1]):
-            g = torch.baddbmm(xw[:, t], h, self.w_hidden)
-            s = torch.sigmoid(g[..., : 3 * D])
-            j = torch.tanh(g[..., 3 * D :])
-            c = torch.addcmul(s[..., D : 2 * D] * c, s[..., :D], j).clamp(-self.cell_clip, self.cell_clip)
-            h = torch.bmm(s[..., 2 * D :] * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
+        for xw_t in xw.unbind(1):
+            i, f, o, j = torch.baddbmm(xw_t, h, self.w_hidden).chunk(4, dim=-1)
+            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-self.cell_clip, self.cell_clip)
+            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
             hs.append(h)
             if keep_c:
                 cs.append(c)

@@ -10,34 +10,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..bilm import BiLM, LSTMState, batch_char_ids
-from ..bilm.lstm import ProjectedLSTMLayer
 from .corpus import Batch, DevSet
-
-
-def run_layer(layer: ProjectedLSTMLayer, x: Tensor, h0: Tensor, c0: Tensor, final_index: Tensor):
-    """`ProjectedLSTMLayer.forward` for training: the same arithmetic (the core's internal gate
-    order (i, f, o, j), forget bias, clips), with the per-step slices taken by `unbind` / `chunk`,
-    whose backward writes each gradient once (indexing `xw[:, t]` zero-fills a full `(2, T, B, 4D)`
-    gradient per step: O(T^2)). `test_training_objective_matches_inference` holds the two equal.
-
-    x `(2, B, T, I)` (direction 1 already in its reading order), h0 `(2, B, P)`, c0 `(2, B, D)`,
-    final_index `(B,)` -> h `(2, B, T, P)` and the state `(h, c)` at `final_index`, each `(2, B, ·)`.
-    """
-    _, B, T, _ = x.shape
-    bias = (layer.bias + layer.forget_bias).unsqueeze(1)  # (2, 1, 4D)
-    xw = torch.baddbmm(bias, x.reshape(2, B * T, -1), layer.w_input).view(2, B, T, -1)
-    h, c = h0, c0
-    hs: List[Tensor] = []
-    cs: List[Tensor] = []
-    for xw_t in xw.unbind(2):
-        i, f, o, j = torch.baddbmm(xw_t, h, layer.w_hidden).chunk(4, dim=-1)
-        c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-layer.cell_clip, layer.cell_clip)
-        h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), layer.w_proj).clamp(-layer.proj_clip, layer.proj_clip)
-        hs.append(h)
-        cs.append(c)
-    out = torch.stack(hs, dim=2)
-    rows = torch.arange(B, device=x.device)
-    return out, (out[:, rows, final_index], torch.stack(cs, dim=2)[:, rows, final_index])
 
 
 class BiLanguageModel(nn.Module):
@@ -69,7 +42,7 @@ class BiLanguageModel(nn.Module):
         inp = x
         for l, layer in enumerate(lstm.layers):
             inp = F.dropout(inp, p, self.training)
-            out, (h_last, c_last) = run_layer(layer, inp, state.h[l], state.c[l], final_index)
+            out, (h_last, c_last) = layer(inp, state.h[l], state.c[l], final_index)
             if lstm.use_skip_connections and l > 0:
                 out = out + inp
             hs.append(h_last.detach())
