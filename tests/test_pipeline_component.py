@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import spacy
-import torch
 from spacy.tokens import Doc
 
 from spacy_elmo import BiLM, BiLMOptions
@@ -24,13 +23,6 @@ SENTENCES = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The fixture biLM is tiny: one thread is faster and avoids contention on shared CPUs."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture()

@@ -4,18 +4,11 @@ from __future__ import annotations
 import gzip
 
 import pytest
-import torch
 
 from tests.pretrain_helpers import override_args, toy_sentences, write_corpus
 from spacy_elmo.pretrain.cli import pretrain_command, split_overrides
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def run(args, capsys):

@@ -12,12 +12,6 @@ from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, wr
 from spacy_elmo.pretrain import train
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.mark.slow

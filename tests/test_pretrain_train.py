@@ -16,13 +16,6 @@ from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is many times faster than two on a busy 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

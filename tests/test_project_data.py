@@ -2,7 +2,6 @@
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from spacy.tokens import DocBin
@@ -69,7 +68,7 @@ def test_convert_ud_dev(tmp_path):
     subset = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "s.spacy",
                                   fraction=0.1, seed=1)
     assert subset == 200
-    other = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "t.spacy",
+    convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "t.spacy",
                                  fraction=0.1, seed=2)
     assert [d.text for d in _docs(tmp_path / "s.spacy")] != [d.text for d in _docs(tmp_path / "t.spacy")]
 

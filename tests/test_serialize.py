@@ -13,12 +13,6 @@ TEXTS = ["The quick brown fox jumped over the lazy dog .", "Colorless green idea
          "Two sentences here . And the second one .", ""]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture()

@@ -7,7 +7,6 @@ import random
 import numpy as np
 import pytest
 import spacy
-import torch
 from .component_util import fixture_config, read_conllu, tagged_examples
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -17,12 +16,6 @@ from spacy.training import Example
 from spacy_elmo.data import ElmoDocData
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
