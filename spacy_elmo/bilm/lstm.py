@@ -203,11 +203,12 @@ class BiLSTMStack(nn.Module):
         """
         first = self.layers[0]
         word_gates = torch.baddbmm((first.bias + first.forget_bias).unsqueeze(1), words.expand(2, -1, -1),
-                                   first.w_input)  # (2, U, 4D)
+                                   first.w_input).view(2 * words.shape[0], -1)  # rows: (direction, word)
+        # one gather straight into (2, rows, 4D): direction 1's rows follow direction 0's
+        flat_index = word_index + torch.tensor([[0], [words.shape[0]]], device=word_index.device)
 
         def first_gates(start: int, rows: int) -> Tensor:
-            idx = word_index[:, start : start + rows]
-            return torch.stack([word_gates[0, idx[0]], word_gates[1, idx[1]]])
+            return word_gates[flat_index[:, start : start + rows]]
 
         outputs: List[Tensor] = []
         gates: Callable[[int, int], Tensor] = first_gates
