@@ -10,11 +10,8 @@ sentences; tokens/s counts real tokens only. Random weights at a published size 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,34 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
-
-
-def read_conllu_sentences(path: Path):
-    sents, cur = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                if cur:
-                    sents.append(cur)
-                cur = []
-            elif not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():  # skip multiword ranges and empty nodes
-                    cur.append(cols[1])
-    if cur:
-        sents.append(cur)
-    return sents
-
-
-def weights_dir(size: str) -> Path:
-    out = REPO / "bench" / "out" / f"weights_{size}"
-    if not (out / "weights.hdf5").exists():
-        tool = REPO.parent / "shared" / "tools" / "make_elmo_weights.py"
-        subprocess.run([sys.executable, str(tool), size, str(out)], check=True, stdout=subprocess.DEVNULL)
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DATA, read_conllu_sentences, weights_dir  # noqa: E402
 
 
 def lstm_flops_per_position(opts) -> float:

@@ -9,37 +9,13 @@ usage: python bench/bench_pipeline.py [--size small] [--limit N] [--threads 2] [
 from __future__ import annotations
 
 import argparse
-import gzip
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def ud_sentences(path: Path, limit: int):
-    out, words = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line and words:
-                out.append(words)
-                words = []
-            elif line and not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():
-                    words.append(cols[1])
-    return out[:limit] if limit else out
-
-
-def weights_dir(size: str) -> Path:
-    """Random weights at `size`, written once under bench/out/ by the shared tool."""
-    out = REPO / "bench" / "out" / f"weights_{size}"
-    if not (out / "weights.hdf5").exists():
-        tool = REPO.parent / "shared" / "tools" / "make_elmo_weights.py"
-        subprocess.run([sys.executable, str(tool), size, str(out)], check=True)
-    return out
+sys.path.insert(0, str(REPO / "bench"))
+from common import read_conllu_sentences, weights_dir  # noqa: E402
 
 
 def main() -> None:
@@ -58,7 +34,7 @@ def main() -> None:
     from spacy_elmo import load_bilm
 
     torch.set_num_threads(args.threads)
-    sentences = ud_sentences(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz", args.limit)
+    sentences = read_conllu_sentences(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")[: args.limit or None]
     n_tokens = sum(map(len, sentences))
     path = weights_dir(args.size)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_embed import DATA, read_conllu_sentences, weights_dir  # noqa: E402
+from common import DATA, read_conllu_sentences, weights_dir  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -1,9 +1,12 @@
-"""Shared helpers of the pretraining benchmarks: machine facts, arithmetic rate, FLOPs per token."""
+"""Shared helpers of the benchmarks: data and weights, machine facts, arithmetic rate, FLOPs per token."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -11,6 +14,38 @@ from typing import Any, Dict, List
 import torch
 
 from spacy_elmo.bilm import BiLMOptions
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
+
+
+def read_conllu_sentences(path: Path):
+    """CoNLL-U (gzipped) -> token texts per sentence (multiword ranges and empty nodes skipped)."""
+    sents, cur = [], []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                if cur:
+                    sents.append(cur)
+                cur = []
+            elif not line.startswith("#"):
+                cols = line.split("\t")
+                if cols[0].isdigit():  # skip multiword ranges and empty nodes
+                    cur.append(cols[1])
+    if cur:
+        sents.append(cur)
+    return sents
+
+
+def weights_dir(size: str) -> Path:
+    """Random weights at a published size, written once under bench/out/ by the shared tool."""
+    out = REPO / "bench" / "out" / f"weights_{size}"
+    if not (out / "weights.hdf5").exists():
+        tool = REPO.parent / "shared" / "tools" / "make_elmo_weights.py"
+        subprocess.run([sys.executable, str(tool), size, str(out)], check=True, stdout=subprocess.DEVNULL)
+    return out
+
 
 
 def machine() -> Dict[str, Any]:

@@ -4,7 +4,7 @@ Per Doc: the non-whitespace tokens are cut into biLM input sequences (the Doc's 
 it has sentence boundaries, else a built-in split after sentence-final punctuation; sequences
 longer than `max_length` become overlapping windows whose centres are kept). Whitespace tokens
 stay out of the biLM and get zero vectors. All sequences of a batch of Docs go to the biLM
-together, which groups them by length under a cap on padded positions; order is kept.
+together, which sorts and packs them by length (no padding is computed); order is kept.
 
 The outputs per sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint,
 its state policy and the sequence's token texts (the sequence is the unit of segmentation, so
