@@ -23,10 +23,6 @@ class TokenLayerCache:
         self.hits = 0
         self.lookups = 0
 
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.lookups if self.lookups else 0.0
-
     def clear(self) -> None:
         self.slots.clear()
         self.table = torch.empty(0, self.dim)
