@@ -229,9 +229,10 @@ class Elmo(Pipe):
 
     def windows(self, doc: Doc) -> Tuple[np.ndarray, List[Window]]:
         """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows over them."""
-        keep = np.flatnonzero(doc.to_array([IS_SPACE]) == 0) if len(doc) else np.zeros(0, dtype=np.int64)
+        not_space = doc.to_array([IS_SPACE]) == 0 if len(doc) else np.zeros(0, dtype=bool)
+        keep = np.flatnonzero(not_space)
         if self.use_sents and doc.has_annotation("SENT_START"):
-            before = np.concatenate([[0], np.cumsum(doc.to_array([IS_SPACE]) == 0)])
+            before = np.concatenate([[0], np.cumsum(not_space)])
             sents = [(int(before[s.start]), int(before[s.end])) for s in doc.sents]
             sents = [(a, b) for a, b in sents if b > a]
         else:
