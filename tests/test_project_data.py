@@ -30,7 +30,8 @@ def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):
     fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "uner", "conll2003"])
     manifest = json.loads((REPO / "project" / "assets.json").read_text())["assets"]
     for asset in manifest:
-        assert (data_dir / asset["local"]).is_file(), asset["local"]
+        local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
+        assert all((data_dir / name).is_file() for name in local), local
         if asset["dest"].split("/")[0] in ("uner", "conll2003"):
             assert fetch_assets.sha256(tmp_path / asset["dest"]) == asset["sha256"]
         assert asset["url"] or asset["dest"].startswith("conll2003/")
@@ -75,7 +76,7 @@ def test_convert_ud_dev(tmp_path):
 
 def test_convert_uner_dev_matches_its_statistics(tmp_path):
     source = tmp_path / "dev.iob2"
-    fetch_assets.copy_local(data_path("uner_english_ewt", "en_ewt-ud-dev.iob2.gz"), source)
+    fetch_assets.copy_local([data_path("uner_english_ewt", "en_ewt-ud-dev.iob2.gz")], source)
     stats = json.loads(data_path("uner_english_ewt", "en_ewt-ud-dev.stats.json").read_text())
     convert_data.convert("iob2", source, tmp_path / "dev.spacy")
     docs = _docs(tmp_path / "dev.spacy")
@@ -90,7 +91,7 @@ def test_convert_uner_dev_matches_its_statistics(tmp_path):
 
 def test_convert_conll2003_iob1(tmp_path):
     source = tmp_path / "eng.testa"
-    fetch_assets.copy_local(data_path("conll2003", "eng.testa.gz"), source)
+    fetch_assets.copy_local([data_path("conll2003", "eng.testa.gz")], source)
     convert_data.convert("conll03", source, tmp_path / "a.spacy")
     docs = _docs(tmp_path / "a.spacy")
     assert len(docs) == 3250

@@ -4,8 +4,8 @@
     python project/scripts/convert_data.py iob2 IN.iob2 OUT.spacy            # UNER (IOB2, CoNLL-U-like columns)
     python project/scripts/convert_data.py conll03 IN OUT.spacy              # CoNLL-2003 (IOB1)
 
-Options: `--fraction F --seed S` keeps a random subset of the sentences (sample-efficiency runs);
-`--limit N` keeps the first N (smoke runs). One Doc per sentence.
+Options: `--limit N` keeps the first N sentences (smoke runs); then `--fraction F --seed S` keeps a
+random subset of them (sample-efficiency runs). One Doc per sentence.
 """
 from __future__ import annotations
 
@@ -103,11 +103,11 @@ def convert(kind: str, source: Path, target: Path, fraction: float = 1.0, seed: 
     sentences = list(read(kind, source))
     if not sentences:
         raise SystemExit(f"error: no sentences in {source}")
+    if limit:
+        sentences = sentences[:limit]
     if fraction < 1.0:
         keep = max(1, round(len(sentences) * fraction))
         sentences = random.Random(seed).sample(sentences, keep)
-    if limit:
-        sentences = sentences[:limit]
     vocab = spacy.blank("en").vocab
     db = DocBin(store_user_data=False)
     for sentence in sentences:

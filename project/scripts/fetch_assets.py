@@ -13,6 +13,7 @@ import shutil
 import sys
 import urllib.request
 from pathlib import Path
+from typing import List
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -25,10 +26,13 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def copy_local(source: Path, target: Path) -> None:
-    opener = gzip.open if source.suffix == ".gz" else open
-    with opener(source, "rb") as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+def copy_local(sources: List[Path], target: Path) -> None:
+    """Write the (decompressed) sources one after the other into target."""
+    with open(target, "wb") as dst:
+        for source in sources:
+            opener = gzip.open if source.suffix == ".gz" else open
+            with opener(source, "rb") as src:
+                shutil.copyfileobj(src, dst)
 
 
 def fetch(asset: dict, data_dir: Path | None, conll_dir: Path | None, out_dir: Path) -> str:
@@ -38,15 +42,16 @@ def fetch(asset: dict, data_dir: Path | None, conll_dir: Path | None, out_dir: P
         return "present"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".part")
+    local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
     candidates = []
     if data_dir is not None:
-        candidates.append(data_dir / asset["local"])
+        candidates.append([data_dir / name for name in local])
     if conll_dir is not None and asset["dest"].startswith("conll2003/"):
         name = Path(asset["dest"]).name
-        candidates += [conll_dir / name, conll_dir / f"{name}.gz"]
-    source = next((c for c in candidates if c.is_file()), None)
-    if source is not None:
-        copy_local(source, tmp)
+        candidates += [[conll_dir / name], [conll_dir / f"{name}.gz"]]
+    sources = next((c for c in candidates if all(path.is_file() for path in c)), None)
+    if sources is not None:
+        copy_local(sources, tmp)
         how = "local"
     elif asset.get("url"):
         print(f"downloading {asset['url']}", file=sys.stderr)
@@ -69,8 +74,10 @@ def fetch(asset: dict, data_dir: Path | None, conll_dir: Path | None, out_dir: P
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--conll-dir", type=Path, default=None)
+    parser.add_argument("--data-dir", type=lambda s: Path(s) if s else None, default=None,
+                        help="a local directory with the files (assets.json `local`); works offline")
+    parser.add_argument("--conll-dir", type=lambda s: Path(s) if s else None, default=None,
+                        help="a directory with your CoNLL-2003 copy (eng.train, eng.testa, eng.testb, optionally .gz)")
     parser.add_argument("--out", type=Path, default=PROJECT / "assets")
     parser.add_argument("--only", nargs="*", default=None, help="destination folders to fetch (ud, uner, conll2003, lm)")
     args = parser.parse_args(argv)

@@ -1,0 +1,78 @@
+"""Pretrain the project's English biLM on cased, punctuated raw text (the `pretrain` step).
+
+    python project/scripts/pretrain_bilm.py --scale full --minutes 60 --threads 2
+    python project/scripts/pretrain_bilm.py --scale full --weights PATH_OR_NAME   # use given weights
+
+Text: WikiText-2 train plus the 1B Word Benchmark held-out shards 10-13 (already tokenized, so
+whitespace-split); dev perplexity on WikiText-2 valid. PTB is not used: it is lowercased and has no
+punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (seed 0) with a time budget;
+`--section.key value` overrides may follow. An interrupted run continues from its checkpoint.
+
+Writes project/training/<scale>/bilm/model (the biLM the later steps use) and bilm.json in the
+scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when trained here, its training
+record (config, seed, corpus sha256s, time, dev perplexity). With --weights nothing is trained:
+bilm.json points at the given weights.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from study import ROOT, SCALES, bilm_record, metrics_dir, sha256_file
+
+LM = ROOT / "project" / "assets" / "lm"
+TRAIN_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
+DEV_TEXT = "wikitext2.valid.txt"
+
+
+def main() -> None:
+    from spacy_elmo.pretrain import load_config, train
+    from spacy_elmo.pretrain.cli import split_overrides
+    from spacy.cli._util import parse_config_overrides
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full")
+    parser.add_argument("--minutes", type=float, default=60.0, help="training minutes (evaluation excluded)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--weights", default="", help="use these weights instead of training (path or published name)")
+    rest, overrides = split_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    scale = SCALES[args.scale]
+    out = ROOT / "project" / "training" / args.scale
+    record_path = metrics_dir(args.scale) / "bilm.json"
+    if args.weights:
+        from spacy_elmo import load_bilm
+
+        bilm = load_bilm(args.weights)  # fails here, clearly, if the weights do not load
+        record = {"path": str(args.weights), "trained_here": False, "fingerprint": bilm.fingerprint(),
+                  "sha256": {p.name: sha256_file(p) for p in sorted(Path(args.weights).glob("*")) if p.is_file()}
+                  if Path(args.weights).is_dir() else {}}
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        print(f"using the given biLM {args.weights}; nothing to train")
+        return
+    import torch
+
+    torch.set_num_threads(args.threads)
+    train_files = [str(scale.slice_text(LM / name, out / "text")) for name in TRAIN_TEXT]
+    dev_file = str(scale.slice_text(LM / DEV_TEXT, out / "text", dev=True))
+    values = {"paths.train": train_files, "paths.dev": dev_file, "corpus.tokenizer": "whitespace",
+              "training.max_minutes": args.minutes, "training.max_epochs": None, "training.eval_every": None,
+              "training.eval_every_minutes": max(args.minutes / 6, 0.1), **scale.pretrain_overrides,
+              **parse_config_overrides(overrides)}
+    config = load_config(None, values)
+    bilm_dir = out / "bilm"
+    resume = (bilm_dir / "checkpoint" / "model.pt").is_file() and not (bilm_dir / "model" / "training.json").is_file()
+    if (bilm_dir / "model" / "training.json").is_file():
+        print(f"{bilm_dir / 'model'} is already trained")
+    else:
+        train(config, bilm_dir, resume=resume, log=lambda msg: print(msg, file=sys.stderr))
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(bilm_record(bilm_dir / "model"), indent=2), encoding="utf-8")
+    print(f"wrote {record_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The steps of the study (project.yml runs them): corpus, baselines, train, evaluate, probe.
+
+    python project/scripts/run_study.py STEP --scale full|smoke [--bilm PATH] [--ner-data conll2003|uner]
+
+Every step skips the work whose output already exists, so an interrupted step continues where it
+stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS) or
+`ner` (CoNLL-2003 or Universal NER English-EWT); system `base` (hash embeddings only), `elmo`
+(+ task-specific ELMo mix), `spacy-pretrain` (tok2vec initialised by `spacy pretrain` on the biLM's
+pretraining text) or `floret` (+ static floret vectors trained on that text). At fractions below 1 the
+seed also draws the training subset, so each seed sees a different random subset.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from study import ROOT, SCALES, Scale, machine, metrics_dir
+
+import convert_data
+
+ASSETS = ROOT / "project" / "assets"
+CONFIGS = ROOT / "project" / "configs"
+LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
+SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret"]
+SYSTEMS_SAMPLE = ["base", "elmo"]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    kind: str                 # convert_data format
+    files: Dict[str, str]     # split -> file under project/assets
+    config: str               # configs/<config>_{base,elmo}.cfg
+    metric: str               # the score that selects the model and that the summary reports
+    data: str                 # what the summary calls the data set
+
+
+TASKS = {
+    "pos": Task("pos", "conllu", {"train": "ud/en_ewt-ud-train.conllu", "dev": "ud/en_ewt-ud-dev.conllu",
+                                  "test": "ud/en_ewt-ud-test.conllu"}, "tagger", "tag_acc", "UD English-EWT (UPOS)"),
+    "conll2003": Task("ner", "conll03", {"train": "conll2003/eng.train", "dev": "conll2003/eng.testa",
+                                         "test": "conll2003/eng.testb"}, "ner", "ents_f", "CoNLL-2003 English"),
+    "uner": Task("ner", "iob2", {"train": "uner/en_ewt-ud-train.iob2", "dev": "uner/en_ewt-ud-dev.iob2",
+                                 "test": "uner/en_ewt-ud-test.iob2"}, "ner", "ents_f",
+                 "Universal NER English-EWT (preliminary train split)"),
+}
+
+
+class Study:
+    def __init__(self, scale: Scale, bilm: Optional[str], ner_data: str):
+        self.scale = scale
+        self.tasks = [TASKS["pos"], TASKS[ner_data]]
+        self.corpus = ROOT / "project" / "corpus" / scale.name
+        self.training = ROOT / "project" / "training" / scale.name
+        self.metrics = metrics_dir(scale.name)
+        self.bilm = bilm or str(self.training / "bilm" / "model")
+
+    # ------------------------------------------------------------------ paths
+    def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
+        name = split if fraction >= 1.0 else f"{split}-f{fraction:g}-s{seed}"
+        return self.corpus / task.name / f"{name}.spacy"
+
+    def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
+        """(task, system, fraction, seed) of the main comparison (`main`) or the smaller fractions (`sample`)."""
+        for task in self.tasks:
+            if which == "main":
+                for system in SYSTEMS_MAIN:
+                    for seed in self.scale.seeds:
+                        yield task, system, 1.0, seed
+            else:
+                for fraction in self.scale.fractions:
+                    if fraction < 1.0:
+                        for system in SYSTEMS_SAMPLE:
+                            for seed in self.scale.seeds:
+                                yield task, system, fraction, seed
+
+    @staticmethod
+    def run_id(task: Task, system: str, fraction: float, seed: int) -> str:
+        return f"{task.name}-{system}-f{fraction:g}-s{seed}"
+
+    # ------------------------------------------------------------------ steps
+    def corpus_step(self) -> None:
+        """Convert every split (and the training subsets of the smaller fractions) to .spacy files."""
+        for task in self.tasks:
+            jobs = [(split, 1.0, 0) for split in ("train", "dev", "test")]
+            jobs += [("train", f, s) for f in self.scale.fractions if f < 1.0 for s in self.scale.seeds]
+            for split, fraction, seed in jobs:
+                target = self.split(task, split, fraction, seed)
+                if target.exists():
+                    continue
+                limit = self.scale.train_sentences if split == "train" else self.scale.eval_sentences
+                n = convert_data.convert(task.kind, ASSETS / task.files[split], target, fraction, seed, limit or 0)
+                print(f"{target.relative_to(ROOT)}: {n} sentences")
+
+    def baselines_step(self, threads: int) -> None:
+        """The two baselines that use the biLM's pretraining text: `spacy pretrain` and floret vectors."""
+        out = self.training / "baselines"
+        out.mkdir(parents=True, exist_ok=True)
+        text_dir = self.training / "text"
+        texts = [self.scale.slice_text(ASSETS / "lm" / name, text_dir) for name in LM_TEXT]
+        jsonl = out / "raw_text.jsonl"
+        if not jsonl.exists():
+            with open(jsonl.with_suffix(".part"), "w", encoding="utf-8") as f:
+                for path in texts:
+                    with open(path, encoding="utf-8") as src:
+                        for line in src:
+                            if line.split():
+                                f.write(json.dumps({"text": " ".join(line.split())}) + "\n")
+            jsonl.with_suffix(".part").replace(jsonl)
+        self._spacy_pretrain(jsonl, out / "tok2vec")
+        self._floret(jsonl, out / "floret", threads)
+        costs = {"spacy-pretrain": json.loads((out / "tok2vec" / "pretrain.json").read_text(encoding="utf-8")),
+                 "floret": json.loads((out / "floret" / "floret.json").read_text(encoding="utf-8"))}
+        self.metrics.mkdir(parents=True, exist_ok=True)
+        (self.metrics / "baselines.json").write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _spacy_pretrain(self, jsonl: Path, out: Path) -> None:
+        final = out / "model-last.bin"
+        if final.exists():
+            return
+        overrides = [f"--{k}={json.dumps(v)}" for k, v in self.scale.baseline_overrides.items()
+                     if k.startswith("pretraining.")]
+        start = time.perf_counter()
+        run([sys.executable, "-m", "spacy", "pretrain", str(CONFIGS / "pretrain_tok2vec.cfg"), str(out),
+             "--paths.raw_text", str(jsonl), *overrides])
+        record = {"seconds": time.perf_counter() - start, "text": str(jsonl.relative_to(ROOT))}
+        (out / "pretrain.json").write_text(json.dumps(record), encoding="utf-8")
+
+    def _floret(self, jsonl: Path, out: Path, threads: int) -> None:
+        vectors = out / "vectors"
+        if (vectors / "vectors.cfg").exists() or (vectors / "config.cfg").exists():
+            return
+        import floret
+
+        out.mkdir(parents=True, exist_ok=True)
+        text = out / "text.txt"
+        with open(jsonl, encoding="utf-8") as src, open(text, "w", encoding="utf-8") as dst:
+            for line in src:
+                dst.write(json.loads(line)["text"] + "\n")
+        epochs = self.scale.baseline_overrides.get("pretraining.max_epochs", 1) * 2
+        start = time.perf_counter()
+        model = floret.train_unsupervised(str(text), model="cbow", mode="floret", hashCount=2, bucket=50000,
+                                          minn=3, maxn=5, minCount=2, dim=100, epoch=epochs, thread=threads)
+        model.save_floret_vectors(str(out / "vectors.floret"))
+        seconds = time.perf_counter() - start
+        run([sys.executable, "-m", "spacy", "init", "vectors", "en", str(out / "vectors.floret"), str(vectors),
+             "--mode", "floret"])
+        (out / "floret.json").write_text(json.dumps({"seconds": seconds, "dim": 100, "epochs": epochs}),
+                                         encoding="utf-8")
+
+    def train_step(self, which: str) -> None:
+        todo = [r for r in self.runs(which) if not (self.run_dir(*r) / "train.json").exists()]
+        print(f"{which}: {len(todo)} run(s) to train")
+        for i, (task, system, fraction, seed) in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)}] training {self.run_id(task, system, fraction, seed)}", flush=True)
+            self.train_one(task, system, fraction, seed)
+
+    def run_dir(self, task: Task, system: str, fraction: float, seed: int) -> Path:
+        return self.training / "runs" / self.run_id(task, system, fraction, seed)
+
+    def train_one(self, task: Task, system: str, fraction: float, seed: int) -> None:
+        out = self.run_dir(task, system, fraction, seed)
+        config = CONFIGS / f"{task.config}_{'elmo' if system == 'elmo' else 'base'}.cfg"
+        args = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out),
+                "--paths.train", str(self.split(task, "train", fraction, seed)),
+                "--paths.dev", str(self.split(task, "dev")), "--system.seed", str(seed)]
+        args += [f"--{k}={json.dumps(v)}" for k, v in self.scale.train_overrides.items()]
+        baselines = self.training / "baselines"
+        if system == "elmo":
+            n_layers, width = bilm_sizes(self.bilm)
+            args += ["--paths.elmo", self.bilm, f"--components.tok2vec.model.embed.elmo.n_layers={n_layers}",
+                     f"--components.tok2vec.model.embed.elmo.width={width}"]
+        elif system == "spacy-pretrain":
+            args += ["--paths.init_tok2vec", str(baselines / "tok2vec" / "model-last.bin")]
+        elif system == "floret":
+            args += ["--paths.vectors", str(baselines / "floret" / "vectors"),
+                     "--components.tok2vec.model.embed.include_static_vectors=true"]
+        start = time.perf_counter()
+        run(args)
+        seconds = time.perf_counter() - start
+        meta = json.loads((out / "model-best" / "meta.json").read_text(encoding="utf-8"))
+        record = {"task": task.name, "data": task.data, "system": system, "fraction": fraction, "seed": seed,
+                  "train_sentences": count_docs(self.split(task, "train", fraction, seed)),
+                  "train_seconds": seconds, "dev": meta.get("performance", {}).get(task.metric),
+                  "date": time.strftime("%Y-%m-%d"), "machine": machine()}
+        (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+    def evaluate_step(self) -> None:
+        """Test scores, speed and size of every trained run that has none yet."""
+        runs_dir = self.metrics / "runs"
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for which in ("main", "sample"):
+            for task, system, fraction, seed in self.runs(which):
+                out = self.run_dir(task, system, fraction, seed)
+                target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
+                if target.exists() or not (out / "train.json").exists():
+                    continue
+                record = json.loads((out / "train.json").read_text(encoding="utf-8"))
+                record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
+                target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+                print(f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}")
+
+
+def bilm_sizes(path: str) -> Tuple[int, int]:
+    """(output layers, width) of a biLM, for ElmoFeatures.v1."""
+    from spacy_elmo import load_bilm
+
+    bilm = load_bilm(path)
+    return bilm.num_output_layers, bilm.output_dim
+
+
+def count_docs(path: Path) -> int:
+    from spacy.tokens import DocBin
+
+    return len(DocBin().from_disk(path))
+
+
+def evaluate(model_dir: Path, test_path: Path, metric: str) -> Dict:
+    """Scores on the test set, words/s of the whole pipeline (cold caches) and its size on disk."""
+    import spacy
+    from spacy.tokens import Doc, DocBin
+    from spacy.training import Example
+
+    nlp = spacy.load(model_dir)
+    gold = list(DocBin().from_disk(test_path).get_docs(nlp.vocab))
+    examples = [Example(Doc(nlp.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref]), ref)
+                for ref in gold]
+    scores = nlp.evaluate(examples)  # runs the whole pipeline once, from cold caches; "speed" is its words/s
+    keep = {k: v for k, v in scores.items() if k in (metric, "tag_acc", "ents_f", "ents_p", "ents_r")}
+    size = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())
+    record = {"test": keep, "words_per_s": scores["speed"], "pipeline_mb": size / 2**20}
+    if "elmo" in nlp.pipe_names:
+        from spacy_elmo.architectures import mix_weights
+
+        record["layer_weights"] = [float(w) for w in mix_weights(nlp.get_pipe("tok2vec").model)]
+    return record
+
+
+def run(args: List[str]) -> None:
+    """Run a command, its output shown as it comes; a failure stops the step with the command's message."""
+    print("$ " + " ".join(args[1:] if args[0] == sys.executable else args), flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    code = subprocess.call(args, env=env)
+    if code != 0:
+        raise SystemExit(f"error: the command above failed with exit code {code}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("step", choices=["corpus", "baselines", "train", "sample", "evaluate"])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full")
+    parser.add_argument("--bilm", default="", help="the biLM (default: the one the pretrain step trained)")
+    parser.add_argument("--ner-data", choices=["conll2003", "uner"], default="conll2003")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    study = Study(SCALES[args.scale], args.bilm, args.ner_data)
+    if args.step == "corpus":
+        study.corpus_step()
+    elif args.step == "baselines":
+        study.baselines_step(args.threads)
+    elif args.step in ("train", "sample"):
+        study.train_step("main" if args.step == "train" else "sample")
+    else:
+        study.evaluate_step()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Shared definitions of the study: the two scales (`full`, `smoke`), paths and small helpers.
+
+The scripts of project.yml import this module; it holds no step of its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big each step is. `None` limits mean "everything"."""
+    name: str
+    text_lines: Optional[int]            # lines of each pretraining text file
+    dev_text_lines: Optional[int]
+    train_sentences: Optional[int]       # tagging / NER sentences per split
+    eval_sentences: Optional[int]
+    fractions: List[float]
+    seeds: List[int]
+    pretrain_overrides: Dict[str, Any] = field(default_factory=dict)
+    train_overrides: Dict[str, Any] = field(default_factory=dict)
+    baseline_overrides: Dict[str, Any] = field(default_factory=dict)
+    probe_sentences: Optional[int] = None
+
+    def slice_text(self, path: Path, out_dir: Path, dev: bool = False) -> Path:
+        """The text file itself, or its first lines written under out_dir (smoke runs)."""
+        limit = self.dev_text_lines if dev else self.text_lines
+        if limit is None:
+            return path
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / path.name
+        with open(path, encoding="utf-8") as src, open(target, "w", encoding="utf-8") as dst:
+            for i, line in enumerate(src):
+                if i >= limit:
+                    break
+                dst.write(line)
+        return target
+
+
+SCALES = {
+    "full": Scale(
+        name="full", text_lines=None, dev_text_lines=None, train_sentences=None, eval_sentences=None,
+        fractions=[0.01, 0.1, 1.0], seeds=[0, 1, 2], probe_sentences=4000,
+        train_overrides={"training.max_steps": 3000, "training.eval_frequency": 200, "training.patience": 1000},
+        baseline_overrides={"pretraining.max_epochs": 3},
+    ),
+    "smoke": Scale(
+        name="smoke", text_lines=300, dev_text_lines=50, train_sentences=200, eval_sentences=60,
+        fractions=[0.1, 1.0], seeds=[0], probe_sentences=100,
+        pretrain_overrides={
+            "model.filters": [[1, 8], [2, 8], [3, 16]], "model.projection_dim": 16, "model.lstm_dim": 32,
+            "vocab.size": 1000, "softmax.type": "full", "training.max_steps": 20, "training.max_minutes": None,
+            "training.eval_batch_size": 16, "training.checkpoint_every": 10},
+        train_overrides={"training.max_steps": 12, "training.eval_frequency": 6, "training.patience": 0,
+                         "nlp.batch_size": 32},
+        baseline_overrides={"pretraining.max_epochs": 1},
+    ),
+}
+
+
+def metrics_dir(scale: str) -> Path:
+    """Where a scale's metrics go: project/metrics (committed) for the full study, else under training/."""
+    return ROOT / "project" / "metrics" if scale == "full" else ROOT / "project" / "training" / scale / "metrics"
+
+
+def machine() -> str:
+    """A one-line description of this machine, for the metrics records."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} vCPU {cpu}, {platform.system()}"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def bilm_record(model_dir: Path) -> Dict[str, Any]:
+    """What the summary says about a biLM trained by the `pretrain` step."""
+    training = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
+    return {"path": str(model_dir.relative_to(ROOT)), "trained_here": True, "fingerprint": training["fingerprint"],
+            "sha256": {"weights.pt": training["weights_sha256"]},
+            "training": {k: training[k] for k in ("seed", "scheme", "policy", "options", "steps", "tokens",
+                                                   "train_minutes", "tokens_per_s", "dev", "dev_corpus")},
+            "corpus_sha256": {Path(f).name: h for f, h in training["corpus"].items()}}

@@ -1,0 +1,74 @@
+"""The spaCy project end to end: the `smoke` workflow (every step of `all` on tiny slices) in a copy
+of the project."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO, data_path
+
+pytestmark = pytest.mark.slow
+
+
+def copy_project(target):
+    shutil.copy(REPO / "project.yml", target / "project.yml")
+    for part in ("configs", "scripts"):
+        shutil.copytree(REPO / "project" / part, target / "project" / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "project" / "assets.json", target / "project" / "assets.json")
+
+
+def spacy_project(*args, cwd):
+    result = subprocess.run([sys.executable, "-m", "spacy", "project", *args], cwd=cwd, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def smoke_project(tmp_path_factory):
+    data_dir = data_path()
+    project = tmp_path_factory.mktemp("project")
+    copy_project(project)
+    spacy_project("run", "smoke", ".", f"--vars.data_dir={data_dir}", "--vars.threads=1", cwd=project)
+    return project
+
+
+def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
+    metrics = smoke_project / "project" / "training" / "smoke" / "metrics"
+    bilm = json.loads((metrics / "bilm.json").read_text())
+    assert bilm["trained_here"] and bilm["training"]["steps"] == 20
+    assert (smoke_project / bilm["path"] / "weights.pt").is_file()
+    runs = {p.stem: json.loads(p.read_text()) for p in (metrics / "runs").glob("*.json")}
+    # main comparison: 2 tasks x 4 systems x 1 seed; sample efficiency: 2 tasks x 2 systems x 1 fraction
+    assert len(runs) == 8 + 4, sorted(runs)
+    for name, run in runs.items():
+        metric = "tag_acc" if run["task"] == "pos" else "ents_f"
+        assert 0.0 <= run["test"][metric] <= 1.0 and run["words_per_s"] > 0 and run["pipeline_mb"] > 0, name
+    elmo = runs["pos-elmo-f1-s0"]
+    assert len(elmo["layer_weights"]) == 3 and abs(sum(elmo["layer_weights"]) - 1) < 1e-5
+    assert runs["pos-floret-f1-s0"]["pipeline_mb"] > runs["pos-base-f1-s0"]["pipeline_mb"]  # carries its vectors
+    # the 10% subsets are a tenth of the (sliced) training set
+    assert runs["pos-base-f0.1-s0"]["train_sentences"] == 20 and runs["pos-base-f1-s0"]["train_sentences"] == 200
+    probe = json.loads((metrics / "probe.json").read_text())
+    assert set(probe["layers"]) == {"0", "1", "2"} and abs(sum(probe["mix"]["mix_weights"]) - 1) < 1e-5
+    summary = (metrics / "summary.md").read_text()
+    assert "| pos (UPOS accuracy) | UD English-EWT (UPOS) | 100% |" in summary
+    assert "ELMo beats the baseline at 10%" in summary and bilm["sha256"]["weights.pt"] in summary
+    for png in ("accuracy_by_fraction.png", "layer_weights.png"):
+        assert (metrics / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_finished_steps_are_skipped(smoke_project):
+    out = spacy_project("run", "smoke-summary", ".", cwd=smoke_project)
+    assert "Skipping 'smoke-summary': nothing changed" in out
+
+
+def test_summary_rerenders_identically_from_the_metrics(smoke_project, tmp_path):
+    metrics = smoke_project / "project" / "training" / "smoke" / "metrics"
+    subprocess.run([sys.executable, str(smoke_project / "project" / "scripts" / "summarize.py"),
+                    "--metrics", str(metrics), "--out", str(tmp_path)], check=True, capture_output=True)
+    assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
+
