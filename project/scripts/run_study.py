@@ -1,6 +1,7 @@
 """The steps of the study (project.yml runs them): corpus, baselines, train, evaluate, probe.
 
     python project/scripts/run_study.py STEP --scale full|smoke [--bilm PATH] [--ner-data conll2003|uner]
+                                        [--tasks pos ner] [--systems base elmo ...]
 
 Every step skips the work whose output already exists, so an interrupted step continues where it
 stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS) or
@@ -19,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from study import ROOT, SCALES, Scale, machine, metrics_dir
 
@@ -54,9 +55,11 @@ TASKS = {
 
 
 class Study:
-    def __init__(self, scale: Scale, bilm: Optional[str], ner_data: str):
+    def __init__(self, scale: Scale, bilm: Optional[str], ner_data: str, tasks: Sequence[str] = ("pos", "ner"),
+                 systems: Optional[Sequence[str]] = None):
         self.scale = scale
-        self.tasks = [TASKS["pos"], TASKS[ner_data]]
+        self.tasks = [TASKS["pos"] if name == "pos" else TASKS[ner_data] for name in tasks]
+        self.systems = systems
         self.corpus = ROOT / "project" / "corpus" / scale.name
         self.training = ROOT / "project" / "training" / scale.name
         self.metrics = metrics_dir(scale.name)
@@ -69,15 +72,16 @@ class Study:
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
         """(task, system, fraction, seed) of the main comparison (`main`) or the smaller fractions (`sample`)."""
+        keep = (lambda system: self.systems is None or system in self.systems)
         for task in self.tasks:
             if which == "main":
-                for system in SYSTEMS_MAIN:
+                for system in filter(keep, SYSTEMS_MAIN):
                     for seed in self.scale.seeds:
                         yield task, system, 1.0, seed
             else:
                 for fraction in self.scale.fractions:
                     if fraction < 1.0:
-                        for system in SYSTEMS_SAMPLE:
+                        for system in filter(keep, SYSTEMS_SAMPLE):
                             for seed in self.scale.seeds:
                                 yield task, system, fraction, seed
 
@@ -259,8 +263,11 @@ def main() -> None:
     parser.add_argument("--bilm", default="", help="the biLM (default: the one the pretrain step trained)")
     parser.add_argument("--ner-data", choices=["conll2003", "uner"], default="conll2003")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tasks", nargs="+", choices=["pos", "ner"], default=["pos", "ner"],
+                        help="only these tasks (e.g. to run the study in parts)")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS_MAIN, default=None, help="only these systems")
     args = parser.parse_args()
-    study = Study(SCALES[args.scale], args.bilm, args.ner_data)
+    study = Study(SCALES[args.scale], args.bilm, args.ner_data, args.tasks, args.systems)
     if args.step == "corpus":
         study.corpus_step()
     elif args.step == "baselines":

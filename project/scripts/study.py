@@ -49,7 +49,7 @@ SCALES = {
     "full": Scale(
         name="full", text_lines=None, dev_text_lines=None, train_sentences=None, eval_sentences=None,
         fractions=[0.01, 0.1, 1.0], seeds=[0, 1, 2], probe_sentences=4000,
-        train_overrides={"training.max_steps": 3000, "training.eval_frequency": 200, "training.patience": 1000},
+        train_overrides={"training.max_steps": 2000, "training.eval_frequency": 200, "training.patience": 600},
         baseline_overrides={"pretraining.max_epochs": 3},
     ),
     "smoke": Scale(
