@@ -1,0 +1,168 @@
+"""Embed a file of sentences into hdf5 in the layout `allennlp elmo` wrote, streamed and resumable.
+
+Output: one float32 dataset per input line, named `str(line_index)`, shaped
+`(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one layer or a mix), and
+`sentence_to_index`, a one-element string dataset holding JSON `{sentence text: "index"}`.
+
+While it runs the file also holds `_sentences` (the text of each completed line) and the root
+attribute `spacy_elmo.completed`, the number of lines whose datasets are on disk. The attribute
+is written just before each flush, so a resumed run trusts exactly the lines of the last flush:
+datasets beyond it are deleted and embedded again.
+"""
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import h5py
+import numpy as np
+
+from .bilm import BiLM
+
+COMPLETED = "spacy_elmo.completed"
+SETTINGS = "spacy_elmo.settings"
+SENTENCES = "_sentences"
+INDEX = "sentence_to_index"
+Layer = Union[str, int]
+
+
+def parse_layer(spec: str, num_output_layers: int) -> Layer:
+    """`all`, `top`, `average` or a layer number `0 .. n_layers` (0: the token layer)."""
+    if spec in ("all", "top", "average"):
+        return spec
+    if spec.isdigit() and int(spec) < num_output_layers:
+        return int(spec)
+    raise ValueError(f"--layer must be all, top, average or a number from 0 to {num_output_layers - 1}, got {spec!r}")
+
+
+def select_layer(layers: np.ndarray, layer: Layer) -> np.ndarray:
+    """`(n_layers + 1, n_tokens, dim)` -> itself (`all`) or `(n_tokens, dim)` (`top`, `average`, N)."""
+    if layer == "all":
+        return layers
+    if layer == "average":
+        return layers.mean(axis=0)
+    return layers[-1 if layer == "top" else layer]
+
+
+def count_lines(path: Path) -> int:
+    """Lines of a text file (a last line without a newline counts), without decoding it."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def read_sentences(path: Path, lang: str = "en", whitespace: bool = False,
+                   skip: int = 0) -> Iterator[Tuple[str, List[str]]]:
+    """`(text, tokens)` per line of a UTF-8 text file (stripped; tokens split on whitespace or by the
+    tokenizer of spaCy language `lang`), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
+    Whitespace tokens are left out, as in the `elmo` component."""
+    import spacy
+
+    if path.suffix == ".spacy":
+        from spacy.tokens import DocBin
+
+        docs = DocBin().from_disk(path).get_docs(spacy.blank(lang).vocab)
+        for i, doc in enumerate(docs):
+            if i >= skip:
+                yield doc.text, [t.text for t in doc if not t.is_space]
+        return
+    with open(path, encoding="utf-8") as f:
+        lines = (line.strip() for i, line in enumerate(f) if i >= skip)
+        if whitespace:
+            for line in lines:
+                yield line, line.split()
+        else:
+            for doc in spacy.blank(lang).tokenizer.pipe(lines, batch_size=1000):
+                yield doc.text, [t.text for t in doc if not t.is_space]
+
+
+def open_output(path: Path, settings: Dict[str, Any], resume: bool) -> Tuple[h5py.File, int]:
+    """The output file, new or (`resume`) opened at its first incomplete line; `(file, lines done)`.
+
+    Raises FileExistsError for an existing file without `resume`, ValueError for a file this
+    command did not start or started with other `settings`."""
+    if not path.exists():
+        f = h5py.File(path, "w", libver="latest")
+        f.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
+        f.attrs[COMPLETED] = 0
+        f.create_dataset(SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(4096,))
+        return f, 0
+    if not resume:
+        raise FileExistsError(f"{path} exists: pass --resume to continue it, or remove it")
+    try:
+        f = h5py.File(path, "r+")
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be opened to resume ({err}); remove it and start again") from None
+    if COMPLETED not in f.attrs:
+        f.close()
+        raise ValueError(f"{path}: not an output of `python -m spacy_elmo embed` that can be resumed")
+    started = json.loads(f.attrs[SETTINGS])
+    if started != settings:
+        f.close()
+        changed = ", ".join(f"{k}: {started.get(k)!r} then, {v!r} now" for k, v in settings.items()
+                            if started.get(k) != v)
+        raise ValueError(f"{path} was started with other settings ({changed}); remove it or resume with the same ones")
+    done = int(f.attrs[COMPLETED])
+    if INDEX not in f:
+        for key in [k for k in f.keys() if k.isdigit() and int(k) >= done]:
+            del f[key]
+        f[SENTENCES].resize((done,))
+    return f, done
+
+
+def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[Tuple[str, List[str]]], *, start: int = 0,
+                     layer: Layer = "all", batch_size: int = 64, flush_every: int = 1000,
+                     on_line: Optional[Callable[[int], None]] = None) -> Tuple[int, int]:
+    """Embed `(text, tokens)` pairs with `bilm.embed_iter` and write dataset `start`, `start + 1`, ...
+    as each comes, flushing every `flush_every` lines, then `sentence_to_index`.
+    `on_line(n_tokens)` is called after each line. Returns `(lines, tokens)` written by this call."""
+    texts: deque = deque()
+    pending: List[str] = []
+    index, tokens = start, 0
+
+    def token_lists():
+        for text, toks in sentences:
+            texts.append(text)
+            yield toks
+
+    for layers in bilm.embed_iter(token_lists(), batch_size=batch_size):
+        f.create_dataset(str(index), data=select_layer(layers, layer))
+        pending.append(texts.popleft())
+        index += 1
+        tokens += layers.shape[1]
+        if on_line is not None:
+            on_line(layers.shape[1])
+        if len(pending) >= flush_every:
+            _flush(f, pending, index)
+    _flush(f, pending, index)
+    _write_index(f)
+    return index - start, tokens
+
+
+def _flush(f: h5py.File, texts: List[str], done: int) -> None:
+    """Append the texts of the lines just written, record `done` lines as complete, flush to disk."""
+    ds = f[SENTENCES]
+    ds.resize((done,))
+    if texts:
+        ds[done - len(texts):] = texts
+    f.attrs[COMPLETED] = done
+    f.flush()
+    texts.clear()
+
+
+def _write_index(f: h5py.File) -> None:
+    """`sentence_to_index` from `_sentences` (a repeated sentence maps to its last line, as in AllenNLP)."""
+    ds = f[SENTENCES]
+    index: Dict[str, str] = {}
+    for begin in range(0, len(ds), 65536):
+        for i, text in enumerate(ds.asstr()[begin : begin + 65536], begin):
+            index[text] = str(i)
+    out = f.create_dataset(INDEX, (1,), dtype=h5py.string_dtype())
+    out[0] = json.dumps(index)
+    del f[SENTENCES]
+    f.flush()
