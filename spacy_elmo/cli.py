@@ -48,7 +48,8 @@ def embed_cli(
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="sentences per biLM batch"),
     state: Optional[str] = typer.Option(None, "--state", help="state policy: warm (default), zero or carry"),
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted run on OUTPUT_PATH"),
-    flush_every: int = typer.Option(1000, "--flush-every", min=1, help="lines between flushes (what --resume keeps)"),
+    flush_every: int = typer.Option(10_000, "--flush-every", min=1,
+                                     help="lines between flushes: what --resume keeps"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
@@ -56,6 +57,7 @@ def embed_cli(
     Streams: lines are read, embedded and written as they come, so memory does not grow with the
     file. Empty lines give arrays with 0 tokens.
     """
+    import spacy
     from tqdm import tqdm
 
     from .embed_file import INDEX, count_lines, open_output, parse_layer, read_sentences, write_embeddings
@@ -69,8 +71,10 @@ def embed_cli(
             raise ValueError("--resume needs a deterministic state policy (warm or zero): under carry a line's "
                              "vectors depend on every line before it")
         docbin = input_path.suffix == ".spacy"
+        nlp = None if whitespace and not docbin else spacy.blank(lang)
         settings = {"input": str(input_path.resolve()), "input_bytes": input_path.stat().st_size,
                     "weights": bilm.fingerprint(), "state": bilm.state_policy, "layer": layer,
+                    "batch_size": batch_size, "flush_every": flush_every,
                     "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
         f, done = open_output(output_path, settings, resume)
     with f:
@@ -83,7 +87,7 @@ def embed_cli(
         try:
             with errors():
                 lines, tokens = write_embeddings(
-                    f, bilm, read_sentences(input_path, lang, whitespace, skip=done), start=done, layer=chosen,
+                    f, bilm, read_sentences(input_path, nlp, skip=done), start=done, layer=chosen,
                     batch_size=batch_size, flush_every=flush_every, on_line=lambda n: bar.update(1))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: continue with --resume (from line {f.attrs['spacy_elmo.completed']})", err=True)

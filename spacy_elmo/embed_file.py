@@ -12,12 +12,13 @@ datasets beyond it are deleted and embedded again.
 from __future__ import annotations
 
 import json
-from collections import deque
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import h5py
 import numpy as np
+from spacy.language import Language
 
 from .bilm import BiLM
 
@@ -56,28 +57,26 @@ def count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-def read_sentences(path: Path, lang: str = "en", whitespace: bool = False,
-                   skip: int = 0) -> Iterator[Tuple[str, List[str]]]:
-    """`(text, tokens)` per line of a UTF-8 text file (stripped; tokens split on whitespace or by the
-    tokenizer of spaCy language `lang`), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
+def read_sentences(path: Path, nlp: Optional[Language] = None, skip: int = 0) -> Iterator[Tuple[str, List[str]]]:
+    """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
+    split on whitespace without one), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
     Whitespace tokens are left out, as in the `elmo` component."""
-    import spacy
-
     if path.suffix == ".spacy":
         from spacy.tokens import DocBin
+        from spacy.vocab import Vocab
 
-        docs = DocBin().from_disk(path).get_docs(spacy.blank(lang).vocab)
+        docs = DocBin().from_disk(path).get_docs(nlp.vocab if nlp is not None else Vocab())
         for i, doc in enumerate(docs):
             if i >= skip:
                 yield doc.text, [t.text for t in doc if not t.is_space]
         return
     with open(path, encoding="utf-8") as f:
         lines = (line.strip() for i, line in enumerate(f) if i >= skip)
-        if whitespace:
+        if nlp is None:
             for line in lines:
                 yield line, line.split()
         else:
-            for doc in spacy.blank(lang).tokenizer.pipe(lines, batch_size=1000):
+            for doc in nlp.tokenizer.pipe(lines, batch_size=1000):
                 yield doc.text, [t.text for t in doc if not t.is_space]
 
 
@@ -87,7 +86,7 @@ def open_output(path: Path, settings: Dict[str, Any], resume: bool) -> Tuple[h5p
     Raises FileExistsError for an existing file without `resume`, ValueError for a file this
     command did not start or started with other `settings`."""
     if not path.exists():
-        f = h5py.File(path, "w", libver="latest")
+        f = h5py.File(path, "w")
         f.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
         f.attrs[COMPLETED] = 0
         f.create_dataset(SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(4096,))
@@ -118,28 +117,29 @@ def open_output(path: Path, settings: Dict[str, Any], resume: bool) -> Tuple[h5p
 def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[Tuple[str, List[str]]], *, start: int = 0,
                      layer: Layer = "all", batch_size: int = 64, flush_every: int = 1000,
                      on_line: Optional[Callable[[int], None]] = None) -> Tuple[int, int]:
-    """Embed `(text, tokens)` pairs with `bilm.embed_iter` and write dataset `start`, `start + 1`, ...
-    as each comes, flushing every `flush_every` lines, then `sentence_to_index`.
-    `on_line(n_tokens)` is called after each line. Returns `(lines, tokens)` written by this call."""
-    texts: deque = deque()
-    pending: List[str] = []
+    """Embed `(text, tokens)` pairs and write datasets `start`, `start + 1`, ... as they come, then
+    `sentence_to_index`. Returns `(lines, tokens)` written by this call; `on_line(n_tokens)` is
+    called after each line.
+
+    Each run of `flush_every` lines goes through its own `bilm.embed_iter`, from an empty token
+    cache, and is flushed at its end: a resumed run (which starts at a flush) then computes every
+    line exactly as an uninterrupted one does, to the bit (a cached token layer carries the
+    rounding of the batch it was first computed in).
+    """
+    it = iter(sentences)
     index, tokens = start, 0
-
-    def token_lists():
-        for text, toks in sentences:
-            texts.append(text)
-            yield toks
-
-    for layers in bilm.embed_iter(token_lists(), batch_size=batch_size):
-        f.create_dataset(str(index), data=select_layer(layers, layer))
-        pending.append(texts.popleft())
-        index += 1
-        tokens += layers.shape[1]
-        if on_line is not None:
-            on_line(layers.shape[1])
-        if len(pending) >= flush_every:
-            _flush(f, pending, index)
-    _flush(f, pending, index)
+    while True:
+        chunk = list(islice(it, flush_every))
+        if not chunk:
+            break
+        bilm.token_cache.clear()
+        for (_, toks), layers in zip(chunk, bilm.embed_iter((toks for _, toks in chunk), batch_size=batch_size)):
+            f.create_dataset(str(index), data=select_layer(layers, layer))
+            index += 1
+            tokens += len(toks)
+            if on_line is not None:
+                on_line(len(toks))
+        _flush(f, [text for text, _ in chunk], index)
     _write_index(f)
     return index - start, tokens
 
@@ -152,7 +152,6 @@ def _flush(f: h5py.File, texts: List[str], done: int) -> None:
         ds[done - len(texts):] = texts
     f.attrs[COMPLETED] = done
     f.flush()
-    texts.clear()
 
 
 def _write_index(f: h5py.File) -> None:
