@@ -10,7 +10,7 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -21,8 +21,13 @@ app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="mar
                   help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
                        "pretrain a biLM.")
 EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
+LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
+              "(n_tokens, dim). AllenNLP's --all, --top, --average")
 WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, or this project's format) "
                 f"or a published model downloaded before ({', '.join(hub.PUBLISHED)})")
+
+
+# Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python 3.10).
 
 
 @contextmanager
@@ -38,19 +43,17 @@ def errors():
 # ---------------------------------------------------------------------------------------------- embed
 @app.command("embed")
 def embed_cli(
-    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line, or a .spacy DocBin"),
-    output_path: Path = typer.Argument(..., help="hdf5 file to write, in the layout `allennlp elmo` wrote"),
-    weights: str = typer.Option(..., "--weights", "-w", help=WEIGHTS_HELP),
-    lang: str = typer.Option("en", "--lang", help="tokenize with this spaCy language's tokenizer"),
-    whitespace: bool = typer.Option(False, "--whitespace", help="the text is tokenized already: split on whitespace"),
-    layer: str = typer.Option("all", "--layer", help="all: (n_layers + 1, n_tokens, dim) per line; top, average "
-                              "or a layer number (0: token layer): (n_tokens, dim). AllenNLP's --all/--top/--average"),
-    batch_size: int = typer.Option(64, "--batch-size", min=1, help="sentences per biLM batch"),
-    state: Optional[str] = typer.Option(None, "--state", help="state policy: warm (default), zero or carry"),
-    resume: bool = typer.Option(False, "--resume", help="continue an interrupted run on OUTPUT_PATH"),
-    flush_every: int = typer.Option(10_000, "--flush-every", min=1,
-                                     help="lines between flushes: what --resume keeps"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
+    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line, or a .spacy DocBin")],
+    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote")],
+    weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
+    lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
+    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
+    layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
+    batch_size: Annotated[int, typer.Option(min=1, help="sentences per biLM batch")] = 64,
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,  # noqa: UP045
+    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH")] = False,
+    flush_every: Annotated[int, typer.Option(min=1, help="lines between flushes: what --resume keeps")] = 10_000,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
@@ -60,7 +63,14 @@ def embed_cli(
     import spacy
     from tqdm import tqdm
 
-    from .embed_file import INDEX, count_lines, open_output, parse_layer, read_sentences, write_embeddings
+    from .embed_file import (
+        INDEX,
+        count_lines,
+        open_output,
+        parse_layer,
+        read_sentences,
+        write_embeddings,
+    )
 
     with errors():
         if not input_path.is_file():
@@ -102,11 +112,10 @@ def embed_cli(
 # -------------------------------------------------------------------------------------------- convert
 @app.command("convert")
 def convert_cli(
-    src: str = typer.Argument(..., help=WEIGHTS_HELP),
-    dest: Path = typer.Argument(..., help="output directory (new or empty)"),
-    to: Optional[str] = typer.Option(None, "--to", help="own or hdf5 (default: the other format than SRC's)"),
-    stem: Optional[str] = typer.Option(None, "--stem", help="with --to hdf5: name the files "
-                                       "elmo_<stem>_options.json / elmo_<stem>_weights.hdf5"),
+    src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
+    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,  # noqa: UP045
+    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files elmo_<stem>_options.json, ..._weights.hdf5")] = None,  # noqa: UP045
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
 
@@ -130,9 +139,9 @@ def convert_cli(
 
 
 # ----------------------------------------------------------------------------------------------- info
-def parameter_counts(bilm) -> Dict[str, int]:
+def parameter_counts(bilm) -> dict[str, int]:
     """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per direction."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for name, p in bilm.named_parameters():
         parts = name.split(".")
         if parts[0] == "lstm":  # (2, ...): forward and backward stacked
@@ -148,7 +157,7 @@ def parameter_counts(bilm) -> Dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection")))
 
 
-def describe(model: str, state: Optional[str] = None) -> Dict[str, Any]:
+def describe(model: str, state: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
     import torch
 
@@ -173,9 +182,9 @@ def describe(model: str, state: Optional[str] = None) -> Dict[str, Any]:
 
 @app.command("info")
 def info_cli(
-    model: str = typer.Argument(..., help=WEIGHTS_HELP),
-    state: Optional[str] = typer.Option(None, "--state", help="state policy: warm, zero or carry"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of tables"),
+    model: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,  # noqa: UP045
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ):
     """Architecture, parameters per part, layer widths and the sha256 of each file of a biLM."""
     with errors():
@@ -208,8 +217,8 @@ def info_cli(
 # ------------------------------------------------------------------------------------------- download
 @app.command("download")
 def download_cli(
-    name: str = typer.Argument(..., help=", ".join(hub.PUBLISHED)),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="show progress bars"),
+    name: Annotated[str, typer.Argument(help=", ".join(hub.PUBLISHED))],
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ):
     """Fetch a published AllenNLP model into the cache ($SPACY_ELMO_CACHE, default ~/.cache/spacy_elmo).
 
@@ -240,6 +249,6 @@ def pretrain_cli(ctx: typer.Context):
     raise typer.Exit(pretrain_command(None, ctx.args))
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's code."""
     app(args=argv)

@@ -12,9 +12,10 @@ datasets beyond it are deleted and embedded again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any
 
 import h5py
 import numpy as np
@@ -26,10 +27,9 @@ COMPLETED = "spacy_elmo.completed"
 SETTINGS = "spacy_elmo.settings"
 SENTENCES = "_sentences"
 INDEX = "sentence_to_index"
-Layer = Union[str, int]
 
 
-def parse_layer(spec: str, num_output_layers: int) -> Layer:
+def parse_layer(spec: str, num_output_layers: int) -> str | int:
     """`all`, `top`, `average` or a layer number `0 .. n_layers` (0: the token layer)."""
     if spec in ("all", "top", "average"):
         return spec
@@ -38,7 +38,7 @@ def parse_layer(spec: str, num_output_layers: int) -> Layer:
     raise ValueError(f"--layer must be all, top, average or a number from 0 to {num_output_layers - 1}, got {spec!r}")
 
 
-def select_layer(layers: np.ndarray, layer: Layer) -> np.ndarray:
+def select_layer(layers: np.ndarray, layer: str | int) -> np.ndarray:
     """`(n_layers + 1, n_tokens, dim)` -> itself (`all`) or `(n_tokens, dim)` (`top`, `average`, N)."""
     if layer == "all":
         return layers
@@ -57,7 +57,7 @@ def count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-def read_sentences(path: Path, nlp: Optional[Language] = None, skip: int = 0) -> Iterator[Tuple[str, List[str]]]:
+def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> Iterator[tuple[str, list[str]]]:
     """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
     split on whitespace without one), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
     Whitespace tokens are left out, as in the `elmo` component."""
@@ -80,7 +80,7 @@ def read_sentences(path: Path, nlp: Optional[Language] = None, skip: int = 0) ->
                 yield doc.text, [t.text for t in doc if not t.is_space]
 
 
-def open_output(path: Path, settings: Dict[str, Any], resume: bool) -> Tuple[h5py.File, int]:
+def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[h5py.File, int]:
     """The output file, new or (`resume`) opened at its first incomplete line; `(file, lines done)`.
 
     Raises FileExistsError for an existing file without `resume`, ValueError for a file this
@@ -108,15 +108,15 @@ def open_output(path: Path, settings: Dict[str, Any], resume: bool) -> Tuple[h5p
         raise ValueError(f"{path} was started with other settings ({changed}); remove it or resume with the same ones")
     done = int(f.attrs[COMPLETED])
     if INDEX not in f:
-        for key in [k for k in f.keys() if k.isdigit() and int(k) >= done]:
+        for key in [k for k in f if k.isdigit() and int(k) >= done]:
             del f[key]
         f[SENTENCES].resize((done,))
     return f, done
 
 
-def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[Tuple[str, List[str]]], *, start: int = 0,
-                     layer: Layer = "all", batch_size: int = 64, flush_every: int = 1000,
-                     on_line: Optional[Callable[[int], None]] = None) -> Tuple[int, int]:
+def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, start: int = 0,
+                     layer: str | int = "all", batch_size: int = 64, flush_every: int = 1000,
+                     on_line: Callable[[int], None] | None = None) -> tuple[int, int]:
     """Embed `(text, tokens)` pairs and write datasets `start`, `start + 1`, ... as they come, then
     `sentence_to_index`. Returns `(lines, tokens)` written by this call; `on_line(n_tokens)` is
     called after each line.
@@ -144,7 +144,7 @@ def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[Tuple[str, Li
     return index - start, tokens
 
 
-def _flush(f: h5py.File, texts: List[str], done: int) -> None:
+def _flush(f: h5py.File, texts: list[str], done: int) -> None:
     """Append the texts of the lines just written, record `done` lines as complete, flush to disk."""
     ds = f[SENTENCES]
     ds.resize((done,))
@@ -157,7 +157,7 @@ def _flush(f: h5py.File, texts: List[str], done: int) -> None:
 def _write_index(f: h5py.File) -> None:
     """`sentence_to_index` from `_sentences` (a repeated sentence maps to its last line, as in AllenNLP)."""
     ds = f[SENTENCES]
-    index: Dict[str, str] = {}
+    index: dict[str, str] = {}
     for begin in range(0, len(ds), 65536):
         for i, text in enumerate(ds.asstr()[begin : begin + 65536], begin):
             index[text] = str(i)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import http.client
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from . import hub
 from .weights import load_bilm
@@ -19,8 +20,8 @@ class DownloadError(OSError):
     """A download that cannot complete: no network, a server error, or files that do not load."""
 
 
-def download(name: str, *, cache: Optional[hub.PathLike] = None, base_url: Optional[str] = None,
-             progress: Optional[Progress] = None, attempts: int = 3, timeout: float = 60.0) -> Path:
+def download(name: str, *, cache: str | Path | None = None, base_url: str | None = None,
+             progress: Progress | None = None, attempts: int = 3, timeout: float = 60.0) -> Path:
     """Fetch a published model into the cache unless it is there, and return its directory.
 
     A file is complete when its size matches the server's Content-Length; until then its bytes stay
@@ -58,7 +59,7 @@ def download(name: str, *, cache: Optional[hub.PathLike] = None, base_url: Optio
     return directory
 
 
-def _fetch(url: str, target: Path, progress: Optional[Progress], attempts: int, timeout: float) -> None:
+def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, timeout: float) -> None:
     """Download `url` to `target` through `target.part`, continuing what the part file holds."""
     part = target.with_name(target.name + ".part")
     problem = ""
@@ -108,7 +109,7 @@ def _expected(response, offset: int, url: str):
     return 0, int(length)
 
 
-def _copy(response, part: Path, offset: int, total: int, progress: Optional[Progress], name: str) -> None:
+def _copy(response, part: Path, offset: int, total: int, progress: Progress | None, name: str) -> None:
     bar = progress(name, total, offset) if progress else None
     try:
         with open(part, "ab" if offset else "wb") as f:

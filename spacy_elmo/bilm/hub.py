@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -22,7 +21,6 @@ PUBLISHED = {
 }
 BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 MANIFEST = "manifest.json"
-PathLike = Union[str, Path]
 
 
 class ModelNotCachedError(FileNotFoundError):
@@ -48,7 +46,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPACY_ELMO_CACHE") or Path.home() / ".cache" / "spacy_elmo")
 
 
-def model_dir(name: str, cache: Optional[PathLike] = None) -> Path:
+def model_dir(name: str, cache: str | Path | None = None) -> Path:
     return Path(cache or cache_dir()) / check_name(name)
 
 
@@ -57,7 +55,7 @@ def base_url() -> str:
     return (os.environ.get("SPACY_ELMO_BASE_URL") or BASE_URL).rstrip("/")
 
 
-def published_files(name: str, base: Optional[str] = None) -> List[Tuple[str, str]]:
+def published_files(name: str, base: str | None = None) -> list[tuple[str, str]]:
     """`[(file_name, url)]` of the options JSON and the hdf5 weights of a published model."""
     stem = PUBLISHED[check_name(name)]
     base = (base or base_url()).rstrip("/")
@@ -65,7 +63,7 @@ def published_files(name: str, base: Optional[str] = None) -> List[Tuple[str, st
     return [(n, f"{base}/{stem}/{n}") for n in names]
 
 
-def sha256_file(path: PathLike) -> str:
+def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -73,7 +71,7 @@ def sha256_file(path: PathLike) -> str:
     return h.hexdigest()
 
 
-def read_manifest(directory: Path) -> Dict[str, dict]:
+def read_manifest(directory: Path) -> dict[str, dict]:
     """`{file_name: {"bytes": int, "sha256": str, "source": str}}`, empty when there is none."""
     path = directory / MANIFEST
     if not path.is_file():
@@ -84,13 +82,13 @@ def read_manifest(directory: Path) -> Dict[str, dict]:
         raise ChecksumError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
 
 
-def write_manifest(directory: Path, name: str, files: Dict[str, dict]) -> None:
+def write_manifest(directory: Path, name: str, files: dict[str, dict]) -> None:
     tmp = directory / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps({"name": name, "files": files}, indent=2), encoding="utf-8")
     tmp.replace(directory / MANIFEST)
 
 
-def record(directory: Path, name: str, sources: Dict[str, str]) -> Dict[str, dict]:
+def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dict]:
     """Hash the files `sources` names (`{file_name: where it came from}`) and write the manifest."""
     files = {f: {"bytes": (directory / f).stat().st_size, "sha256": sha256_file(directory / f), "source": src}
              for f, src in sources.items()}
@@ -123,7 +121,7 @@ def verify(directory: Path, name: str) -> bool:
     return True
 
 
-def resolve(name: str, cache: Optional[PathLike] = None) -> Tuple[Path, bool]:
+def resolve(name: str, cache: str | Path | None = None) -> tuple[Path, bool]:
     """The cache directory of a published model and whether its files were verified against the
     manifest (False: placed by hand, not yet recorded). Never downloads."""
     directory = model_dir(name, cache)
