@@ -115,7 +115,7 @@ def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[h5p
 
 
 def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, start: int = 0,
-                     layer: str | int = "all", batch_size: int = 64, flush_every: int = 1000,
+                     layer: str | int = "all", batch_size: int = 64, flush_every: int = 10_000,
                      on_line: Callable[[int], None] | None = None) -> tuple[int, int]:
     """Embed `(text, tokens)` pairs and write datasets `start`, `start + 1`, ... as they come, then
     `sentence_to_index`. Returns `(lines, tokens)` written by this call; `on_line(n_tokens)` is
@@ -148,8 +148,7 @@ def _flush(f: h5py.File, texts: list[str], done: int) -> None:
     """Append the texts of the lines just written, record `done` lines as complete, flush to disk."""
     ds = f[SENTENCES]
     ds.resize((done,))
-    if texts:
-        ds[done - len(texts):] = texts
+    ds[done - len(texts) :] = texts
     f.attrs[COMPLETED] = done
     f.flush()
 
