@@ -1,161 +1,254 @@
-"""Command line: `python -m spacy_elmo pretrain | embed | convert | info | download`.
+"""Command line: `python -m spacy_elmo embed | convert | info | download | pretrain` (typer, like spaCy's).
 
-Each command lives in its own function; `pretrain` takes spaCy-style config overrides
-(`--training.max_steps 100`) and is implemented in `spacy_elmo.pretrain`.
+Bad input (a missing file, an unknown model name, a corrupt download) ends a command with one
+`error: ...` line on stderr and exit code 1. `pretrain` takes spaCy-style config overrides
+(`--training.max_steps 100`) and is implemented in `spacy_elmo.pretrain.cli`.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, Any, Optional
 
-PUBLISHED = {
-    "small": "2x1024_128_2048cnn_1xhighway",
-    "medium": "2x2048_256_2048cnn_1xhighway",
-    "original": "2x4096_512_2048cnn_2xhighway",
-    "original-5.5b": "2x4096_512_2048cnn_2xhighway_5.5B",
-}
-PUBLISHED_BASE = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+import typer
 
+from .bilm import export_hdf5, hub, load_bilm, save_bilm
+from .bilm.weights import OWN_CONFIG, model_files
 
-def _published_urls(name: str):
-    stem = PUBLISHED[name]
-    base = f"{PUBLISHED_BASE}/{stem}"
-    return stem, [f"{base}/elmo_{stem}_options.json", f"{base}/elmo_{stem}_weights.hdf5"]
-
-
-def cmd_info(args) -> int:
-    from .bilm import load_bilm
-
-    bilm = load_bilm(args.path, state=args.state)
-    n_params = sum(p.numel() for p in bilm.parameters())
-    info = {"path": str(args.path), "state_policy": bilm.state_policy, "parameters": n_params,
-            "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,
-            "fingerprint": bilm.fingerprint(), "options": bilm.options.sizes()}
-    print(json.dumps(info, indent=2))
-    return 0
+app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False, pretty_exceptions_enable=False,
+                  help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
+                       "pretrain a biLM.")
+EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
+LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
+              "(n_tokens, dim). AllenNLP's --all, --top, --average")
+WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, or this project's format) "
+                f"or a published model downloaded before ({', '.join(hub.PUBLISHED)})")
 
 
-def cmd_embed(args) -> int:
-    """Token-per-space text, one sentence per line -> an .npz (or .hdf5) of per-sentence layer arrays."""
-    import numpy as np
-    from .bilm import load_bilm
-
-    bilm = load_bilm(args.model, state=args.state)
-    with open(args.input, encoding="utf-8") as f:
-        sentences = [line.split() for line in f]
-    out = Path(args.output)
-    arrays = {}
-    done = 0
-    for i, layers in enumerate(bilm.embed_iter(sentences, batch_size=args.batch_size)):
-        arrays[str(i)] = layers
-        done += layers.shape[1]
-        if (i + 1) % 1000 == 0:
-            print(f"embedded {i + 1}/{len(sentences)} sentences ({done} tokens)", file=sys.stderr)
-    if out.suffix == ".hdf5":
-        import h5py
-
-        with h5py.File(out, "w") as f:
-            for key, arr in arrays.items():
-                f.create_dataset(key, data=arr)
-    else:
-        np.savez(out, **arrays)
-    print(f"wrote {len(arrays)} sentences to {out}", file=sys.stderr)
-    return 0
+# Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python 3.10).
 
 
-def cmd_convert(args) -> int:
-    """hdf5 weights -> this project's format, or back (`--to hdf5`)."""
-    from .bilm import export_hdf5, load_bilm, save_bilm
-
-    bilm = load_bilm(args.input)
-    if args.to == "hdf5":
-        paths = export_hdf5(bilm, args.output, stem=args.stem)
-        print("wrote", *paths)
-    else:
-        save_bilm(bilm, args.output)
-        print("wrote", args.output)
-    return 0
+@contextmanager
+def errors():
+    """Expected failures -> one `error: ...` line and exit code 1, never a traceback."""
+    try:
+        yield
+    except (OSError, ValueError, ImportError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
 
 
-def cmd_download(args) -> int:
-    """Fetch a published AllenNLP model into a directory (needs network access)."""
-    import urllib.request
+# ---------------------------------------------------------------------------------------------- embed
+@app.command("embed")
+def embed_cli(
+    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line, or a .spacy DocBin")],
+    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote")],
+    weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
+    lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
+    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
+    layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
+    batch_size: Annotated[int, typer.Option(min=1, help="sentences per biLM batch")] = 64,
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,  # noqa: UP045
+    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH")] = False,
+    flush_every: Annotated[int, typer.Option(min=1, help="lines between flushes: what --resume keeps")] = 10_000,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+):
+    """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
-    stem, urls = _published_urls(args.name)
-    out = Path(args.output or f"elmo_{args.name}")
-    out.mkdir(parents=True, exist_ok=True)
-    for url in urls:
-        target = out / url.rsplit("/", 1)[1]
-        if target.exists():
-            print(f"exists: {target}")
-            continue
-        print(f"downloading {url}", file=sys.stderr)
-        tmp = target.with_suffix(target.suffix + ".part")
+    Streams: lines are read, embedded and written as they come, so memory does not grow with the
+    file. Empty lines give arrays with 0 tokens.
+    """
+    import spacy
+    from tqdm import tqdm
+
+    from .embed_file import (
+        INDEX,
+        count_lines,
+        open_output,
+        parse_layer,
+        read_sentences,
+        write_embeddings,
+    )
+
+    with errors():
+        if not input_path.is_file():
+            raise FileNotFoundError(f"input not found: {input_path}")
+        bilm = load_bilm(weights, state=state)
+        chosen = parse_layer(layer, bilm.num_output_layers)
+        if resume and bilm.state_policy == "carry":
+            raise ValueError("--resume needs a deterministic state policy (warm or zero): under carry a line's "
+                             "vectors depend on every line before it")
+        docbin = input_path.suffix == ".spacy"
+        nlp = None if whitespace and not docbin else spacy.blank(lang)
+        settings = {"input": str(input_path.resolve()), "input_bytes": input_path.stat().st_size,
+                    "weights": bilm.fingerprint(), "state": bilm.state_policy, "layer": layer,
+                    "batch_size": batch_size, "flush_every": flush_every,
+                    "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
+        f, done = open_output(output_path, settings, resume)
+    with f:
+        if INDEX in f:
+            typer.echo(f"{output_path} is complete already ({done} lines)", err=True)
+            return
+        bar = tqdm(total=None if docbin else count_lines(input_path), initial=done, unit=" lines",
+                   disable=not progress)
+        start = time.perf_counter()
         try:
-            urllib.request.urlretrieve(url, tmp)
-        except OSError as err:
-            print(f"error: could not download {url} ({err}). Download the two files by other means into {out}; "
-                  "`load_bilm` takes the directory as it is.", file=sys.stderr)
-            return 1
-        tmp.rename(target)
-    print(out)
-    return 0
+            with errors():
+                lines, tokens = write_embeddings(
+                    f, bilm, read_sentences(input_path, nlp, skip=done), start=done, layer=chosen,
+                    batch_size=batch_size, flush_every=flush_every, on_line=lambda n: bar.update(1))
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: continue with --resume (from line {f.attrs['spacy_elmo.completed']})", err=True)
+            raise typer.Exit(130) from None
+        finally:
+            bar.close()
+    seconds = time.perf_counter() - start
+    typer.echo(f"wrote {output_path}: {done + lines} lines ({lines} in this run), {tokens} tokens in {seconds:.1f} s, "
+               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
 
 
-def cmd_pretrain(args, extra: List[str]) -> int:
+# -------------------------------------------------------------------------------------------- convert
+@app.command("convert")
+def convert_cli(
+    src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
+    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,  # noqa: UP045
+    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files elmo_<stem>_options.json, ..._weights.hdf5")] = None,  # noqa: UP045
+):
+    """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
+
+    `load_bilm` gives the same outputs before and after, bit for bit.
+    """
+    with errors():
+        bilm = load_bilm(src)
+        target = to or ("hdf5" if model_files(src)[0].name == OWN_CONFIG else "own")
+        if target not in ("own", "hdf5"):
+            raise ValueError(f"--to must be own or hdf5, got {target!r}")
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise FileExistsError(f"{dest} exists and is not an empty directory")
+        if target == "hdf5":
+            paths = export_hdf5(bilm, dest, stem=stem)
+            if bilm.state_policy != "warm":
+                typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
+                           f"state={bilm.state_policy!r} to get the same outputs", err=True)
+        else:
+            paths = model_files(save_bilm(bilm, dest))
+    typer.echo("wrote " + " ".join(str(p) for p in paths))
+
+
+# ----------------------------------------------------------------------------------------------- info
+def parameter_counts(bilm) -> dict[str, int]:
+    """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per direction."""
+    counts: dict[str, int] = {}
+    for name, p in bilm.named_parameters():
+        parts = name.split(".")
+        if parts[0] == "lstm":  # (2, ...): forward and backward stacked
+            for d, direction in enumerate(("forward", "backward")):
+                key = f"LSTM layer {parts[2]} {direction}"
+                counts[key] = counts.get(key, 0) + p[d].numel()
+            continue
+        if parts[1] == "highways":
+            key = f"highway {parts[2]}"
+        else:
+            key = {"char_embedding": "char embedding", "convs": "char CNN"}.get(parts[1], "projection")
+        counts[key] = counts.get(key, 0) + p.numel()
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection")))
+
+
+def describe(model: str, state: str | None = None) -> dict[str, Any]:
+    """Everything `info` reports, JSON-friendly."""
+    import torch
+
+    bilm = load_bilm(model, state=state)
+    files = model_files(model)
+    extra = [files[0].parent / name for name in EXTRA_FILES if (files[0].parent / name).is_file()]
+    softmax = None
+    if extra and extra[0].name == "lm_head.pt":
+        softmax = sum(t.numel() for t in torch.load(extra[0], map_location="cpu", weights_only=True).values())
+    o = bilm.options
+    return {
+        "model": model, "state_policy": bilm.state_policy,
+        "parameters": sum(p.numel() for p in bilm.parameters()),
+        "parameters_by_part": parameter_counts(bilm), "softmax_parameters": softmax,
+        "widths": {"char embedding": o.char_dim, "char CNN filters": o.n_filters, "token layer": o.projection_dim,
+                   "LSTM cell": o.lstm_dim, "LSTM projection": o.projection_dim, "ELMo layers": bilm.output_dim},
+        "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,
+        "fingerprint": bilm.fingerprint(), "options": o.sizes(),
+        "files": [{"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)} for p in files + extra],
+    }
+
+
+@app.command("info")
+def info_cli(
+    model: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,  # noqa: UP045
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
+):
+    """Architecture, parameters per part, layer widths and the sha256 of each file of a biLM."""
+    with errors():
+        report = describe(model, state)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    from wasabi import msg
+
+    o = report["options"]
+    msg.divider(f"ELMo biLM: {model}")
+    msg.table({"char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
+               "highway layers": o["n_highway"],
+               "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip {o['proj_clip']}, "
+                       f"skip connections {o['use_skip_connections']}",
+               "output": f"{report['output_layers']} layers x {report['output_dim']}",
+               "state policy": report["state_policy"], "fingerprint": report["fingerprint"]}, max_col=200)
+    msg.divider("Widths")
+    msg.table(report["widths"])
+    msg.divider("Parameters")
+    rows = [(k, f"{v:,}") for k, v in report["parameters_by_part"].items()] + [("biLM total", f"{report['parameters']:,}")]
+    if report["softmax_parameters"] is not None:
+        rows.append(("softmax (lm_head.pt)", f"{report['softmax_parameters']:,}"))
+    msg.table(rows, aligns=("l", "r"))
+    msg.divider("Files")
+    msg.table([(f["path"], f"{f['bytes']:,}", f["sha256"]) for f in report["files"]],
+              header=("file", "bytes", "sha256"), aligns=("l", "r", "l"), max_col=200)
+
+
+# ------------------------------------------------------------------------------------------- download
+@app.command("download")
+def download_cli(
+    name: Annotated[str, typer.Argument(help=", ".join(hub.PUBLISHED))],
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+):
+    """Fetch a published AllenNLP model into the cache ($SPACY_ELMO_CACHE, default ~/.cache/spacy_elmo).
+
+    Resumable (an interrupted download continues from its .part file); a file is complete when its
+    size matches the server's, then it must load, and its sha256 is recorded and checked on every
+    later use. `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then use the cache.
+    """
+    from tqdm import tqdm
+
+    from .bilm.download import download
+
+    def bar(desc: str, total: int, initial: int):
+        return tqdm(desc=desc, total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024)
+
+    with errors():
+        directory = download(hub.check_name(name), progress=bar if progress else None)
+    typer.echo(f"{name}: {directory} (load with spacy_elmo.load_bilm({name!r}) or the elmo component's "
+               f"weights = \"{name}\")")
+
+
+# ------------------------------------------------------------------------------------------- pretrain
+@app.command("pretrain", add_help_option=False,
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pretrain_cli(ctx: typer.Context):
+    """Train a biLM from raw text; `pretrain --help` lists its options and config overrides."""
     from .pretrain.cli import pretrain_command
 
-    return pretrain_command(args, extra)
+    raise typer.Exit(pretrain_command(None, ctx.args))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m spacy_elmo", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("info", help="sizes, parameter count and fingerprint of a biLM")
-    p.add_argument("path", help="weights directory (hdf5 layout or this project's format)")
-    p.add_argument("--state", choices=["warm", "zero", "carry"], default=None)
-    p.set_defaults(func=cmd_info)
-
-    p = sub.add_parser("embed", help="embed a whitespace-tokenized text file, one sentence per line")
-    p.add_argument("model")
-    p.add_argument("input")
-    p.add_argument("output", help="an .npz or .hdf5 file; key i holds sentence i, (layers, tokens, dim)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--state", choices=["warm", "zero", "carry"], default=None)
-    p.set_defaults(func=cmd_embed)
-
-    p = sub.add_parser("convert", help="convert weights between the hdf5 layout and this project's format")
-    p.add_argument("input")
-    p.add_argument("output")
-    p.add_argument("--to", choices=["own", "hdf5"], default="own")
-    p.add_argument("--stem", default=None, help="with --to hdf5: name files elmo_<stem>_options.json/_weights.hdf5")
-    p.set_defaults(func=cmd_convert)
-
-    p = sub.add_parser("download", help="fetch published AllenNLP weights (needs network)")
-    p.add_argument("name", choices=sorted(PUBLISHED))
-    p.add_argument("--output", default=None)
-    p.set_defaults(func=cmd_download)
-
-    p = sub.add_parser("pretrain", help="train a biLM from raw text (see --help)", add_help=False)
-    p.set_defaults(func=cmd_pretrain, takes_extra=True)
-    return parser
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if getattr(args, "takes_extra", False):
-        code = args.func(args, extra)
-    else:
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        try:
-            code = args.func(args)
-        except (FileNotFoundError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            code = 1
-    sys.exit(code)
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's code."""
+    app(args=argv)

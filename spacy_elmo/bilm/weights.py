@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from . import hub
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM, _check_policy
 from .options import BiLMConfigError, BiLMOptions
@@ -240,17 +241,38 @@ def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
     return options, weights
 
 
+def model_files(path: Union[PathLike, Tuple[PathLike, PathLike]]) -> List[Path]:
+    """The files `load_bilm(path)` reads (options or config first, then the weights)."""
+    if isinstance(path, (tuple, list)):
+        return [Path(p) for p in path]
+    if hub.is_published(path) and not Path(path).exists():
+        directory = hub.model_dir(path)
+        return [directory / f for f, _ in hub.published_files(path)]
+    directory = Path(path)
+    if (directory / OWN_CONFIG).is_file():
+        return [directory / OWN_CONFIG, directory / OWN_WEIGHTS]
+    return list(resolve_hdf5_pair(directory))
+
+
 def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Optional[str] = None,
               cache_size: int = 50_000) -> BiLM:
     """Load a biLM in eval mode.
 
     `path`: a directory with an options JSON and one `.hdf5` weight file (bilm-tf / AllenNLP layout,
-    published or plain names), an `(options_file, weight_file)` pair, or a directory saved by
-    `save_bilm`. `state`: "warm" (default for hdf5 weights), "zero" or "carry"; a saved model
-    keeps the policy it was saved with unless one is given.
+    published or plain names), an `(options_file, weight_file)` pair, a directory saved by
+    `save_bilm`, or the name of a published model (`small`, `medium`, `original`, `original-5.5b`)
+    stored in the cache by `python -m spacy_elmo download NAME` (never downloaded here; see
+    `spacy_elmo.bilm.hub`). `state`: "warm" (default for hdf5 weights), "zero" or "carry"; a saved
+    model keeps the policy it was saved with unless one is given.
     """
     if state is not None:
         _check_policy(state)
+    if hub.is_published(path) and not Path(path).exists():
+        directory, verified = hub.resolve(path)
+        bilm = load_bilm(directory, state=state, cache_size=cache_size)
+        if not verified:  # files placed by hand: trusted now that they load, checked from now on
+            hub.record(directory, path, {f: "placed by hand" for f, _ in hub.published_files(path)})
+        return bilm
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise ValueError("pass (options_file, weight_file)")

@@ -1,0 +1,131 @@
+"""The published AllenNLP models by name: where they live in the cache and whether they are intact.
+
+A model `NAME` lives in `$SPACY_ELMO_CACHE/NAME/` (default `~/.cache/spacy_elmo/NAME/`) under its
+published file names, with `manifest.json` recording each file's size and sha256. No official
+checksums exist, so a file is trusted on first use (when a download completes, or the first time
+files placed by hand load) and verified on every later use. Nothing here touches the network
+(`spacy_elmo.bilm.download` does).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+PUBLISHED = {
+    "small": "2x1024_128_2048cnn_1xhighway",
+    "medium": "2x2048_256_2048cnn_1xhighway",
+    "original": "2x4096_512_2048cnn_2xhighway",
+    "original-5.5b": "2x4096_512_2048cnn_2xhighway_5.5B",
+}
+BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+MANIFEST = "manifest.json"
+
+
+class ModelNotCachedError(FileNotFoundError):
+    """A published model's files are not in the cache."""
+
+
+class ChecksumError(ValueError):
+    """A cached file no longer matches the sha256 recorded for it."""
+
+
+def is_published(name: object) -> bool:
+    return isinstance(name, str) and name in PUBLISHED
+
+
+def check_name(name: str) -> str:
+    if not is_published(name):
+        raise ValueError(f"unknown model name {name!r}; the published models are {', '.join(PUBLISHED)}")
+    return name
+
+
+def cache_dir() -> Path:
+    """`$SPACY_ELMO_CACHE`, else `~/.cache/spacy_elmo`."""
+    return Path(os.environ.get("SPACY_ELMO_CACHE") or Path.home() / ".cache" / "spacy_elmo")
+
+
+def model_dir(name: str, cache: str | Path | None = None) -> Path:
+    return Path(cache or cache_dir()) / check_name(name)
+
+
+def base_url() -> str:
+    """`$SPACY_ELMO_BASE_URL` (a mirror, or a local server in tests), else AllenNLP's bucket."""
+    return (os.environ.get("SPACY_ELMO_BASE_URL") or BASE_URL).rstrip("/")
+
+
+def published_files(name: str, base: str | None = None) -> list[tuple[str, str]]:
+    """`[(file_name, url)]` of the options JSON and the hdf5 weights of a published model."""
+    stem = PUBLISHED[check_name(name)]
+    base = (base or base_url()).rstrip("/")
+    names = [f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5"]
+    return [(n, f"{base}/{stem}/{n}") for n in names]
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(directory: Path) -> dict[str, dict]:
+    """`{file_name: {"bytes": int, "sha256": str, "source": str}}`, empty when there is none."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ChecksumError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
+
+
+def write_manifest(directory: Path, name: str, files: dict[str, dict]) -> None:
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"name": name, "files": files}, indent=2), encoding="utf-8")
+    tmp.replace(directory / MANIFEST)
+
+
+def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dict]:
+    """Hash the files `sources` names (`{file_name: where it came from}`) and write the manifest."""
+    files = {f: {"bytes": (directory / f).stat().st_size, "sha256": sha256_file(directory / f), "source": src}
+             for f, src in sources.items()}
+    write_manifest(directory, name, files)
+    return files
+
+
+def missing_message(name: str, directory: Path) -> str:
+    files = published_files(name)
+    return (f"ELMo model '{name}' is not in the cache {directory}: run `python -m spacy_elmo download {name}`, "
+            f"or place {' and '.join(f for f, _ in files)} there by hand (from {' and '.join(u for _, u in files)})")
+
+
+def verify(directory: Path, name: str) -> bool:
+    """Check the files of `name` in `directory` against the manifest. Returns False where there is
+    no manifest yet (files placed by hand); raises ChecksumError naming a file that changed."""
+    recorded = read_manifest(directory)
+    if not recorded:
+        return False
+    for file_name, _ in published_files(name):
+        entry = recorded.get(file_name)
+        path = directory / file_name
+        if entry is None:
+            raise ChecksumError(f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files again")
+        if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            raise ChecksumError(
+                f"{path}: sha256 differs from the one recorded when it was stored ({entry['sha256']}): the file is "
+                f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download {name}` again"
+            )
+    return True
+
+
+def resolve(name: str, cache: str | Path | None = None) -> tuple[Path, bool]:
+    """The cache directory of a published model and whether its files were verified against the
+    manifest (False: placed by hand, not yet recorded). Never downloads."""
+    directory = model_dir(name, cache)
+    for file_name, _ in published_files(name):
+        if not (directory / file_name).is_file():
+            raise ModelNotCachedError(missing_message(name, directory))
+    return directory, verify(directory, name)
