@@ -11,6 +11,7 @@ datasets beyond it are deleted and embedded again.
 """
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -154,13 +155,19 @@ def _flush(f: h5py.File, texts: list[str], done: int) -> None:
 
 
 def _write_index(f: h5py.File) -> None:
-    """`sentence_to_index` from `_sentences` (a repeated sentence maps to its last line, as in AllenNLP)."""
+    """`sentence_to_index` from `_sentences` (a repeated sentence maps to its last line, as in AllenNLP).
+
+    The JSON is written pair by pair in line order, without building a dict: a repeated sentence
+    appears once per line and a JSON reader keeps its last value (Python's `json` and AllenNLP's
+    reader do), so memory is the JSON text itself, not a dict of every sentence besides."""
     ds = f[SENTENCES]
-    index: dict[str, str] = {}
+    text = io.StringIO()
+    text.write("{")
     for begin in range(0, len(ds), 65536):
-        for i, text in enumerate(ds.asstr()[begin : begin + 65536], begin):
-            index[text] = str(i)
+        for i, sentence in enumerate(ds.asstr()[begin : begin + 65536], begin):
+            text.write(f'{", " if i else ""}{json.dumps(sentence)}: "{i}"')
+    text.write("}")
     out = f.create_dataset(INDEX, (1,), dtype=h5py.string_dtype())
-    out[0] = json.dumps(index)
+    out[0] = text.getvalue()
     del f[SENTENCES]
     f.flush()
