@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -162,3 +163,23 @@ def test_init_from_missing_path(toy, tmp_path):
 
     with pytest.raises(PretrainError, match="not found"):
         train(tiny_config(*toy), tmp_path, init_from=str(tmp_path / "nope"), progress_bar=False)
+
+
+def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, monkeypatch):
+    from spacy_elmo.bilm import hub
+    from spacy_elmo.pretrain import PretrainError
+
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(PretrainError, match="python -m spacy_elmo download small"):
+        train(tiny_config(*toy), tmp_path / "none", init_from="small", progress_bar=False)
+    directory = tmp_path / "cache" / "small"
+    directory.mkdir(parents=True)
+    (options_name, _), (weights_name, _) = hub.published_files("small")
+    shutil.copy(fixture_dir / "options.json", directory / options_name)
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / weights_name)
+    config = tiny_config(*toy, training__max_steps=1, training__learning_rate=1e-12)
+    train(config, tmp_path / "out", init_from="small", progress_bar=False, log=lambda m: None)
+    before, after = load_bilm(fixture_dir), load_bilm(tmp_path / "out" / "model")
+    assert after.options == before.options
+    for (name, a), b in zip(before.state_dict().items(), after.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-9, msg=name)  # one step of lr 1e-12

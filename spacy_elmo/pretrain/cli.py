@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 from .config import PretrainError, load_config
 
 USAGE = """python -m spacy_elmo pretrain OUTPUT_DIR [--config CONFIG.cfg] [--train PATH] [--dev PATH]
-       [--lang LANG | --whitespace] [--init-from PATH] [--resume] [--export-hdf5] [--device cpu|cuda]
+       [--lang LANG | --whitespace] [--init-from PATH_OR_NAME] [--resume] [--export-hdf5] [--device cpu|cuda]
        [--threads N] [--no-progress] [--show-config] [--section.key VALUE ...]"""
 
 EPILOG = """Config overrides in spaCy's style follow the options, e.g. `--training.max_steps 100
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev", default=None, help="dev text for perplexity (sets paths.dev)")
     p.add_argument("--lang", default=None, help="tokenize with this spaCy language's tokenizer")
     p.add_argument("--whitespace", action="store_true", help="the text is already tokenized: split on spaces")
-    p.add_argument("--init-from", default=None, help="continue training this biLM (own format or bilm-tf hdf5)")
+    p.add_argument("--init-from", default=None,
+                   help="continue training this biLM: own format, bilm-tf hdf5, or a published name in the cache")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint")
     p.add_argument("--export-hdf5", action="store_true", help="also write the bilm-tf hdf5 layout")
     p.add_argument("--device", default="cpu")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..bilm import BiLM, LSTMState, export_hdf5, load_bilm, save_bilm
+from ..bilm import BiLM, LSTMState, export_hdf5, hub, load_bilm, save_bilm
 from .config import PretrainError, bilm_options, model_policy
 from .corpus import DevSet, Position, TrainingCorpus, Vocab, load_dev, make_tokenizer
 from .heads import build_head
@@ -88,7 +88,14 @@ def all_reduce_gradients(params: List[torch.nn.Parameter], world: int) -> None:
 
 
 def resolve_init(path: str) -> Path:
+    """The directory to continue training from: a path, or a published model's directory in the cache
+    (`python -m spacy_elmo download NAME`; its files are checked against the recorded sha256)."""
     p = Path(path)
+    if hub.is_published(path) and not p.exists():
+        try:
+            return hub.resolve(path)[0]
+        except (hub.ModelNotCachedError, hub.ChecksumError) as err:
+            raise PretrainError(f"--init-from {path}: {err}") from None
     if not p.exists():
         raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
                             f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
