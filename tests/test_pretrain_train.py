@@ -42,6 +42,22 @@ def test_loss_falls(toy, tmp_path, scheme):
     assert summary["policy"] == {"stream": "warm", "sentences": "zero"}[scheme]
 
 
+@pytest.mark.parametrize("kind", ["sampled", "adaptive"])
+def test_large_vocabulary_heads_normalise_in_eval_and_learn(toy, tmp_path, kind):
+    from spacy_elmo.pretrain.heads import build_head
+
+    torch.manual_seed(0)
+    head = build_head(kind, 16, 300, n_samples=20, cutoffs=[50, 150]).eval()
+    h = torch.randn(5, 16)
+    nll = torch.stack([head(h, torch.full((5,), k)) for k in range(300)], dim=1)  # (5, 300)
+    torch.testing.assert_close(torch.logsumexp(-nll, dim=1), torch.zeros(5), atol=1e-5, rtol=0)
+    config = tiny_config(*toy, softmax__type=kind, softmax__n_samples=20, softmax__adaptive_cutoffs=[20, 60],
+                         training__max_steps=40, training__eval_every=10)
+    train(config, tmp_path, progress_bar=False, log=lambda m: None)
+    metrics = read_metrics(tmp_path)
+    assert metrics[-1]["dev"]["mean"] < metrics[0]["dev"]["mean"] * 0.7
+
+
 def test_no_leakage_in_bilm_outputs():
     """Changing tokens after t leaves the forward top layer (and its predictions) up to t unchanged;
     changing tokens before t leaves the backward one from t on unchanged."""
