@@ -58,6 +58,22 @@ def test_large_vocabulary_heads_normalise_in_eval_and_learn(toy, tmp_path, kind)
     assert metrics[-1]["dev"]["mean"] < metrics[0]["dev"]["mean"] * 0.7
 
 
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_files_of_a_small_corpus_are_mixed_in_every_batch(tmp_path, scheme):
+    """Two files of disjoint words: with the corpus in memory, an epoch does not read them one after
+    the other (which would train on one kind of text, then forget it for the other)."""
+    rng = random.Random(0)
+    files = [write_corpus(tmp_path / f"{prefix}.txt",
+                          [" ".join(f"{prefix}{rng.randrange(20)}" for _ in range(8)) for _ in range(300)])
+             for prefix in ("a", "b")]
+    corpus = TrainingCorpus(files, make_tokenizer("whitespace"), 100)
+    assert corpus.n_units == 1 and corpus.pool.n_tokens == corpus.n_tokens == 2 * 300 * 8
+    vocab = Vocab.build(corpus.counts, None)
+    for _, (_, batch) in zip(range(3), corpus.batches((0, 0, 0), 0, vocab, None, scheme, 160, 8)):
+        words = {vocab.words[i][0] for i in batch.targets[batch.mask].tolist() if i > 2}
+        assert words == {"a", "b"}
+
+
 def test_no_leakage_in_bilm_outputs():
     """Changing tokens after t leaves the forward top layer (and its predictions) up to t unchanged;
     changing tokens before t leaves the backward one from t on unchanged."""
@@ -94,7 +110,7 @@ def test_training_objective_matches_inference(toy):
     model = BiLanguageModel(BiLM(bilm_options(config)), FullSoftmax(16, len(vocab))).eval()
     _, batch = next(corpus.batches((0, 0, 0), 0, vocab, None, "sentences", 200, 10))
     nll, _ = model(batch)
-    f = corpus.load(corpus.files[0])
+    f = corpus.unit(0)
     # the batch's sentences, recovered from its inputs
     sentences = []
     for row in range(batch.index.shape[1]):

@@ -110,6 +110,21 @@ def tokenize_file(path: Path, tokenize: Tokenizer, max_len: int) -> TokenizedFil
     return TokenizedFile(path, list(index), counts.astype(np.int64), sentences)
 
 
+def merge_files(files: Sequence[TokenizedFile]) -> TokenizedFile:
+    """The sentences of several files as one `TokenizedFile` (token texts shared, in file order)."""
+    if len(files) == 1:
+        return files[0]
+    index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+    remaps = [np.fromiter((index.setdefault(t, len(index)) for t in f.texts), dtype=np.int32, count=len(f.texts))
+              for f in files]
+    counts = np.zeros(len(index), dtype=np.int64)
+    sentences: List[np.ndarray] = []
+    for f, remap in zip(files, remaps):
+        np.add.at(counts, remap, f.counts)
+        sentences.extend(remap[s] for s in f.sentences)
+    return TokenizedFile(files[0].path.parent, list(index), counts, sentences)
+
+
 # ---------------------------------------------------------------------- vocabulary
 class Vocab:
     """Output vocabulary: `<S>`, `</S>`, `<unk>` (ids 0, 1, 2), then words by falling frequency."""
@@ -231,8 +246,8 @@ def sentence_batches(f: TokenizedFile, order: np.ndarray, out_ids: np.ndarray, b
 
 
 class Position(NamedTuple):
-    """Where the data stream stands: the next batch is batch `batch` of file `file` (in this epoch's
-    file order) of epoch `epoch`."""
+    """Where the data stream stands: the next batch is batch `batch` of unit `file` (the pooled
+    corpus, or a file in this epoch's file order) of epoch `epoch`."""
 
     epoch: int
     file: int
@@ -241,27 +256,37 @@ class Position(NamedTuple):
 
 class TrainingCorpus:
     """The training files, tokenized; yields the batches of a scheme from any `Position`, the same
-    on every run (file and sentence orders come from the seed and the epoch)."""
+    on every run (sentence and file orders come from the seed and the epoch).
+
+    A corpus of at most `MAX_CACHED_TOKENS` tokens is kept in memory as one pool: every epoch
+    shuffles the sentences of all its files together, so that files of different text (say
+    WikiText and news) are mixed in every stretch of training. A larger corpus is read one file at
+    a time (files in a shuffled order, sentences shuffled within each), as bilm-tf reads its shards:
+    split it into many files of mixed content."""
 
     def __init__(self, path, tokenize: Tokenizer, max_len: int):
         self.files = corpus_files(path, "train")
         self.tokenize, self.max_len = tokenize, max_len
-        self._cache: Dict[Path, TokenizedFile] = {}
         self.counts: Counter = Counter()
         self.n_tokens = 0
+        kept: List[TokenizedFile] = []
         for p in self.files:  # first pass: word counts (files are kept if the corpus is small)
             f = tokenize_file(p, tokenize, max_len)
             self.counts.update(dict(zip(f.texts, f.counts.tolist())))
             self.n_tokens += f.n_tokens
             if self.n_tokens <= MAX_CACHED_TOKENS:
-                self._cache[p] = f
+                kept.append(f)
         if self.n_tokens == 0:
             raise PretrainError(f"the training corpus {', '.join(map(str, self.files))} is empty (no tokens in {len(self.files)} file(s))")
-        if self.n_tokens > MAX_CACHED_TOKENS:
-            self._cache.clear()
+        self.pool: Optional[TokenizedFile] = merge_files(kept) if self.n_tokens <= MAX_CACHED_TOKENS else None
 
-    def load(self, path: Path) -> TokenizedFile:
-        return self._cache.get(path) or tokenize_file(path, self.tokenize, self.max_len)
+    @property
+    def n_units(self) -> int:
+        """What an epoch reads one after the other: the pool, or each file."""
+        return 1 if self.pool is not None else len(self.files)
+
+    def unit(self, i: int) -> TokenizedFile:
+        return self.pool if self.pool is not None else tokenize_file(self.files[i], self.tokenize, self.max_len)
 
     def batches(self, start: Position, seed: int, vocab: Vocab, unk_token: Optional[str], scheme: str,
                 batch_tokens: int, window: int, rank: int = 0, world: int = 1,
@@ -270,9 +295,9 @@ class TrainingCorpus:
         epoch, first_file, first_batch = start
         while max_epochs is None or epoch < max_epochs:
             n_batches = 0
-            file_order = np.random.RandomState([seed, epoch]).permutation(len(self.files))
-            for fi in range(first_file, len(self.files)):
-                f = self.load(self.files[file_order[fi]])
+            file_order = np.random.RandomState([seed, epoch]).permutation(self.n_units)
+            for fi in range(first_file, self.n_units):
+                f = self.unit(file_order[fi])
                 rng = np.random.RandomState([seed, epoch, fi])
                 order = rng.permutation(len(f.sentences))
                 out_ids = vocab.lookup(f.texts, unk_token)
@@ -283,7 +308,7 @@ class TrainingCorpus:
                 n_batches += len(makers)
                 for bi in range(first_batch, len(makers)):
                     nxt = Position(epoch, fi, bi + 1) if bi + 1 < len(makers) else Position(epoch, fi + 1, 0)
-                    yield (Position(epoch + 1, 0, 0) if nxt.file == len(self.files) else nxt), makers[bi]()
+                    yield (Position(epoch + 1, 0, 0) if nxt.file == self.n_units else nxt), makers[bi]()
                 first_batch = 0
             if n_batches == 0 and first_file == 0:
                 raise PretrainError(
