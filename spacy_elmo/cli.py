@@ -86,9 +86,9 @@ def embed_cli(
                     "weights": bilm.fingerprint(), "state": bilm.state_policy, "layer": layer,
                     "batch_size": batch_size, "flush_every": flush_every,
                     "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
-        f, done = open_output(output_path, settings, resume)
-    with f:
-        if INDEX in f:
+        out, done = open_output(output_path, settings, resume)
+    with out:
+        if INDEX in out.h5:
             typer.echo(f"{output_path} is complete already ({done} lines)", err=True)
             return
         bar = tqdm(total=None if docbin else count_lines(input_path), initial=done, unit=" lines",
@@ -97,10 +97,10 @@ def embed_cli(
         try:
             with errors():
                 lines, tokens = write_embeddings(
-                    f, bilm, read_sentences(input_path, nlp, skip=done), start=done, layer=chosen,
+                    out, bilm, read_sentences(input_path, nlp, skip=done), start=done, layer=chosen,
                     batch_size=batch_size, flush_every=flush_every, on_line=lambda n: bar.update(1))
         except KeyboardInterrupt:
-            typer.echo(f"interrupted: continue with --resume (from line {f.attrs['spacy_elmo.completed']})", err=True)
+            typer.echo(f"interrupted: continue with --resume (from line {out.h5.attrs['spacy_elmo.completed']})", err=True)
             raise typer.Exit(130) from None
         finally:
             bar.close()

@@ -81,23 +81,45 @@ def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> It
                 yield doc.text, [t.text for t in doc if not t.is_space]
 
 
-def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[h5py.File, int]:
+class Output:
+    """The hdf5 output file, closed and reopened at every flush: while a file stays open HDF5 keeps
+    bookkeeping for every dataset written (a few hundred bytes each), which would grow without
+    bound over a file of a million lines."""
+
+    def __init__(self, path: Path, mode: str):
+        self.path = path
+        self.h5 = h5py.File(path, mode)
+
+    def reopen(self) -> None:
+        self.h5.close()
+        self.h5 = h5py.File(self.path, "r+")
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.h5.close()
+
+
+def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[Output, int]:
     """The output file, new or (`resume`) opened at its first incomplete line; `(file, lines done)`.
 
     Raises FileExistsError for an existing file without `resume`, ValueError for a file this
     command did not start or started with other `settings`."""
     if not path.exists():
-        f = h5py.File(path, "w")
+        out = Output(path, "w")
+        f = out.h5
         f.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
         f.attrs[COMPLETED] = 0
         f.create_dataset(SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(4096,))
-        return f, 0
+        return out, 0
     if not resume:
         raise FileExistsError(f"{path} exists: pass --resume to continue it, or remove it")
     try:
-        f = h5py.File(path, "r+")
+        out = Output(path, "r+")
     except OSError as err:
         raise ValueError(f"{path}: cannot be opened to resume ({err}); remove it and start again") from None
+    f = out.h5
     if COMPLETED not in f.attrs:
         f.close()
         raise ValueError(f"{path}: not an output of `python -m spacy_elmo embed` that can be resumed")
@@ -112,10 +134,10 @@ def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[h5p
         for key in [k for k in f if k.isdigit() and int(k) >= done]:
             del f[key]
         f[SENTENCES].resize((done,))
-    return f, done
+    return out, done
 
 
-def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, start: int = 0,
+def write_embeddings(out: Output, bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, start: int = 0,
                      layer: str | int = "all", batch_size: int = 64, flush_every: int = 10_000,
                      on_line: Callable[[int], None] | None = None) -> tuple[int, int]:
     """Embed `(text, tokens)` pairs and write datasets `start`, `start + 1`, ... as they come, then
@@ -135,13 +157,14 @@ def write_embeddings(f: h5py.File, bilm: BiLM, sentences: Iterable[tuple[str, li
             break
         bilm.token_cache.clear()
         for (_, toks), layers in zip(chunk, bilm.embed_iter((toks for _, toks in chunk), batch_size=batch_size)):
-            f.create_dataset(str(index), data=select_layer(layers, layer))
+            out.h5.create_dataset(str(index), data=select_layer(layers, layer))
             index += 1
             tokens += len(toks)
             if on_line is not None:
                 on_line(len(toks))
-        _flush(f, [text for text, _ in chunk], index)
-    _write_index(f)
+        _flush(out.h5, [text for text, _ in chunk], index)
+        out.reopen()
+    _write_index(out.h5)
     return index - start, tokens
 
 
