@@ -57,8 +57,8 @@ def embed_cli(
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
-    Streams: lines are read, embedded and written as they come, so memory does not grow with the
-    file. Empty lines give arrays with 0 tokens.
+    Streams: lines are read, embedded and written as they come (the README gives the memory
+    measured over a million lines). Empty lines give arrays with 0 tokens.
     """
     import spacy
     from tqdm import tqdm
