@@ -1,11 +1,12 @@
 """The spaCy project end to end: the `smoke` workflow (every step of `all` on tiny slices) in a copy
-of the project."""
+of the project, and the committed summary re-rendered from the committed metrics."""
 import json
 import shutil
 import subprocess
 import sys
 
 import pytest
+import spacy
 
 from .conftest import REPO, data_path
 
@@ -52,6 +53,11 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     assert runs["pos-floret-f1-s0"]["pipeline_mb"] > runs["pos-base-f1-s0"]["pipeline_mb"]  # carries its vectors
     # the 10% subsets are a tenth of the (sliced) training set
     assert runs["pos-base-f0.1-s0"]["train_sentences"] == 20 and runs["pos-base-f1-s0"]["train_sentences"] == 200
+    # the baselines start from their pretrained weights: with the same seed and data, only those differ
+    runs_dir = smoke_project / "project" / "training" / "smoke" / "runs"
+    tok2vec = {system: spacy.load(runs_dir / f"pos-{system}-f1-s0" / "model-best").get_pipe("tok2vec").model
+               for system in ("base", "spacy-pretrain")}
+    assert tok2vec["base"].to_bytes() != tok2vec["spacy-pretrain"].to_bytes()
     probe = json.loads((metrics / "probe.json").read_text())
     assert set(probe["layers"]) == {"0", "1", "2"} and abs(sum(probe["mix"]["mix_weights"]) - 1) < 1e-5
     summary = (metrics / "summary.md").read_text()
@@ -72,3 +78,11 @@ def test_summary_rerenders_identically_from_the_metrics(smoke_project, tmp_path)
                     "--metrics", str(metrics), "--out", str(tmp_path)], check=True, capture_output=True)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
 
+
+def test_committed_summary_matches_the_committed_metrics(tmp_path):
+    """The README quotes project/metrics/summary.md: it must be what the committed metrics give."""
+    metrics = REPO / "project" / "metrics"
+    assert (metrics / "summary.md").exists(), "run `spacy project run all` and commit project/metrics"
+    subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics", str(metrics),
+                    "--out", str(tmp_path)], check=True, capture_output=True)
+    assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()

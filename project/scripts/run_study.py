@@ -172,6 +172,8 @@ class Study:
     def train_one(self, task: Task, system: str, fraction: float, seed: int) -> None:
         out = self.run_dir(task, system, fraction, seed)
         config = CONFIGS / f"{task.config}_{'elmo' if system == 'elmo' else 'base'}.cfg"
+        if system == "spacy-pretrain":
+            config = with_pretraining_section(config, out)
         args = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out),
                 "--paths.train", str(self.split(task, "train", fraction, seed)),
                 "--paths.dev", str(self.split(task, "dev")), "--system.seed", str(seed)]
@@ -210,6 +212,23 @@ class Study:
                 record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
                 target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
                 print(f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}")
+
+
+def with_pretraining_section(config: Path, out: Path) -> Path:
+    """`config` plus the [pretraining] section of pretrain_tok2vec.cfg, written to out/: spaCy loads
+    `init_tok2vec` weights only into the component that a non-empty [pretraining] section names,
+    and silently skips them otherwise."""
+    from thinc.api import Config
+
+    merged = Config().from_disk(config, interpolate=False)
+    pretraining = Config().from_disk(CONFIGS / "pretrain_tok2vec.cfg", interpolate=False)
+    merged["pretraining"] = pretraining["pretraining"]
+    merged["corpora"]["pretrain"] = pretraining["corpora"]["pretrain"]
+    merged["paths"]["raw_text"] = None
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{config.stem}+pretraining.cfg"
+    merged.to_disk(target)
+    return target
 
 
 def bilm_sizes(path: str) -> Tuple[int, int]:

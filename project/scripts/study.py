@@ -95,6 +95,7 @@ def bilm_record(model_dir: Path) -> Dict[str, Any]:
     training = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
     return {"path": str(model_dir.relative_to(ROOT)), "trained_here": True, "fingerprint": training["fingerprint"],
             "sha256": {"weights.pt": training["weights_sha256"]},
-            "training": {k: training[k] for k in ("seed", "scheme", "policy", "options", "steps", "tokens",
-                                                   "train_minutes", "tokens_per_s", "dev", "dev_corpus")},
+            "training": {**{k: training[k] for k in ("seed", "scheme", "policy", "options", "steps", "tokens",
+                                                     "train_minutes", "tokens_per_s", "dev")},
+                         "dev_corpus": Path(training["dev_corpus"]).name},
             "corpus_sha256": {Path(f).name: h for f, h in training["corpus"].items()}}
