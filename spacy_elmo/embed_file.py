@@ -11,6 +11,7 @@ datasets beyond it are deleted and embedded again.
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -164,8 +165,18 @@ def write_embeddings(out: Output, bilm: BiLM, sentences: Iterable[tuple[str, lis
                 on_line(len(toks))
         _flush(out.h5, [text for text, _ in chunk], index)
         out.reopen()
+        trim_heap()
     _write_index(out.h5)
     return index - start, tokens
+
+
+def trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc's malloc_trim; a no-op elsewhere): tensors of
+    ever-changing shapes otherwise leave the heap fragmented, and RSS creeps up over a long file."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _flush(f: h5py.File, texts: list[str], done: int) -> None:
