@@ -33,7 +33,7 @@ def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):
         local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
         assert all((data_dir / name).is_file() for name in local), local
         if asset["dest"].split("/")[0] in ("uner", "conll2003"):
-            assert fetch_assets.sha256(tmp_path / asset["dest"]) == asset["sha256"]
+            assert fetch_assets.sha256_file(tmp_path / asset["dest"]) == asset["sha256"]
         assert asset["url"] or asset["dest"].startswith("conll2003/")
     # a second run finds them in place
     again = [fetch_assets.fetch(a, data_dir, None, tmp_path) for a in manifest if a["dest"].startswith("uner/")]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import shutil
 import sys
@@ -15,15 +14,9 @@ import urllib.request
 from pathlib import Path
 from typing import List
 
+from spacy_elmo.bilm.hub import sha256_file
+
 PROJECT = Path(__file__).resolve().parent.parent
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def copy_local(sources: List[Path], target: Path) -> None:
@@ -38,7 +31,7 @@ def copy_local(sources: List[Path], target: Path) -> None:
 def fetch(asset: dict, data_dir: Path | None, conll_dir: Path | None, out_dir: Path) -> str:
     """Place one asset; returns how ("present", "local", "download"). Raises with a clear message."""
     target = out_dir / asset["dest"]
-    if target.exists() and sha256(target) == asset["sha256"]:
+    if target.exists() and sha256_file(target) == asset["sha256"]:
         return "present"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".part")
@@ -64,7 +57,7 @@ def fetch(asset: dict, data_dir: Path | None, conll_dir: Path | None, out_dir: P
     else:
         raise SystemExit(f"error: {asset['dest']} has no public URL (not freely licensed); "
                          "point --conll-dir (project variable conll_dir) at your copy")
-    digest = sha256(tmp)
+    digest = sha256_file(tmp)
     if digest != asset["sha256"]:
         tmp.unlink()
         raise SystemExit(f"error: {asset['dest']}: sha256 {digest} does not match the expected {asset['sha256']}")

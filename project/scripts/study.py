@@ -4,7 +4,6 @@ The scripts of project.yml import this module; it holds no step of its own.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -80,14 +79,6 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} vCPU {cpu}, {platform.system()}"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def bilm_record(model_dir: Path) -> Dict[str, Any]:

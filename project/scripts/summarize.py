@@ -16,7 +16,7 @@ import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from study import SCALES, metrics_dir
 
@@ -36,7 +36,18 @@ class Cell:
         return f"{self.mean:.2f} ± {self.sd:.2f}" if len(self.values) > 1 else f"{self.mean:.2f}"
 
 
-def load(metrics: Path) -> Tuple[List[Dict], Dict, Dict, Dict]:
+class Metrics(NamedTuple):
+    """Everything the summary and the plots read, loaded once: the run records, the other files,
+    the scores per (task, system, fraction), and the tasks present."""
+    runs: List[Dict]
+    bilm: Dict
+    baselines: Dict
+    probe: Dict
+    table: Dict[Tuple[str, str, float], Cell]
+    tasks: List[str]
+
+
+def load(metrics: Path) -> Metrics:
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((metrics / "runs").glob("*.json"))]
     if not runs:
         raise SystemExit(f"error: no run metrics in {metrics / 'runs'}; run the train and evaluate steps first")
@@ -45,7 +56,8 @@ def load(metrics: Path) -> Tuple[List[Dict], Dict, Dict, Dict]:
         path = metrics / name
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
-    return runs, optional("bilm.json"), optional("baselines.json"), optional("probe.json")
+    tasks = [t for t in ("pos", "ner") if any(r["task"] == t for r in runs)]
+    return Metrics(runs, optional("bilm.json"), optional("baselines.json"), optional("probe.json"), cells(runs), tasks)
 
 
 def cells(runs: List[Dict]) -> Dict[Tuple[str, str, float], Cell]:
@@ -72,10 +84,8 @@ def fraction_label(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
-def render(metrics: Path) -> str:
-    runs, bilm, baselines, probe = load(metrics)
-    table = cells(runs)
-    tasks = [t for t in ("pos", "ner") if any(r["task"] == t for r in runs)]
+def render(m: Metrics) -> str:
+    runs, bilm, baselines, probe, table, tasks = m
     data = {r["task"]: r["data"] for r in runs}
     fractions = sorted({r["fraction"] for r in runs})
     systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in runs)]
@@ -189,16 +199,14 @@ def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
     return lines
 
 
-def plot(metrics: Path, out_dir: Path) -> List[Path]:
+def plot(m: Metrics, out_dir: Path) -> List[Path]:
     """accuracy_by_fraction.png and layer_weights.png."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs, _, _, probe = load(metrics)
-    table = cells(runs)
-    tasks = [t for t in ("pos", "ner") if any(r["task"] == t for r in runs)]
+    runs, _, _, probe, table, tasks = m
     stamp = f"{sorted({r['date'] for r in runs})[-1]}, {sorted({r['machine'] for r in runs})[0]}"
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -246,8 +254,9 @@ def main(argv=None) -> None:
     metrics = args.metrics or metrics_dir(args.scale)
     out = args.out or metrics
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text(render(metrics), encoding="utf-8")
-    for path in [out / "summary.md", *plot(metrics, out)]:
+    loaded = load(metrics)
+    (out / "summary.md").write_text(render(loaded), encoding="utf-8")
+    for path in [out / "summary.md", *plot(loaded, out)]:
         print(f"wrote {path}")
 
 

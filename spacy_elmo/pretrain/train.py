@@ -10,7 +10,6 @@ generators, so a resumed run ends with the same weights as an uninterrupted one 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, export_hdf5, hub, load_bilm, save_bilm
+from ..bilm.hub import sha256_file
 from .config import PretrainError, bilm_options, model_policy
 from .corpus import DevSet, Position, TrainingCorpus, Vocab, load_dev, make_tokenizer
 from .heads import build_head
@@ -55,14 +55,6 @@ class Progress:
     @property
     def position(self) -> Position:
         return Position(self.epoch, self.file, self.batch)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
