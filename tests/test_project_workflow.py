@@ -86,3 +86,22 @@ def test_committed_summary_matches_the_committed_metrics(tmp_path):
     subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics", str(metrics),
                     "--out", str(tmp_path)], check=True, capture_output=True)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
+
+
+def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project, tmp_path):
+    """Each ELMo run and the probe record the fingerprint of their biLM; after the biLM changes, the
+    summary leaves them out (and says so) instead of mixing two biLMs in one table."""
+    metrics = tmp_path / "metrics"
+    shutil.copytree(smoke_project / "project" / "training" / "smoke" / "metrics", metrics)
+    bilm = json.loads((metrics / "bilm.json").read_text())
+    elmo_runs = [json.loads(p.read_text()) for p in (metrics / "runs").glob("*-elmo-*.json")]
+    assert elmo_runs and all(r["bilm_fingerprint"] == bilm["fingerprint"] for r in elmo_runs)
+    assert json.loads((metrics / "probe.json").read_text())["bilm_fingerprint"] == bilm["fingerprint"]
+    (metrics / "bilm.json").write_text(json.dumps({**bilm, "fingerprint": "0" * 64}))
+    subprocess.run([sys.executable, str(smoke_project / "project" / "scripts" / "summarize.py"),
+                    "--metrics", str(metrics), "--out", str(tmp_path)], check=True, capture_output=True)
+    summary = (tmp_path / "summary.md").read_text()
+    note = next(line for line in summary.splitlines() if line.startswith("Made with an earlier biLM"))
+    assert "pos-elmo-f0.1-s0" in note and "ner-elmo-f1-s0" in note and "the layer probe" in note
+    assert "Linear POS probe" not in summary
+    assert "| ELMo |" not in summary.split("## The claims")[0]

@@ -17,8 +17,10 @@ import json
 import os
 import subprocess
 import sys
+import shutil
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -64,6 +66,22 @@ class Study:
         self.training = ROOT / "project" / "training" / scale.name
         self.metrics = metrics_dir(scale.name)
         self.bilm = bilm or str(self.training / "bilm" / "model")
+
+    @cached_property
+    def bilm_info(self) -> Tuple[int, int, str]:
+        """(output layers, width, fingerprint) of the biLM: the sizes ElmoFeatures.v1 needs, and the
+        fingerprint that ties each ELMo run (and the probe) to the biLM it was made with."""
+        from spacy_elmo import load_bilm
+
+        bilm = load_bilm(self.bilm)
+        return bilm.num_output_layers, bilm.output_dim, bilm.fingerprint()
+
+    def stale(self, record_path: Path) -> bool:
+        """Whether a run record is missing, or is an ELMo run made with another biLM than the current one."""
+        if not record_path.exists():
+            return True
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        return record["system"] == "elmo" and record.get("bilm_fingerprint") != self.bilm_info[2]
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -160,10 +178,12 @@ class Study:
                                          encoding="utf-8")
 
     def train_step(self, which: str) -> None:
-        todo = [r for r in self.runs(which) if not (self.run_dir(*r) / "train.json").exists()]
+        todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json")]
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
             print(f"[{i}/{len(todo)}] training {self.run_id(task, system, fraction, seed)}", flush=True)
+            if self.run_dir(task, system, fraction, seed).exists():  # unfinished, or made with an earlier biLM
+                shutil.rmtree(self.run_dir(task, system, fraction, seed))
             self.train_one(task, system, fraction, seed)
 
     def run_dir(self, task: Task, system: str, fraction: float, seed: int) -> Path:
@@ -180,7 +200,7 @@ class Study:
         args += [f"--{k}={json.dumps(v)}" for k, v in self.scale.train_overrides.items()]
         baselines = self.training / "baselines"
         if system == "elmo":
-            n_layers, width = bilm_sizes(self.bilm)
+            n_layers, width, _ = self.bilm_info
             args += ["--paths.elmo", self.bilm, f"--components.tok2vec.model.embed.elmo.n_layers={n_layers}",
                      f"--components.tok2vec.model.embed.elmo.width={width}"]
         elif system == "spacy-pretrain":
@@ -196,6 +216,8 @@ class Study:
                   "train_sentences": count_docs(self.split(task, "train", fraction, seed)),
                   "train_seconds": seconds, "dev": meta.get("performance", {}).get(task.metric),
                   "date": time.strftime("%Y-%m-%d"), "machine": machine()}
+        if system == "elmo":
+            record["bilm_fingerprint"] = self.bilm_info[2]
         (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     def evaluate_step(self) -> None:
@@ -206,7 +228,7 @@ class Study:
             for task, system, fraction, seed in self.runs(which):
                 out = self.run_dir(task, system, fraction, seed)
                 target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
-                if target.exists() or not (out / "train.json").exists():
+                if not self.stale(target) or self.stale(out / "train.json"):
                     continue
                 record = json.loads((out / "train.json").read_text(encoding="utf-8"))
                 record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
@@ -229,14 +251,6 @@ def with_pretraining_section(config: Path, out: Path) -> Path:
     target = out / f"{config.stem}+pretraining.cfg"
     merged.to_disk(target)
     return target
-
-
-def bilm_sizes(path: str) -> Tuple[int, int]:
-    """(output layers, width) of a biLM, for ElmoFeatures.v1."""
-    from spacy_elmo import load_bilm
-
-    bilm = load_bilm(path)
-    return bilm.num_output_layers, bilm.output_dim
 
 
 def count_docs(path: Path) -> int:
