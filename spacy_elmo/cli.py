@@ -7,6 +7,7 @@ Bad input (a missing file, an unknown model name, a corrupt download) ends a com
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,7 +120,9 @@ def convert_cli(
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
 
-    `load_bilm` gives the same outputs before and after, bit for bit.
+    `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary that
+    `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
+    --init-from DEST` continues with them.
     """
     with errors():
         bilm = load_bilm(src)
@@ -129,12 +132,15 @@ def convert_cli(
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise FileExistsError(f"{dest} exists and is not an empty directory")
         if target == "hdf5":
-            paths = export_hdf5(bilm, dest, stem=stem)
+            paths = list(export_hdf5(bilm, dest, stem=stem))
             if bilm.state_policy != "warm":
                 typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
                            f"state={bilm.state_policy!r} to get the same outputs", err=True)
         else:
             paths = model_files(save_bilm(bilm, dest))
+        extras = [Path(src) / name for name in EXTRA_FILES if Path(src).is_dir() and (Path(src) / name).is_file()]
+        for extra in extras:
+            paths.append(Path(shutil.copy2(extra, dest / extra.name)))
     typer.echo("wrote " + " ".join(str(p) for p in paths))
 
 

@@ -242,6 +242,21 @@ def test_convert_round_trips_exactly(weights, tmp_path, capsys):
     assert "not an empty directory" in capsys.readouterr().err
 
 
+def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(fixture_dir, tmp_path, capsys):
+    """lm_head.pt and vocab.txt (written by `pretrain`) travel both ways, so `--init-from` keeps them."""
+    save_bilm(load_bilm(fixture_dir), tmp_path / "own")
+    torch.save({"weight": torch.randn(4, 16), "bias": torch.randn(4)}, tmp_path / "own" / "lm_head.pt")
+    (tmp_path / "own" / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    assert run_cli("convert", tmp_path / "own", tmp_path / "h5") == 0
+    assert run_cli("convert", tmp_path / "h5", tmp_path / "back") == 0
+    assert "lm_head.pt" in capsys.readouterr().out
+    for name in ("lm_head.pt", "vocab.txt"):
+        for converted in ("h5", "back"):
+            assert (tmp_path / converted / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
+    assert run_cli("info", tmp_path / "h5") == 0
+    assert "softmax (lm_head.pt)" in capsys.readouterr().out
+
+
 def test_convert_notes_a_policy_the_hdf5_layout_cannot_hold(fixture_dir, tmp_path, capsys):
     save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "own")
     assert run_cli("convert", tmp_path / "own", tmp_path / "h5", "--to", "hdf5") == 0
