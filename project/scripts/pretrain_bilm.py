@@ -4,7 +4,8 @@
     python project/scripts/pretrain_bilm.py --scale full --weights PATH_OR_NAME   # use given weights
 
 Text: WikiText-2 train plus the 1B Word Benchmark held-out shards 10-13 (already tokenized, so
-whitespace-split); dev perplexity on WikiText-2 valid. PTB is not used: it is lowercased and has no
+whitespace-split); dev perplexity on WikiText-2 valid, at half time and at the end (each evaluation
+of the full valid set costs several minutes on one thread). PTB is not used: it is lowercased and has no
 punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (seed 0) with a time budget;
 `--section.key value` overrides may follow. An interrupted run continues from its checkpoint.
 
@@ -62,7 +63,7 @@ def main() -> None:
     dev_file = str(scale.slice_text(LM / DEV_TEXT, out / "text", dev=True))
     values = {"paths.train": train_files, "paths.dev": dev_file, "corpus.tokenizer": "whitespace",
               "training.max_minutes": args.minutes, "training.max_epochs": None, "training.eval_every": None,
-              "training.eval_every_minutes": max(args.minutes / 6, 0.1), **scale.pretrain_overrides,
+              "training.eval_every_minutes": max(args.minutes / 2, 0.1), **scale.pretrain_overrides,
               **parse_config_overrides(overrides)}
     config = load_config(None, values)
     bilm_dir = out / "bilm"

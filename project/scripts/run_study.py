@@ -122,7 +122,8 @@ class Study:
                 print(f"{target.relative_to(ROOT)}: {n} sentences")
 
     def baselines_step(self, threads: int) -> None:
-        """The two baselines that use the biLM's pretraining text: `spacy pretrain` and floret vectors."""
+        """The two baselines that use the biLM's pretraining text: `spacy pretrain` and floret vectors
+        (with --systems, only those named). baselines.json keeps the cost of each."""
         out = self.training / "baselines"
         out.mkdir(parents=True, exist_ok=True)
         text_dir = self.training / "text"
@@ -136,12 +137,16 @@ class Study:
                             if line.split():
                                 f.write(json.dumps({"text": " ".join(line.split())}) + "\n")
             jsonl.with_suffix(".part").replace(jsonl)
-        self._spacy_pretrain(jsonl, out / "tok2vec")
-        self._floret(jsonl, out / "floret", threads)
-        costs = {"spacy-pretrain": json.loads((out / "tok2vec" / "pretrain.json").read_text(encoding="utf-8")),
-                 "floret": json.loads((out / "floret" / "floret.json").read_text(encoding="utf-8"))}
+        record = self.metrics / "baselines.json"
+        costs = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
+        if self.systems is None or "spacy-pretrain" in self.systems:
+            self._spacy_pretrain(jsonl, out / "tok2vec")
+            costs["spacy-pretrain"] = json.loads((out / "tok2vec" / "pretrain.json").read_text(encoding="utf-8"))
+        if self.systems is None or "floret" in self.systems:
+            self._floret(jsonl, out / "floret", threads)
+            costs["floret"] = json.loads((out / "floret" / "floret.json").read_text(encoding="utf-8"))
         self.metrics.mkdir(parents=True, exist_ok=True)
-        (self.metrics / "baselines.json").write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        record.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     def _spacy_pretrain(self, jsonl: Path, out: Path) -> None:
         final = out / "model-last.bin"
