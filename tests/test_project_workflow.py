@@ -1,6 +1,7 @@
 """The spaCy project end to end: the `smoke` workflow (every step of `all` on tiny slices) in a copy
 of the project, and the committed summary re-rendered from the committed metrics."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,3 +106,20 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     assert "pos-elmo-f0.1-s0" in note and "ner-elmo-f1-s0" in note and "the layer probe" in note
     assert "Linear POS probe" not in summary
     assert "| ELMo |" not in summary.split("## The claims")[0]
+
+
+def test_processes_sharing_a_step_claim_each_run_once(tmp_path, monkeypatch):
+    """`run_study.py train` run by two processes at once: each run is claimed by one of them; the lock
+    of a process that died is taken over."""
+    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
+    from run_study import claim
+
+    lock = tmp_path / "pos-elmo-f1-s0.lock"
+    with claim(lock) as first:
+        with claim(lock) as second:
+            assert first and not second
+    assert not lock.exists()
+    for left_behind in ("999999999", ""):  # a dead process's pid; a lock cut off before its pid was written
+        lock.write_text(left_behind)
+        with claim(lock) as mine:
+            assert mine and lock.read_text() == str(os.getpid())

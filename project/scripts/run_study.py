@@ -19,6 +19,7 @@ import subprocess
 import sys
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -186,10 +187,15 @@ class Study:
         todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json")]
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
-            print(f"[{i}/{len(todo)}] training {self.run_id(task, system, fraction, seed)}", flush=True)
-            if self.run_dir(task, system, fraction, seed).exists():  # unfinished, or made with an earlier biLM
-                shutil.rmtree(self.run_dir(task, system, fraction, seed))
-            self.train_one(task, system, fraction, seed)
+            run_id = self.run_id(task, system, fraction, seed)
+            with claim(self.training / "runs" / f"{run_id}.lock") as mine:
+                if not mine or not self.stale(self.run_dir(task, system, fraction, seed) / "train.json"):
+                    print(f"[{i}/{len(todo)}] {run_id}: taken by another process", flush=True)
+                    continue
+                print(f"[{i}/{len(todo)}] training {run_id}", flush=True)
+                if self.run_dir(task, system, fraction, seed).exists():  # unfinished, or made with an earlier biLM
+                    shutil.rmtree(self.run_dir(task, system, fraction, seed))
+                self.train_one(task, system, fraction, seed)
 
     def run_dir(self, task: Task, system: str, fraction: float, seed: int) -> Path:
         return self.training / "runs" / self.run_id(task, system, fraction, seed)
@@ -239,6 +245,43 @@ class Study:
                 record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
                 target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
                 print(f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}")
+
+
+@contextmanager
+def claim(lock: Path) -> Iterator[bool]:
+    """Whether this process may do the work `lock` guards: so that several processes (one per core,
+    say) can run the same step and share its runs. A lock left by a process that died is taken over."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if process_alive(lock):
+                break
+            lock.unlink(missing_ok=True)
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        try:
+            yield True
+        finally:
+            lock.unlink(missing_ok=True)
+        return
+    yield False
+
+
+def process_alive(lock: Path) -> bool:
+    """Whether the process whose pid `lock` holds is running."""
+    try:
+        pid = int(lock.read_text(encoding="utf-8"))
+        if pid <= 0:
+            return False
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # another user's process
+    except (ProcessLookupError, ValueError, FileNotFoundError):
+        return False
+    return True
 
 
 def with_pretraining_section(config: Path, out: Path) -> Path:
