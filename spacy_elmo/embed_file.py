@@ -12,7 +12,6 @@ datasets beyond it are deleted and embedded again.
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -193,15 +192,19 @@ def _write_index(f: h5py.File) -> None:
 
     The JSON is written pair by pair in line order, without building a dict: a repeated sentence
     appears once per line and a JSON reader keeps its last value (Python's `json` and AllenNLP's
-    reader do), so memory is the JSON text itself, not a dict of every sentence besides."""
+    reader do). `json.dumps` escapes non-ASCII characters, so the JSON is ASCII: it is built once as
+    bytes and written from that buffer as one fixed-length string (`f[INDEX][0]` reads it as bytes,
+    as it does a variable-length one), so memory peaks at the JSON's size; a variable-length
+    string would be copied twice more on the way."""
     ds = f[SENTENCES]
-    text = io.StringIO()
-    text.write("{")
+    text = bytearray(b"{")
     for begin in range(0, len(ds), 65536):
-        for i, sentence in enumerate(ds.asstr()[begin : begin + 65536], begin):
-            text.write(f'{", " if i else ""}{json.dumps(sentence)}: "{i}"')
-    text.write("}")
-    out = f.create_dataset(INDEX, (1,), dtype=h5py.string_dtype())
-    out[0] = text.getvalue()
+        if begin:
+            text += b", "
+        sentences = ds.asstr()[begin : begin + 65536]
+        text += ", ".join(f'{json.dumps(s)}: "{i}"' for i, s in enumerate(sentences, begin)).encode("ascii")
+    text += b"}"
+    buffer = np.frombuffer(text, dtype=f"S{len(text)}")  # a view: no copy
+    f.create_dataset(INDEX, (1,), dtype=buffer.dtype).write_direct(buffer)
     del f[SENTENCES]
     f.flush()

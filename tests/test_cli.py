@@ -116,6 +116,18 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
     assert index == {"The cat sat on the mat .": "3", "": "1", "Hello world": "2", "a b c d e f g h i j k l": "4"}
 
 
+def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
+    """sentence_to_index is ASCII JSON (non-ASCII escaped), written without a copy as one fixed-length
+    string; a repeated line maps to its last index, as AllenNLP's did."""
+    lines = ["Straße 是 😀 café", "a \\ \" quote", "Straße 是 😀 café", "x"]
+    text = write_lines(tmp_path / "in.txt", lines)
+    assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", fixture_dir, "--whitespace", "--no-progress") == 0
+    _, index, _ = read_output(tmp_path / "out.hdf5")
+    assert index == {"Straße 是 😀 café": "2", 'a \\ " quote': "1", "x": "3"}
+    with h5py.File(tmp_path / "out.hdf5", "r") as f:
+        assert f["sentence_to_index"].shape == (1,) and f["sentence_to_index"].asstr()[0].isascii()
+
+
 def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
     lines = ["Hello, world!", "It's  fine."]
     nlp = spacy.blank("en")
