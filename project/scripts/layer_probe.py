@@ -75,8 +75,7 @@ def main() -> None:
     scale = SCALES[args.scale]
     study = Study(scale, args.bilm, "conll2003")
     target = study.metrics / "probe.json"
-    fingerprint = study.bilm_info[2]
-    if target.exists() and json.loads(target.read_text(encoding="utf-8")).get("bilm_fingerprint") == fingerprint:
+    if target.exists() and not study.other_bilm(json.loads(target.read_text(encoding="utf-8"))):
         print(f"{target} exists (made with this biLM)")
         return
     from spacy_elmo import load_bilm
@@ -93,7 +92,7 @@ def main() -> None:
     X_train, X_test = features(bilm, train_words), features(bilm, test_words)
     print(f"features: {X_train.shape[1]} train / {X_test.shape[1]} test tokens, {time.perf_counter() - start:.0f} s")
     result = {"task": "pos", "train_tokens": int(X_train.shape[1]), "test_tokens": int(X_test.shape[1]),
-              "state_policy": bilm.state_policy, "bilm_fingerprint": fingerprint, "layers": {}}
+              "state_policy": bilm.state_policy, "bilm_fingerprint": study.bilm_info[2], "layers": {}}
     for j in range(X_train.shape[0]):
         predict, _ = fit(X_train[j], y_train, len(labels), mix=False)
         with torch.no_grad():

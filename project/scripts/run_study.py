@@ -16,8 +16,8 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,12 +77,16 @@ class Study:
         bilm = load_bilm(self.bilm)
         return bilm.num_output_layers, bilm.output_dim, bilm.fingerprint()
 
+    def other_bilm(self, record: Dict) -> bool:
+        """Whether a record of an ELMo run or of the probe was made with another biLM than the current one."""
+        return record.get("bilm_fingerprint") != self.bilm_info[2]
+
     def stale(self, record_path: Path) -> bool:
         """Whether a run record is missing, or is an ELMo run made with another biLM than the current one."""
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        return record["system"] == "elmo" and record.get("bilm_fingerprint") != self.bilm_info[2]
+        return record["system"] == "elmo" and self.other_bilm(record)
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -187,14 +191,14 @@ class Study:
         todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json")]
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
-            run_id = self.run_id(task, system, fraction, seed)
+            run_id, out = self.run_id(task, system, fraction, seed), self.run_dir(task, system, fraction, seed)
             with claim(self.training / "runs" / f"{run_id}.lock") as mine:
-                if not mine or not self.stale(self.run_dir(task, system, fraction, seed) / "train.json"):
+                if not mine or not self.stale(out / "train.json"):
                     print(f"[{i}/{len(todo)}] {run_id}: taken by another process", flush=True)
                     continue
                 print(f"[{i}/{len(todo)}] training {run_id}", flush=True)
-                if self.run_dir(task, system, fraction, seed).exists():  # unfinished, or made with an earlier biLM
-                    shutil.rmtree(self.run_dir(task, system, fraction, seed))
+                if out.exists():  # unfinished, or made with an earlier biLM
+                    shutil.rmtree(out)
                 self.train_one(task, system, fraction, seed)
 
     def run_dir(self, task: Task, system: str, fraction: float, seed: int) -> Path:

@@ -5,8 +5,9 @@
 Reads runs/*.json (one per trained pipeline: test scores, words/s, size, training time, learned
 layer weights), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
 pretraining) and probe.json (the layer probe). ELMo runs and a probe made with another biLM than
-the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary says so. Each cell is the mean ± sample sd over seeds (and,
-below 100% of the data, over random training subsets). A claim "holds" when the mean difference
+the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary says so.
+Each cell is the mean ± sample sd over seeds (and, below 100% of the data, over random training
+subsets). A claim "holds" when the mean difference
 exceeds the larger of the two sds, is "within the spread" when its size does not, and "does not
 hold" otherwise. The output depends only on the metrics files, so re-rendering is reproducible.
 """
