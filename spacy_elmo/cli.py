@@ -66,6 +66,7 @@ def embed_cli(
 
     from .embed_file import (
         INDEX,
+        bound_kernel_cache,
         count_lines,
         open_output,
         parse_layer,
@@ -73,6 +74,7 @@ def embed_cli(
         write_embeddings,
     )
 
+    bound_kernel_cache()
     with errors():
         if not input_path.is_file():
             raise FileNotFoundError(f"input not found: {input_path}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -28,6 +29,7 @@ COMPLETED = "spacy_elmo.completed"
 SETTINGS = "spacy_elmo.settings"
 SENTENCES = "_sentences"
 INDEX = "sentence_to_index"
+LIBVER = ("v108", "latest")  # HDF5 1.8's file format or later (see `Output`)
 
 
 def parse_layer(spec: str, num_output_layers: int) -> str | int:
@@ -84,15 +86,18 @@ def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> It
 class Output:
     """The hdf5 output file, closed and reopened at every flush: while a file stays open HDF5 keeps
     bookkeeping for every dataset written (a few hundred bytes each), which would grow without
-    bound over a file of a million lines."""
+    bound over a file of a million lines. Groups are written in the HDF5 1.8 format (`libver`), whose
+    indexed link storage reads only the part of the root group's index it needs; the older format
+    keeps all link names in one heap that is read whole and grows by doubling (RSS +45 MB over a
+    million lines). Every h5py reads both."""
 
     def __init__(self, path: Path, mode: str):
         self.path = path
-        self.h5 = h5py.File(path, mode)
+        self.h5 = h5py.File(path, mode, libver=LIBVER)
 
     def reopen(self) -> None:
         self.h5.close()
-        self.h5 = h5py.File(self.path, "r+")
+        self.h5 = h5py.File(self.path, "r+", libver=LIBVER)
 
     def __enter__(self) -> Output:
         return self
@@ -167,6 +172,14 @@ def write_embeddings(out: Output, bilm: BiLM, sentences: Iterable[tuple[str, lis
         trim_heap()
     _write_index(out.h5)
     return index - start, tokens
+
+
+def bound_kernel_cache(capacity: int = 16) -> None:
+    """Keep at most `capacity` oneDNN kernels (default 1024), unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
+    says otherwise. oneDNN keeps one per convolution shape, and a long file brings ever new shapes
+    (words per encoder call, longest word): a full cache holds some 100 MB. oneDNN reads the setting
+    when it makes its first kernel, so call this before the biLM runs."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
 
 def trim_heap() -> None:

@@ -118,7 +118,7 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
 
 def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
     """sentence_to_index is ASCII JSON (non-ASCII escaped), written without a copy as one fixed-length
-    string; a repeated line maps to its last index, as AllenNLP's did."""
+    string; a repeated line maps to its last index, as AllenNLP's did. The file is in HDF5 1.8's format."""
     lines = ["Straße 是 😀 café", "a \\ \" quote", "Straße 是 😀 café", "x"]
     text = write_lines(tmp_path / "in.txt", lines)
     assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", fixture_dir, "--whitespace", "--no-progress") == 0
@@ -126,6 +126,19 @@ def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
     assert index == {"Straße 是 😀 café": "2", 'a \\ " quote': "1", "x": "3"}
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
         assert f["sentence_to_index"].shape == (1,) and f["sentence_to_index"].asstr()[0].isascii()
+        # superblock version 2: the HDF5 1.8 format, whose groups index their links (flat memory)
+        assert f.id.get_create_plist().get_version()[0] == 2
+
+
+def test_embed_bounds_the_kernel_cache(fixture_dir, tmp_path, monkeypatch):
+    """embed keeps oneDNN's kernel cache small (flat memory over long files), unless the user set it."""
+    text = write_lines(tmp_path / "in.txt", LINES)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert run_cli("embed", text, tmp_path / "a.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+    assert run_cli("embed", text, tmp_path / "b.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
 
 
 def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
