@@ -73,8 +73,50 @@ def _reference_pair(directory):
     return ReferenceBiLM(directory / "options.json", directory / "weights.hdf5")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("source", ["fixture", "random"])
-def test_fast_path_matches_reference_recurrence(source, fixture_dir, tmp_path):
+def test_fast_path_matches_reference_recurrence(source, threads, fixture_dir, tmp_path):
+    """With 2 or more threads the two directions run side by side (one thread each): same values,
+    and torch's thread count is what it was."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _check_fast_path(source, fixture_dir, tmp_path)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def _embed_in_child(bilm, queue):
+    queue.put(bilm.embed(SENTS)[0])
+
+
+def test_side_by_side_directions_in_a_forked_child(fixture_dir):
+    """A process forked after an embed (spaCy's n_process) embeds too: it makes its own threads."""
+    import multiprocessing
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        bilm = load_bilm(fixture_dir, state="zero")
+        expected = bilm.embed(SENTS)[0]
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_embed_in_child, args=(bilm, queue))
+        child.start()
+        try:
+            got = queue.get(timeout=60)
+            child.join(timeout=60)
+        finally:
+            if child.is_alive():
+                child.kill()
+        assert child.exitcode == 0
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_fast_path(source, fixture_dir, tmp_path):
     if source == "fixture":
         ref = ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
         path = fixture_dir
