@@ -87,6 +87,21 @@ def test_fast_path_matches_reference_recurrence(source, threads, fixture_dir, tm
         torch.set_num_threads(before)
 
 
+def _check_fast_path(source, fixture_dir, tmp_path):
+    if source == "fixture":
+        ref = ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        path = fixture_dir
+    else:
+        path = write_random_weights(tmp_path, TINY_OPTIONS, seed=3)
+        ref = _reference_pair(path)
+    bilm = load_bilm(path, state="zero")
+    out = bilm.embed(SENTS, batch_size=2)
+    for sent, got in zip(SENTS, out):
+        expected, _ = ref.run(sent)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5
+
+
 def _embed_in_child(bilm, queue):
     queue.put(bilm.embed(SENTS)[0])
 
@@ -114,21 +129,6 @@ def test_side_by_side_directions_in_a_forked_child(fixture_dir):
         np.testing.assert_allclose(got, expected, atol=1e-6)
     finally:
         torch.set_num_threads(before)
-
-
-def _check_fast_path(source, fixture_dir, tmp_path):
-    if source == "fixture":
-        ref = ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-        path = fixture_dir
-    else:
-        path = write_random_weights(tmp_path, TINY_OPTIONS, seed=3)
-        ref = _reference_pair(path)
-    bilm = load_bilm(path, state="zero")
-    out = bilm.embed(SENTS, batch_size=2)
-    for sent, got in zip(SENTS, out):
-        expected, _ = ref.run(sent)
-        assert got.shape == expected.shape
-        assert np.abs(got - expected).max() <= 1e-5
 
 
 def test_random_weights_clip_and_saturate(tmp_path):

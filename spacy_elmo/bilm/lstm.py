@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -184,16 +184,14 @@ def both_directions(run: Callable[[int], None]) -> None:
         torch.set_num_threads(threads)
 
 
-_POOL: List[ThreadPoolExecutor] = []
-# A forked child (spaCy's `n_process`) inherits the pool but not its threads: it makes its own.
-os.register_at_fork(after_in_child=_POOL.clear)
-
-
+@lru_cache(maxsize=None)
 def _direction_pool() -> ThreadPoolExecutor:
     """Two worker threads, made once per process."""
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction"))
-    return _POOL[0]
+    return ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction")
+
+
+# A forked child (spaCy's `n_process`) inherits the pool but not its threads: it makes its own.
+os.register_at_fork(after_in_child=_direction_pool.cache_clear)
 
 
 class BiLSTMStack(nn.Module):
@@ -246,8 +244,7 @@ class BiLSTMStack(nn.Module):
         outputs = [words.new_empty(2, word_index.shape[1], self.projection_dim) for _ in self.layers]
 
         def run(d: int) -> None:
-            first = self.layers[0]
-            word_gates = torch.addmm(first.bias[d] + first.forget_bias, words, first.w_input[d])  # (U, 4D)
+            word_gates = self.layers[0].project_packed(d, words, 0, words.shape[0])  # (U, 4D)
             gates: Callable[[int, int], Tensor] = lambda start, rows: word_gates[word_index[d, start : start + rows]]
             for l, layer in enumerate(self.layers):
                 out = layer.forward_packed(d, gates, batch_sizes, initial_state.h[l, d], initial_state.c[l, d],
