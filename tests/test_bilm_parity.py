@@ -177,3 +177,39 @@ def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
         expected, _ = ref.run(sent)
         assert got.shape == expected.shape
         assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_prefix_tree_steps_each_distinct_prefix_once():
+    from spacy_elmo.bilm.lstm import prefix_tree
+
+    a, b, c, d, e = range(5)
+    rows = [[a, b, c], [a, b, d], [a, b], [e]]
+    ids = np.array([r + [0] * (3 - len(r)) for r in rows])
+    tree, node = prefix_tree(ids, np.array([3, 3, 2, 1]))
+    assert tree.batch_sizes == [2, 1, 2]  # {a, e}, {ab}, {abc, abd}
+    assert tree.words.tolist() == [a, e, b, c, d]
+    assert tree.parents[0] is None  # depth 0 starts from the shared state
+    assert tree.parents[1] is None  # ab continues a, node 0 of depth 0: no gather
+    assert tree.parents[2].tolist() == [0, 0]  # abc and abd both continue ab
+    assert node.tolist() == [[0, 2, 3], [0, 2, 4], [0, 2, -1], [1, -1, -1]]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shared_beginnings_endings_and_repeats_match_reference(threads, tmp_path):
+    """Sentences that share first words (stepped once forward), last words (once backward) or are
+    repeated: each equals the reference run alone."""
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=11)
+    ref = _reference_pair(path)
+    base = "the cat sat on the mat .".split()
+    sentences = [base, base[:3] + ["down", "."], ["a"] + base[1:], base, base[:1], ["."], base[:3],
+                 ["dogs"] + base[-2:], base[::-1]]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = load_bilm(path, state="zero").embed(sentences)
+    finally:
+        torch.set_num_threads(before)
+    for sent, got in zip(sentences, out):
+        expected, _ = ref.run(sent)
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-5

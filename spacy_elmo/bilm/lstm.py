@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -47,6 +48,46 @@ class LSTMState(NamedTuple):
 
     h: Tensor
     c: Tensor
+
+
+class PrefixTree(NamedTuple):
+    """The distinct prefixes of a batch of rows read in one direction, depth-major: under a start
+    state shared by every row, rows that begin with the same words have the same states there, so
+    each distinct prefix is stepped once.
+
+    words `(N,)`: the word read at each node; batch_sizes: nodes per depth (never 0); parents: per
+    depth, the index of each node's parent among the previous depth's nodes `(batch_sizes[t],)`, or
+    None where node k continues node k (at depth 0: where every node starts from the shared state).
+    """
+
+    words: Tensor
+    batch_sizes: List[int]
+    parents: List[Optional[Tensor]]
+
+
+def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple[PrefixTree, np.ndarray]:
+    """word_ids `(B, T)` int64 (row b reads `word_ids[b, :lengths[b]]`), lengths `(B,)` >= 1 ->
+    the tree and `(B, T)` node of each position (-1 beyond a row's length)."""
+    B, T = word_ids.shape
+    n_words = int(word_ids.max()) + 1
+    node = np.full((B, T), -1, dtype=np.int64)
+    local = np.zeros(B, dtype=np.int64)  # each row's node among the current depth's nodes
+    words, batch_sizes, parents = [], [], []
+    offset = 0
+    for t in range(T):
+        running = np.flatnonzero(lengths > t)
+        if running.size == 0:
+            break
+        keys, inverse = np.unique(local[running] * n_words + word_ids[running, t], return_inverse=True)
+        parent = keys // n_words
+        words.append(keys % n_words)
+        batch_sizes.append(len(keys))
+        identity = t == 0 or np.array_equal(parent, np.arange(len(keys)))
+        parents.append(None if identity else torch.from_numpy(parent).to(device))
+        local[running] = inverse
+        node[running, t] = offset + inverse
+        offset += len(keys)
+    return PrefixTree(torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents), node
 
 
 def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
@@ -122,16 +163,16 @@ class ProjectedLSTMLayer(nn.Module):
         return torch.addmm(bias, x[start : start + rows], self.w_input[direction])
 
     def forward_packed(self, direction: int, gate_inputs: Callable[[int, int], Tensor], batch_sizes: Sequence[int],
-                       h0: Tensor, c0: Tensor, out: Tensor) -> Tensor:
-        """Inference for one direction on packed rows, time-major: step t holds the first
-        `batch_sizes[t]` rows (rows sorted longest first, so `batch_sizes` never grows).
+                       parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor, out: Tensor) -> Tensor:
+        """Inference for one direction on packed positions, time-major: step t holds `batch_sizes[t]`
+        positions, each continuing position `parents[t][k]` of step t - 1 (None: position k; at step
+        0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose rows are all the same).
         `gate_inputs(start, rows)` gives the input projection `(rows, 4D)` of packed positions
-        `start:start+rows`; h0 `(B, P)`, c0 `(B, D)`. Writes h `(N, P)` in the same packed layout
-        into `out` and returns it.
+        `start:start+rows`. Writes h `(N, P)` in the same packed layout into `out` and returns it.
 
-        No step computes a padded position, and each step's matrix products cover every row still
-        running, which keeps them large. Gates are computed in place; gate inputs are asked for in
-        chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
+        No step computes a padded position, and each step's matrix products cover every position
+        of that step, which keeps them large. Gates are computed in place; gate inputs are asked for
+        in chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
         """
         D = self.dim
         w_hidden, w_proj = self.w_hidden[direction], self.w_proj[direction]
@@ -144,11 +185,12 @@ class ProjectedLSTMLayer(nn.Module):
                 stop += 1
             xw = gate_inputs(start, rows)  # (rows, 4D)
             local = 0
-            for n in batch_sizes[t:stop]:
-                g = xw[local : local + n].addmm_(h[:n], w_hidden)
+            for n, parent in zip(batch_sizes[t:stop], parents[t:stop]):
+                h_prev, c_prev = (h[:n], c[:n]) if parent is None else (h.index_select(0, parent), c.index_select(0, parent))
+                g = xw[local : local + n].addmm_(h_prev, w_hidden)
                 g[:, : 3 * D].sigmoid_()
                 g[:, 3 * D :].tanh_()
-                c = torch.mul(g[:, D : 2 * D], c[:n]).addcmul_(g[:, :D], g[:, 3 * D :])
+                c = torch.mul(g[:, D : 2 * D], c_prev).addcmul_(g[:, :D], g[:, 3 * D :])
                 c.clamp_(-self.cell_clip, self.cell_clip)
                 m = torch.tanh(c).mul_(g[:, 2 * D : 3 * D])
                 h = out[start + local : start + local + n]
@@ -231,24 +273,24 @@ class BiLSTMStack(nn.Module):
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
 
-    def run_packed(self, words: Tensor, word_index: Tensor, batch_sizes: Sequence[int],
-                   initial_state: LSTMState) -> List[Tensor]:
-        """Inference on packed rows (see `ProjectedLSTMLayer.forward_packed`), the two directions
-        side by side (`both_directions`).
+    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState) -> List[List[Tensor]]:
+        """Inference on the prefix trees of a batch, one per direction in its reading order (see
+        `prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
+        (`both_directions`).
 
-        words `(U, P)`: the token layer of each distinct word; word_index `(2, N)`: the word read at
-        each packed position, per direction in its reading order. The first layer's input projection
-        is computed once per distinct word and gathered. Returns per layer `(2, N, P)` (skip
-        connections applied).
+        words `(U, P)`: the token layer of each distinct word, which `trees[d].words` index. The
+        first layer's input projection is computed once per distinct word and gathered. Returns per
+        layer, per direction, `(N_d, P)` at the nodes of `trees[d]` (skip connections applied).
         """
-        outputs = [words.new_empty(2, word_index.shape[1], self.projection_dim) for _ in self.layers]
+        outputs = [[words.new_empty(len(tree.words), self.projection_dim) for tree in trees] for _ in self.layers]
 
         def run(d: int) -> None:
+            tree = trees[d]
             word_gates = self.layers[0].project_packed(d, words, 0, words.shape[0])  # (U, 4D)
-            gates: Callable[[int, int], Tensor] = lambda start, rows: word_gates[word_index[d, start : start + rows]]
+            gates: Callable[[int, int], Tensor] = lambda start, rows: word_gates[tree.words[start : start + rows]]
             for l, layer in enumerate(self.layers):
-                out = layer.forward_packed(d, gates, batch_sizes, initial_state.h[l, d], initial_state.c[l, d],
-                                           outputs[l][d])
+                out = layer.forward_packed(d, gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
+                                           initial_state.c[l, d], outputs[l][d])
                 if self.use_skip_connections and l > 0:
                     out += outputs[l - 1][d]
                 if l + 1 < len(self.layers):

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .cache import TokenLayerCache
 from .chars import BOS_TOKEN, EOS_TOKEN, batch_char_ids, words_char_ids
 from .encoder import TokenEncoder
-from .lstm import BiLSTMStack, LSTMState
+from .lstm import BiLSTMStack, LSTMState, prefix_tree, reverse_index
 from .options import BiLMOptions
 from .warmup import WARMUP_SENTENCES
 
@@ -257,27 +257,28 @@ class BiLM(nn.Module):
         return out.layers
 
     def _run_packed(self, sentences: Sequence[Sequence[str]], policy: str) -> List[Tensor]:
-        """Non-empty sentences sorted longest first -> per sentence, layers `(n_layers + 1, n, 2P)`
-        of its real tokens, through the packed recurrence from the state after the boundary steps."""
+        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens,
+        through the packed recurrence from the state after the boundary steps. That state is the
+        same for every sentence, so each direction steps each distinct prefix (in its reading order)
+        once: shared first words forward, shared last words backward, repeated sentences."""
         lengths = np.array([len(s) for s in sentences])
-        B, T = len(sentences), int(lengths[0])
-        batch_sizes = (lengths[None, :] > np.arange(T)[:, None]).sum(1)  # (T,) rows still running at t
-        rows = np.concatenate([np.arange(n) for n in batch_sizes])  # packed position -> row
-        time = np.repeat(np.arange(T), batch_sizes)  # packed position -> forward step = token
-        back = lengths[rows] - 1 - time  # backward step `time` reads this token
-        # packed position -> sentence-major position (sentences one after another, tokens in order)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        to_forward = torch.from_numpy(np.argsort(starts[rows] + time, kind="stable")).to(self.device)
-        to_backward = torch.from_numpy(np.argsort(starts[rows] + back, kind="stable")).to(self.device)
-        words, index = self._word_index(sentences)
+        words, index = self._word_index(sentences)  # index (B, T)
+        real = np.arange(index.shape[1])[None, :] < lengths[:, None]  # (B, T)
+        back = reverse_index(torch.from_numpy(lengths), index.shape[1]).numpy()  # backward step t reads token back[b, t]
+        backward_ids = np.take_along_axis(index, back, axis=1)
+        forward_tree, forward_node = prefix_tree(index, lengths, self.device)
+        backward_tree, backward_node = prefix_tree(backward_ids, lengths, self.device)
+        # sentence-major (sentences one after another, tokens in order) -> node of each direction
+        to_forward = torch.from_numpy(forward_node[real]).to(self.device)
+        to_backward = torch.from_numpy(np.take_along_axis(backward_node, back, axis=1)[real]).to(self.device)
         vectors = self._token_layer_of(words)  # (U, P)
-        word_index = torch.from_numpy(np.stack([index[rows, time], index[rows, back]])).to(self.device)  # (2, N)
         state = self._boundary_step(policy)
+        B = max(forward_tree.batch_sizes[0], backward_tree.batch_sizes[0])
         init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
-        outputs = self.lstm.run_packed(vectors, word_index, batch_sizes.tolist(), init)
-        token = vectors[word_index[0, to_forward]]  # (N, P) sentence-major
+        outputs = self.lstm.run_packed(vectors, (forward_tree, backward_tree), init)
+        token = vectors[torch.from_numpy(index[real]).to(self.device)]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
-                             + [torch.cat([out[0, to_forward], out[1, to_backward]], dim=-1) for out in outputs])
+                             + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
         return list(layers.split(lengths.tolist(), dim=1))
 
     def _merge_carried(self, state: LSTMState) -> LSTMState:
