@@ -32,16 +32,14 @@ def lstm_flops_per_position(opts) -> float:
 def stepped_positions(bilm, sentences, batch_size: int):
     """LSTM steps per direction that `embed` computes: each compute batch (the model's regrouping
     by length) steps every distinct prefix of its sentences once, in each reading order."""
-    from spacy_elmo.bilm.lstm import prefix_tree, reverse_index
+    from spacy_elmo.bilm.lstm import direction_trees
 
-    forward = backward = 0
+    steps = np.zeros(2, dtype=np.int64)
     for batch in bilm._batches_by_length(sentences, batch_size):
         _, index = bilm._word_index([sentences[i] for i in batch])
-        lengths = np.array([len(sentences[i]) for i in batch])
-        back = reverse_index(torch.from_numpy(lengths), index.shape[1]).numpy()
-        forward += sum(prefix_tree(index, lengths)[0].batch_sizes)
-        backward += sum(prefix_tree(np.take_along_axis(index, back, axis=1), lengths)[0].batch_sizes)
-    return forward, backward
+        trees, _ = direction_trees(index, np.array([len(sentences[i]) for i in batch]))
+        steps += [sum(tree.batch_sizes) for tree in trees]
+    return int(steps[0]), int(steps[1])
 
 
 def encoder_flops_per_token(opts) -> float:

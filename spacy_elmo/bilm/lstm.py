@@ -97,6 +97,16 @@ def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
     return torch.where(rev >= 0, rev, t)
 
 
+def direction_trees(word_ids: np.ndarray, lengths: np.ndarray,
+                    device=None) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
+    """word_ids `(B, T)` in token order, lengths `(B,)` >= 1 -> the prefix trees of the forward and
+    the backward reading order, and `(2, B, T)` the node of each token in each (-1 on padding)."""
+    back = reverse_index(torch.from_numpy(lengths), word_ids.shape[1]).numpy()  # backward step t reads token back[b, t]
+    forward, forward_node = prefix_tree(word_ids, lengths, device)
+    backward, backward_node = prefix_tree(np.take_along_axis(word_ids, back, axis=1), lengths, device)
+    return (forward, backward), np.stack([forward_node, np.take_along_axis(backward_node, back, axis=1)])
+
+
 def gather_time(x: Tensor, index: Tensor) -> Tensor:
     """x `(D, B, T, H)` gathered along T with `(B, T)` index."""
     return x.gather(2, index.view(1, *index.shape, 1).expand(x.shape[0], -1, -1, x.shape[-1]))
@@ -186,7 +196,10 @@ class ProjectedLSTMLayer(nn.Module):
             xw = gate_inputs(start, rows)  # (rows, 4D)
             local = 0
             for n, parent in zip(batch_sizes[t:stop], parents[t:stop]):
-                h_prev, c_prev = (h[:n], c[:n]) if parent is None else (h.index_select(0, parent), c.index_select(0, parent))
+                if parent is None:
+                    h_prev, c_prev = h[:n], c[:n]
+                else:
+                    h_prev, c_prev = h.index_select(0, parent), c.index_select(0, parent)
                 g = xw[local : local + n].addmm_(h_prev, w_hidden)
                 g[:, : 3 * D].sigmoid_()
                 g[:, 3 * D :].tanh_()

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .cache import TokenLayerCache
 from .chars import BOS_TOKEN, EOS_TOKEN, batch_char_ids, words_char_ids
 from .encoder import TokenEncoder
-from .lstm import BiLSTMStack, LSTMState, prefix_tree, reverse_index
+from .lstm import BiLSTMStack, LSTMState, direction_trees
 from .options import BiLMOptions
 from .warmup import WARMUP_SENTENCES
 
@@ -263,19 +263,15 @@ class BiLM(nn.Module):
         once: shared first words forward, shared last words backward, repeated sentences."""
         lengths = np.array([len(s) for s in sentences])
         words, index = self._word_index(sentences)  # index (B, T)
-        real = np.arange(index.shape[1])[None, :] < lengths[:, None]  # (B, T)
-        back = reverse_index(torch.from_numpy(lengths), index.shape[1]).numpy()  # backward step t reads token back[b, t]
-        backward_ids = np.take_along_axis(index, back, axis=1)
-        forward_tree, forward_node = prefix_tree(index, lengths, self.device)
-        backward_tree, backward_node = prefix_tree(backward_ids, lengths, self.device)
+        trees, nodes = direction_trees(index, lengths, self.device)
+        real = nodes[0] >= 0  # (B, T)
         # sentence-major (sentences one after another, tokens in order) -> node of each direction
-        to_forward = torch.from_numpy(forward_node[real]).to(self.device)
-        to_backward = torch.from_numpy(np.take_along_axis(backward_node, back, axis=1)[real]).to(self.device)
+        to_forward, to_backward = (torch.from_numpy(n[real]).to(self.device) for n in nodes)
         vectors = self._token_layer_of(words)  # (U, P)
         state = self._boundary_step(policy)
-        B = max(forward_tree.batch_sizes[0], backward_tree.batch_sizes[0])
+        B = len(sentences)
         init = LSTMState(state.h.expand(-1, -1, B, -1), state.c.expand(-1, -1, B, -1))
-        outputs = self.lstm.run_packed(vectors, (forward_tree, backward_tree), init)
+        outputs = self.lstm.run_packed(vectors, trees, init)
         token = vectors[torch.from_numpy(index[real]).to(self.device)]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
                              + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
