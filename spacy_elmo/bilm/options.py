@@ -6,10 +6,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
+from .errors import ElmoFileError
+
 ACTIVATIONS = ("relu", "tanh")
 
 
-class BiLMConfigError(ValueError):
+class BiLMConfigError(ElmoFileError):
     """An options file or dict that this package cannot build a biLM from."""
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from . import hub
+from .errors import ElmoFileError
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM, _check_policy
 from .options import BiLMConfigError, BiLMOptions
@@ -24,7 +25,7 @@ OWN_VERSION = 1
 PathLike = Union[str, Path]
 
 
-class WeightFileError(ValueError):
+class WeightFileError(ElmoFileError):
     """A weight file that is missing, corrupt, or disagrees with its options."""
 
 
