@@ -27,7 +27,7 @@ def test_token_layer_matches_tensorflow(fixture_dir):
     assert len(words) == expected.shape[0] == 458
     with torch.no_grad():
         got = bilm.token_encoder(torch.from_numpy(words_char_ids(words))).numpy()
-    assert np.abs(got - expected).max() <= 1e-5
+    assert np.abs(got - expected).max() <= 1e-6
 
 
 def test_token_layer_through_embed_matches_tensorflow(fixture_dir):
@@ -38,7 +38,7 @@ def test_token_layer_through_embed_matches_tensorflow(fixture_dir):
         expected = f["embedding"][...]
     sentences = [words[i : i + 50] for i in range(0, len(words), 50)]
     layer0 = np.concatenate([out[0] for out in bilm.embed(sentences)])
-    assert np.abs(layer0[:, :16] - expected).max() <= 1e-5
+    assert np.abs(layer0[:, :16] - expected).max() <= 1e-6
     assert np.array_equal(layer0[:, :16], layer0[:, 16:])
 
 
@@ -55,7 +55,7 @@ def test_carried_state_matches_tensorflow(fixture_dir):
             top = out[k][2]
             assert top.shape == (expected.shape[1], 32)
             worst = max(worst, np.abs(top[:, :16] - expected[0]).max(), np.abs(top[:, 16:] - expected[1]).max())
-    assert worst <= 1e-5
+    assert worst <= 1e-6
 
 
 def test_carry_differs_from_zero_after_first_batch(fixture_dir):
