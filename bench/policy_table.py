@@ -1,5 +1,5 @@
 """Dev perplexity of models trained under each scheme ("sentences", "stream"), read under each
-inference state policy ("zero", "warm", "carry"): the README table that sets the default policy
+inference state policy ("zero", "warm", "carry"): bench/README.md's table that sets the default policy
 of models trained by `pretrain` (spacy_elmo.pretrain.config.DEFAULT_POLICY).
 
 Train one PTB model per scheme (bench/ptb.cfg, `--minutes` each), then evaluate:

@@ -1,0 +1,156 @@
+"""README.md runs: every fenced python and shell block, in order, as a user would type them.
+
+All blocks share one working directory, like one shell session: python blocks each run in a fresh
+interpreter (`python -c`), shell blocks (bash, sh, shell, console) with `bash -euo pipefail`. A
+block that needs the network or hours has `<!-- readme-test: skip network|hours ... -->` on the
+line before it and is skipped with that reason; nothing else is left out.
+
+The working directory holds what a user brings along: `corpus.txt` and `dev.txt` (tokenized text,
+one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), and `project/configs/` (the
+repository's configs). `SPACY_ELMO_CACHE` names a cache where `small` is random weights in the
+published small model's layout (the test does not download 54 MB), so the sizes the examples
+show are the published ones.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, NamedTuple, Optional
+
+import pytest
+
+from .conftest import REPO, data_path
+from .reference_bilm import write_random_weights
+
+README = REPO / "README.md"
+SHELLS = {"bash", "sh", "shell", "console"}
+NOT_RUN = {"ini", "text", "json"}   # configs and outputs: shown, not run
+MARK = re.compile(r"<!--\s*readme-test:\s*skip\s+(network|hours)\b(.*?)-->")
+BLOCK_TIMEOUT = 240
+
+# The published small model's sizes (bilm-tf options of elmo_2x1024_128_2048cnn_1xhighway).
+SMALL_OPTIONS = {
+    "lstm": {"use_skip_connections": True, "projection_dim": 128, "cell_clip": 3, "proj_clip": 3,
+             "dim": 1024, "n_layers": 2},
+    "char_cnn": {"activation": "relu", "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256],
+                                                   [6, 512], [7, 1024]],
+                 "n_highway": 1, "embedding": {"dim": 16}, "n_characters": 262, "max_characters_per_token": 50},
+}
+
+
+class Block(NamedTuple):
+    line: int            # 1-based line of the opening fence
+    lang: str
+    code: str
+    skip: Optional[str]  # the mark's reason, or None
+
+
+def readme_blocks(text: str) -> List[Block]:
+    """The fenced blocks of a markdown text, with the skip mark on the line before each."""
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        fence = re.match(r"^(\s*)```\s*([\w-]*)\s*$", lines[i])
+        if not fence:
+            i += 1
+            continue
+        start, lang, body = i, fence.group(2).lower(), []
+        i += 1
+        while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
+            body.append(lines[i][len(fence.group(1)):])
+            i += 1
+        if i == len(lines):
+            raise ValueError(f"README.md:{start + 1}: fenced block never closed")
+        previous = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        mark = MARK.search(previous)
+        skip = f"{mark.group(1)}{mark.group(2).rstrip()}" if mark else None
+        blocks.append(Block(start + 1, lang, "\n".join(body) + "\n", skip))
+        i += 1
+    return blocks
+
+
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+RUN = [b for b in BLOCKS if b.lang == "python" or b.lang in SHELLS]
+
+
+def test_every_block_is_run_or_shown():
+    """A block whose language the test does not know would escape the test: fail instead."""
+    unknown = [f"line {b.line}: {b.lang or '(none)'}" for b in BLOCKS if b.lang not in NOT_RUN | SHELLS | {"python"}]
+    assert not unknown, f"README.md blocks of unknown language: {unknown}"
+    assert sum(b.skip is None for b in RUN) >= 5
+
+
+def test_every_mark_is_right_before_a_block():
+    """A mark that names no block (a typo, a moved block) would skip nothing, or the wrong block."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    skipped = {b.line for b in BLOCKS if b.skip}
+    for n, line in enumerate(lines, 1):
+        if "readme-test" in line:
+            assert MARK.search(line), f"README.md:{n}: malformed mark {line.strip()!r}"
+            after = next((k for k in range(n + 1, len(lines) + 1) if lines[k - 1].strip()), None)
+            assert after in skipped, f"README.md:{n}: the mark is not right before a block"
+
+
+def test_setup_commands_match_ci():
+    """The README's install and test commands are the ones .ci/run runs."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    readme = "\n".join(b.code for b in RUN)
+    install = re.search(r'pip install -q (-e "\.\[[\w,]+\]")', ci).group(1)
+    tests = re.search(r"^(python -m pytest .*)$", ci, re.M).group(1)
+    assert f"pip install {install}" in readme
+    assert tests in readme
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The user's directory (see the module docstring) and the environment the blocks run in."""
+    ewt = data_path("ud_english_ewt")
+    from spacy.tokens import DocBin
+    from spacy.training.converters import conllu_to_docs
+
+    root = tmp_path_factory.mktemp("readme")
+    with gzip.open(ewt / "en_ewt-ud-dev.conllu.gz", "rt", encoding="utf-8") as f:
+        sentences = f.read().split("\n\n")[:120]
+    docs = list(conllu_to_docs("\n\n".join(sentences) + "\n", n_sents=1, no_print=True))
+    DocBin(docs=docs[:80]).to_disk(root / "train.spacy")
+    DocBin(docs=docs[80:]).to_disk(root / "dev.spacy")
+    for name, part in (("corpus.txt", docs[:80]), ("dev.txt", docs[80:])):
+        (root / name).write_text("".join(" ".join(t.text for t in d) + "\n" for d in part), encoding="utf-8")
+    shutil.copytree(REPO / "project" / "configs", root / "project" / "configs")
+
+    small = root / "cache" / "small"
+    write_random_weights(small, SMALL_OPTIONS, seed=0)
+    stem = "2x1024_128_2048cnn_1xhighway"
+    (small / "options.json").rename(small / f"elmo_{stem}_options.json")
+    (small / "weights.hdf5").rename(small / f"elmo_{stem}_weights.hdf5")
+
+    env = dict(os.environ, SPACY_ELMO_CACHE=str(root / "cache"), OMP_NUM_THREADS="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return root, env
+
+
+def _command(block: Block) -> List[str]:
+    if block.lang == "python":
+        return [sys.executable, "-c", block.code]
+    code = block.code
+    if block.lang == "console":   # commands are the lines after a `$ ` prompt; the rest is output
+        code = "\n".join(line[2:] for line in code.splitlines() if line.startswith("$ ")) + "\n"
+    return ["bash", "-euo", "pipefail", "-c", code]
+
+
+@pytest.mark.timeout(BLOCK_TIMEOUT + 30)
+@pytest.mark.parametrize("block", RUN, ids=[f"line{b.line}-{b.lang}" for b in RUN])
+def test_readme_block_runs(block, workdir):
+    if block.skip:
+        pytest.skip(f"README.md:{block.line}: marked skip {block.skip}")
+    root, env = workdir
+    result = subprocess.run(_command(block), cwd=root, env=env, capture_output=True, text=True,
+                            timeout=BLOCK_TIMEOUT)
+    assert result.returncode == 0, (
+        f"README.md:{block.line} ({block.lang}) exited with {result.returncode}\n--- block\n{block.code}"
+        f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    )
