@@ -248,13 +248,63 @@ def download_cli(
 
 
 # ------------------------------------------------------------------------------------------- pretrain
-@app.command("pretrain", add_help_option=False,
-             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def pretrain_cli(ctx: typer.Context):
-    """Train a biLM from raw text; `pretrain --help` lists its options and config overrides."""
-    from .pretrain.cli import pretrain_command
+@app.command("pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pretrain_cli(
+    ctx: typer.Context,
+    output: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+        metavar="OUTPUT_DIR", show_default=False,
+        help="directory for the model, checkpoints and metrics (not needed with --show-config)")] = None,
+    config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="a .cfg file (default: the built-in config, a small English biLM; see --show-config)")] = None,
+    train: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        help="training text, one sentence per line: a file or a directory, optionally gzipped (sets "
+             "paths.train); repeat it, or list more paths after OUTPUT_DIR")] = None,
+    dev: Annotated[Optional[str], typer.Option(help="dev text for perplexity (sets paths.dev)")] = None,  # noqa: UP045
+    lang: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="tokenize with this spaCy language's tokenizer (sets corpus.tokenizer and corpus.lang)")] = None,
+    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
+    init_from: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 weights, or a "
+             "published model's name (from the cache that `download` fills)")] = None,
+    resume: Annotated[bool, typer.Option(
+        help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; only when to "
+             "stop, evaluate or checkpoint may change)")] = False,
+    export_hdf5: Annotated[bool, typer.Option(help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout")] = False,
+    device: Annotated[str, typer.Option(
+        help="torch device: cpu, cuda or cuda:N (under torchrun each process takes cuda:LOCAL_RANK)")] = "cpu",
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads per process (default: torch's)")] = None,  # noqa: UP045
+    progress: Annotated[bool, typer.Option(help="show a progress bar (--no-progress: log lines only)")] = True,
+    show_config: Annotated[bool, typer.Option(help="print the resolved config and exit")] = False,
+):
+    """Train an ELMo biLM from raw text, one sentence per line.
 
-    raise typer.Exit(pretrain_command(None, ctx.args))
+    Config overrides in spaCy's style follow the options: any `--section.key value` of the config, e.g.
+    `--training.max_steps 100 --vocab.size 10000 --softmax.type full`. Data parallel: `torchrun
+    --nproc_per_node N -m spacy_elmo pretrain ...` (gloo on CPU); each process reads its own rows of
+    every batch and gradients are summed over all of them.
+
+    Output: OUTPUT_DIR/model (loadable by spacy_elmo.load_bilm and the `elmo` component, with the
+    softmax, vocabulary and training.json), metrics.jsonl (dev perplexity), checkpoint/ (for
+    --resume; published whole, so a kill at any moment resumes bit for bit), model-hdf5 (with
+    --export-hdf5).
+    """
+    from .pretrain.cli import parse_arguments, resolve_config, run_training
+
+    with errors():
+        out, more, overrides = parse_arguments(([output] if output is not None else []) + ctx.args, train)
+        resolved = resolve_config(config, overrides, train=[*(train or []), *more], dev=dev, lang=lang,
+                                  whitespace=whitespace, export_hdf5=export_hdf5)
+        if show_config:
+            typer.echo(resolved.to_str())
+            return
+        if out is None:
+            raise ValueError("OUTPUT_DIR is required (the directory to write the model to)")
+        try:
+            run_training(resolved, out, resume=resume, init_from=init_from, device=device, threads=threads,
+                         progress=progress)
+        except KeyboardInterrupt:
+            typer.echo("interrupted; continue with --resume (from the last checkpoint)", err=True)
+            raise typer.Exit(130) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,19 +2,23 @@
 from __future__ import annotations
 
 import gzip
+import json
+import re
 
 import pytest
+import typer
 
-from tests.pretrain_helpers import override_args, toy_sentences, write_corpus
-from spacy_elmo.pretrain.cli import pretrain_command, split_overrides
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
+from spacy_elmo.cli import app, main
+from spacy_elmo.pretrain import train
+from spacy_elmo.pretrain.cli import split_overrides
 
 
-
-
-def run(args, capsys):
-    code = pretrain_command(None, [str(a) for a in args])
-    err = capsys.readouterr().err
-    return code, err
+def run(args, capsys, stream="err"):
+    """`python -m spacy_elmo pretrain ARGS` in this process -> (exit code, stderr or stdout)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", *map(str, args)])
+    return exit_info.value.code, getattr(capsys.readouterr(), stream)
 
 
 def test_split_overrides():
@@ -25,15 +29,24 @@ def test_split_overrides():
 
 
 def test_help(capsys):
-    with pytest.raises(SystemExit) as exc:
-        pretrain_command(None, ["--help"])
-    assert exc.value.code == 0
-    assert "--section.key" in capsys.readouterr().out
+    code, out = run(["--help"], capsys, "out")
+    assert code == 0
+    assert "--section.key" in out
+
+
+def test_a_typer_command_with_help_on_every_option(capsys):
+    command = typer.main.get_command(app).commands["pretrain"]
+    options = {p.name: p for p in command.params if p.param_type_name == "option"}
+    assert {"config", "train", "dev", "lang", "whitespace", "init_from", "resume", "export_hdf5", "device",
+            "threads", "progress", "show_config"} <= options.keys()
+    assert [name for name, p in options.items() if not p.help] == []
+    code, out = run(["--help"], capsys, "out")
+    assert code == 0 and "torch device" in out
 
 
 def test_show_config_applies_overrides(capsys):
-    assert pretrain_command(None, ["--show-config", "--training.max_steps", "7", "--whitespace"]) == 0
-    out = capsys.readouterr().out
+    code, out = run(["--show-config", "--training.max_steps", "7", "--whitespace"], capsys, "out")
+    assert code == 0
     assert "max_steps = 7" in out and 'tokenizer = "whitespace"' in out
 
 
@@ -78,3 +91,33 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert code == 0 and "resumed at step 3" in err
     code, err = run([*args, "--resume", "--model.lstm_dim", "8"], capsys)
     assert code == 1 and "model.lstm_dim" in err
+
+
+def test_several_training_files_after_train(tmp_path, capsys):
+    a = write_corpus(tmp_path / "a.txt", toy_sentences(60))
+    b = write_corpus(tmp_path / "b.txt", toy_sentences(60, seed=2))
+    args = [arg for arg in override_args(a, None, training__max_steps=2) if "paths.train" not in arg and arg != str(a)]
+    code, err = run([tmp_path / "out", "--train", a, b, "--no-progress", *args], capsys)
+    assert code == 0, err
+    assert sorted(json.loads((tmp_path / "out" / "corpus.json").read_text())) == [str(a), str(b)]
+
+
+def test_default_vocab_size_shrinks_to_a_small_corpus(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    args = override_args(train_path, None, training__max_steps=2)
+    i = args.index("--vocab.size")
+    del args[i : i + 2]  # the built-in vocab.size (40000) stays
+    code, err = run([tmp_path / "out", "--no-progress", *args], capsys)
+    assert code == 0, err
+    n_words = len((tmp_path / "out" / "vocab.txt").read_text().splitlines()) - 3
+    assert 0 < n_words < 100
+    assert f"warning: vocab.size = 40000 is larger than the {n_words} distinct words" in err
+
+
+def test_progress_shows_the_time_budget_and_the_dev_evaluation(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    config = tiny_config(train_path, train_path, training__max_steps=None, training__max_minutes=0.02)
+    train(config, tmp_path / "out", progress_bar=True, log=lambda m: None)
+    err = capsys.readouterr().err
+    assert re.search(r"00:0\d / 00:01 of the time budget", err), err[-2000:]
+    assert "dev perplexity" in err

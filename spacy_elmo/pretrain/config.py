@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Union
 from thinc.api import Config
 
 from ..bilm import BiLMConfigError, BiLMOptions
+from ..bilm.errors import ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
 SCHEMES = ("stream", "sentences")
@@ -19,8 +20,9 @@ POLICIES = ("auto", "zero", "warm", "carry")
 DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
 
 
-class PretrainError(ValueError):
-    """A problem with the user's input (config, corpus, paths): printed as a message, no traceback."""
+class PretrainError(ElmoFileError):
+    """A problem with the user's input (config, corpus, paths, a run to resume): printed as one
+    `error: ...` line, no traceback."""
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None) -> Config:
@@ -42,6 +44,11 @@ def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dic
         raise PretrainError(f"{path}: cannot read the config ({type(err).__name__}: {err})") from None
     check_config(config)
     return config
+
+
+def default_vocab_size() -> int:
+    """`vocab.size` of the built-in config: a default that a smaller corpus shrinks (with a warning)."""
+    return Config().from_disk(DEFAULT_CONFIG_PATH)["vocab"]["size"]
 
 
 def _need(ok: bool, key: str, what: str, value: Any) -> None:

@@ -139,12 +139,14 @@ class Vocab:
         return len(self.words)
 
     @classmethod
-    def build(cls, counts: Counter, size: Optional[int], unk_token: Optional[str] = None) -> "Vocab":
-        """The `size` most frequent words of `counts` (ties by text); `size=None`: all of them."""
+    def build(cls, counts: Counter, size: Optional[int], unk_token: Optional[str] = None,
+              shrink: bool = False) -> "Vocab":
+        """The `size` most frequent words of `counts` (ties by text); `size=None`: all of them. A `size`
+        larger than the number of distinct words is an error, or with `shrink` means all of them."""
         counts = Counter({w: n for w, n in counts.items() if w not in SPECIALS and w != unk_token})
         if not counts:
             raise PretrainError("the training corpus holds no words (empty files or empty lines only)")
-        if size is not None and size > len(counts):
+        if size is not None and size > len(counts) and not shrink:
             raise PretrainError(
                 f"vocab.size = {size} is larger than the training corpus, which has only {len(counts)} distinct "
                 f"words; set --vocab.size {len(counts)} (or null to keep every word)"
@@ -156,12 +158,18 @@ class Vocab:
         """Token texts -> int64 output ids `(len(texts),)`; unknown words (and `unk_token`) -> `<unk>`."""
         return np.array([UNK_ID if t == unk_token else self.index.get(t, UNK_ID) for t in texts], dtype=np.int64)
 
+    def to_str(self) -> str:
+        return "".join(w + "\n" for w in self.words)
+
     def to_disk(self, path: Path) -> None:
-        Path(path).write_text("".join(w + "\n" for w in self.words), encoding="utf-8")
+        Path(path).write_text(self.to_str(), encoding="utf-8")
 
     @classmethod
     def from_disk(cls, path: Path) -> "Vocab":
-        return cls(Path(path).read_text(encoding="utf-8").split("\n")[:-1])
+        try:
+            return cls(Path(path).read_text(encoding="utf-8").split("\n")[:-1])
+        except (OSError, UnicodeDecodeError, PretrainError) as err:
+            raise PretrainError(f"cannot read the vocabulary {path} ({err})") from None
 
 
 # ---------------------------------------------------------------------- batches

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, batch_char_ids
 from .corpus import Batch, DevSet
@@ -70,13 +71,14 @@ def _carry_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
 
 
 @torch.no_grad()
-def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: int = 64) -> Tensor:
+def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: int = 64,
+            progress: bool = False) -> Tensor:
     """Summed NLL `(2,)` (forward, backward) of `dev` through `bilm.forward`, as at inference.
 
     Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
     the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). `policy`: "zero" or "warm" start every
     sentence from that state (batches sorted by length); "carry" reads the sentences in order,
-    row k of each batch starting where row k of the previous batch ended.
+    row k of each batch starting where row k of the previous batch ended. `progress`: a progress bar.
     """
     was_training = bilm.training, head.training
     bilm.eval()
@@ -87,6 +89,7 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: i
     totals = torch.zeros(2, dtype=torch.float64)
     carried: Optional[LSTMState] = None
     batches = _carry_batches(dev, batch_size) if policy == "carry" else _length_batches(dev, batch_size)
+    bar = tqdm(total=len(dev.sentences), desc="dev perplexity", unit=" sentences", leave=False, disable=not progress)
     for rows in batches:
         sents = [dev.sentences[i] for i in rows]
         ids = torch.from_numpy(batch_char_ids(sents, bilm.options.max_characters_per_token)).to(bilm.device)
@@ -108,6 +111,8 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: i
         fwd = head(top[:, :-1, :P][valid], targets_t[:, 1:][valid])
         bwd = head(top[:, 1:, P:][valid], targets_t[:, :-1][valid])
         totals += torch.stack([fwd.sum(), bwd.sum()]).double().cpu()
+        bar.update(len(rows))
+    bar.close()
     bilm.train(was_training[0])
     head.train(was_training[1])
     return totals

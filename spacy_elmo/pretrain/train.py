@@ -6,13 +6,14 @@ predicted tokens of both directions (the mean of the two LMs' losses) on all pro
 Under the "stream" scheme the LSTM state at the end of each window is carried into the next.
 
 Checkpoints hold the weights, the optimizer, the data position, the carried states and the random
-generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU).
+generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU);
+each is published at once, whole (see `checkpoint`). `corpus.json` records the sha256 of every
+training file at the start, so that a resumed run refuses a corpus edited since.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,9 +25,11 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, export_hdf5, hub, load_bilm, save_bilm
+from ..bilm.errors import ElmoFileError
 from ..bilm.hub import sha256_file
-from .config import PretrainError, bilm_options, model_policy
-from .corpus import DevSet, Position, TrainingCorpus, Vocab, load_dev, make_tokenizer
+from . import checkpoint
+from .config import PretrainError, bilm_options, default_vocab_size, model_policy
+from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
 from .heads import build_head
 from .lm import BiLanguageModel, dev_nll, perplexities
 
@@ -35,6 +38,8 @@ MODEL_DIR = "model"
 HDF5_DIR = "model-hdf5"
 HEAD_FILE = "lm_head.pt"
 VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "config.cfg"
+CORPUS_RECORD = "corpus.json"
 # Settings that may change between a run and its resumption (they only say when to stop or report).
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                      "checkpoint_every", "export_hdf5"}
@@ -109,8 +114,8 @@ class Trainer:
         self.unk = c["unk_token"]
         self.policy = model_policy(config)
         self.ckpt_dir = self.output / CHECKPOINT_DIR
-        if resume and not (self.ckpt_dir / "model.pt").is_file():
-            raise PretrainError(f"--resume: no checkpoint in {self.ckpt_dir}")
+        self.saved_step: Optional[int] = None
+        self.corpus_sha256 = {str(f): sha256_file(f) for f in corpus_files(c["train"], "train")}
         if resume:
             self._check_resumable()
 
@@ -145,8 +150,9 @@ class Trainer:
             self._load_checkpoint()
         elif self.rank == 0:
             self.output.mkdir(parents=True, exist_ok=True)
-            config.to_disk(self.output / "config.cfg")
-            self.vocab.to_disk(self.output / VOCAB_FILE)
+            checkpoint.write_atomic(self.output / CONFIG_FILE, config.to_str())
+            checkpoint.write_atomic(self.output / VOCAB_FILE, self.vocab.to_str())
+            checkpoint.write_atomic(self.output / CORPUS_RECORD, json.dumps(self.corpus_sha256, indent=1))
         n_params = sum(p.numel() for p in bilm.parameters())
         self.log(f"corpus: {self.corpus.n_tokens} tokens in {len(self.corpus.files)} file(s); vocab {len(self.vocab)}; "
                  f"dev {self.dev.n_predicted if self.dev else 0} predicted tokens; biLM {n_params / 1e6:.2f}M "
@@ -159,10 +165,15 @@ class Trainer:
         if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
             self.log(f"vocabulary and softmax from {init_dir}")
             return Vocab.from_disk(init_dir / VOCAB_FILE)
-        return Vocab.build(self.corpus.counts, self.config["vocab"]["size"], self.unk)
+        size = self.config["vocab"]["size"]
+        vocab = Vocab.build(self.corpus.counts, size, self.unk, shrink=size == default_vocab_size())
+        if size is not None and len(vocab) - len(SPECIALS) < size:
+            self.log(f"warning: vocab.size = {size} is larger than the {len(vocab) - len(SPECIALS)} distinct words of "
+                     f"the training corpus: the output vocabulary keeps all of them")
+        return vocab
 
     def _load_head(self, head: torch.nn.Module, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = checkpoint.torch_load(path)
         if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
             raise PretrainError(f"{path}: the saved softmax does not match softmax.type = "
                                 f"{self.config['softmax']['type']!r}; set it to the type it was trained with")
@@ -170,7 +181,17 @@ class Trainer:
 
     def _check_resumable(self) -> None:
         """A resumed run must train the same model on the same data; only when to stop or report may change."""
-        saved = Config().from_disk(self.output / "config.cfg")
+        manifest = checkpoint.read_manifest(self.ckpt_dir)
+        if manifest["world"] != self.world:
+            raise PretrainError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
+                                f"this run has {self.world}; resume with the same number")
+        path = self.output / CONFIG_FILE
+        if not path.is_file():
+            raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
+        try:
+            saved = Config().from_disk(path)
+        except Exception as err:  # confection raises several error types for bad files
+            raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
         for section in ("corpus", "vocab", "model", "softmax", "training"):
             for key, value in self.config[section].items():
                 if section == "training" and key in RESUMABLE_CHANGES:
@@ -179,36 +200,59 @@ class Trainer:
                 if old != value:
                     raise PretrainError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {self.output} "
                                         f"was trained with {old!r}")
+        path = self.output / CORPUS_RECORD
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            recorded = {str(k): str(v) for k, v in recorded.items()}
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
+            raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
+        for name in sorted(recorded.keys() | self.corpus_sha256.keys()):
+            if recorded.get(name) != self.corpus_sha256.get(name):
+                change = ("is new" if name not in recorded else "is gone" if name not in self.corpus_sha256
+                          else "was edited (its sha256 differs)")
+                raise PretrainError(f"--resume: the training file {name} {change} since the run started "
+                                    f"(recorded in {path}); resume only on the same corpus")
 
     # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self) -> None:
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        if self.world > 1:
-            dist.barrier()
-        own = {"torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
-               "state": None if self.state is None else tuple(s.cpu() for s in self.state)}
-        torch.save(own, self.ckpt_dir / f"rank{self.rank}.pt.tmp")
-        os.replace(self.ckpt_dir / f"rank{self.rank}.pt.tmp", self.ckpt_dir / f"rank{self.rank}.pt")
-        if self.rank == 0:
-            shared = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                      "progress": asdict(self.progress), "world": self.world}
-            torch.save(shared, self.ckpt_dir / "model.pt.tmp")
-            os.replace(self.ckpt_dir / "model.pt.tmp", self.ckpt_dir / "model.pt")
+    def _barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
 
+    def _save_checkpoint(self) -> None:
+        """Write this step's parts (every rank its own, rank 0 the model), then rank 0 publishes them."""
+        step = self.progress.step
+        if self.saved_step == step:
+            return
+        if self.rank == 0:
+            checkpoint.prepare(self.ckpt_dir, step)
+        self._barrier()
+        directory = checkpoint.step_dir(self.ckpt_dir, step)
+        own = {"step": step, "torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
+               "state": None if self.state is None else tuple(s.cpu() for s in self.state)}
+        checkpoint.save_part(own, directory / checkpoint.rank_part(self.rank))
+        if self.rank == 0:
+            shared = {"step": step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                      "progress": asdict(self.progress)}
+            checkpoint.save_part(shared, directory / checkpoint.MODEL_PART)
+        self._barrier()
+        if self.rank == 0:
+            checkpoint.publish(self.ckpt_dir, step, self.world)
+        self._barrier()
+        self.saved_step = step
+
     def _load_checkpoint(self) -> None:
-        shared = torch.load(self.ckpt_dir / "model.pt", map_location="cpu", weights_only=True)
-        if shared["world"] != self.world:
-            raise PretrainError(f"--resume: the checkpoint was written by {shared['world']} process(es), "
-                                f"this run has {self.world}; resume with the same number")
-        self.model.load_state_dict(shared["model"])
-        self.optimizer.load_state_dict(shared["optimizer"])
-        self.progress = Progress(**shared["progress"])
-        own = torch.load(self.ckpt_dir / f"rank{self.rank}.pt", map_location="cpu", weights_only=True)
-        torch.set_rng_state(own["torch_rng"])
-        self.head_rng.set_state(own["head_rng"])
-        self.state = None if own["state"] is None else LSTMState(*(s.to(self.device) for s in own["state"]))
+        shared, own = checkpoint.load(self.ckpt_dir, self.rank)
+        try:
+            self.model.load_state_dict(shared["model"])
+            self.optimizer.load_state_dict(shared["optimizer"])
+            self.progress = Progress(**shared["progress"])
+            torch.set_rng_state(own["torch_rng"])
+            self.head_rng.set_state(own["head_rng"])
+            self.state = None if own["state"] is None else LSTMState(*(s.to(self.device) for s in own["state"]))
+        except (RuntimeError, KeyError, TypeError, ValueError) as err:
+            raise ElmoFileError(f"--resume: the checkpoint in {self.ckpt_dir} does not fit this run's model "
+                                f"({type(err).__name__}: {err})") from None
+        self.saved_step = self.progress.step
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
 
     # ------------------------------------------------------------------ evaluation
@@ -216,7 +260,8 @@ class Trainer:
         """Dev perplexity (forward, backward, mean) under the model's policy, on rank 0."""
         if self.dev is None or self.rank != 0:
             return None
-        nll = dev_nll(self.model.bilm, self.model.head, self.dev, self.policy, self.t["eval_batch_size"])
+        nll = dev_nll(self.model.bilm, self.model.head, self.dev, self.policy, self.t["eval_batch_size"],
+                      progress=self.progress_bar)
         return {"policy": self.policy, **perplexities(nll, self.dev.n_predicted)}
 
     def _say(self, message: str) -> None:
@@ -251,7 +296,11 @@ class Trainer:
         self.model.train()
         batches = self.corpus.batches(p.position, t["seed"], self.vocab, self.unk, t["scheme"], t["batch_tokens"],
                                       t["window"], self.rank, self.world, t["max_epochs"])
-        bar = tqdm(total=t["max_steps"], initial=p.step, disable=not self.progress_bar, unit="step", dynamic_ncols=True)
+        # Without a step limit, a time budget is the bar's total: it advances by training seconds.
+        budget = t["max_steps"] is None and t["max_minutes"] is not None
+        bar = tqdm(total=max_seconds if budget else t["max_steps"], initial=p.train_seconds if budget else p.step,
+                   unit="s" if budget else "step", disable=not self.progress_bar, dynamic_ncols=True,
+                   bar_format="{desc}{percentage:3.0f}%|{bar}|{postfix}" if budget else None)
         loss_sum, loss_count = 0.0, 0
         for position, batch in batches:
             if t["max_steps"] is not None and p.step >= t["max_steps"]:
@@ -283,7 +332,13 @@ class Trainer:
             p.train_seconds += time.perf_counter() - start
             step_loss = float(nll.detach().sum()) / (2 * batch.n_predicted)
             loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
-            bar.update(1)
+            if budget:
+                bar.update(min(p.train_seconds, max_seconds) - bar.n)
+                bar.set_description(f"{tqdm.format_interval(p.train_seconds)} / {tqdm.format_interval(max_seconds)} of "
+                                    f"the time budget, {tqdm.format_interval(max(max_seconds - p.train_seconds, 0))} "
+                                    f"left, step {p.step}", refresh=False)
+            else:
+                bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.3f}", ppl=f"{math.exp(min(step_loss, 50)):.0f}",
                             tok_s=f"{p.tokens / p.train_seconds:.0f}", epoch=p.epoch, refresh=False)
             if (t["eval_every"] and p.step % t["eval_every"] == 0) or p.train_seconds - p.last_eval_seconds >= eval_seconds:
@@ -316,7 +371,7 @@ class Trainer:
             "epochs_started": self.progress.epoch, "tokens": self.progress.tokens,
             "train_minutes": self.progress.train_seconds / 60,
             "tokens_per_s": self.progress.tokens / max(self.progress.train_seconds, 1e-9),
-            "corpus": {str(f): sha256_file(f) for f in self.corpus.files},
+            "corpus": self.corpus_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]), "dev": dev,
             "weights_sha256": sha256_file(model_dir / "weights.pt"), "fingerprint": bilm.fingerprint(),
         }
@@ -341,5 +396,5 @@ def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
     s = config["softmax"]
     head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
-    head.load_state_dict(torch.load(model_dir / HEAD_FILE, map_location="cpu", weights_only=True))
+    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE))
     return bilm, head.eval(), vocab, config

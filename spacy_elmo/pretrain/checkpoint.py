@@ -1,0 +1,146 @@
+"""Files of `pretrain` that must be whole or absent: checkpoints, and small records written atomically.
+
+A checkpoint is one directory `checkpoint/step-NNNNNNNNN/` holding `model.pt` (weights, optimizer,
+progress; written by rank 0) and one `rank{r}.pt` per process (random generators, carried LSTM
+state), each recording its step. It becomes *the* checkpoint only when the manifest
+`checkpoint/checkpoint.json` (step, processes, directory, sha256 of every part) is replaced to name
+it, after every part and the directory are fsynced; older step directories are removed after that.
+A kill at any moment leaves the previous checkpoint or the new one, never a mix of the two; a set
+whose parts disagree with the manifest or with each other is refused with `ElmoFileError`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Iterable, Tuple, Union
+
+import torch
+
+from ..bilm.errors import ElmoFileError
+from ..bilm.hub import sha256_file
+
+MANIFEST = "checkpoint.json"
+MODEL_PART = "model.pt"
+STEP_PREFIX = "step-"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory entries of `path` (new, renamed or removed files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: Union[str, bytes]) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, even after a crash."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def torch_load(path: Path, keys: Iterable[str] = ()) -> Dict[str, Any]:
+    """A dict of tensors written by `torch.save`, read without unpickling arbitrary objects
+    (weights_only); anything unreadable, or a dict without `keys`, -> `ElmoFileError` naming `path`."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ElmoFileError(f"{path}: file not found") from None
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError ... for bad files
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ElmoFileError(f"{path}: cannot read it as a torch file of tensors ({type(err).__name__}: {reason})") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if not isinstance(data, dict) or missing:
+        raise ElmoFileError(f"{path}: expected a dict with {', '.join(keys) or 'tensors'}, "
+                            f"got {type(data).__name__}" + (f" without {', '.join(missing)}" if isinstance(data, dict) else ""))
+    return data
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"{STEP_PREFIX}{step:09d}"
+
+
+def rank_part(rank: int) -> str:
+    return f"rank{rank}.pt"
+
+
+def prepare(root: Path, step: int) -> Path:
+    """An empty directory for the parts of step `step` (left over from a killed attempt: cleared)."""
+    directory = step_dir(root, step)
+    root.mkdir(parents=True, exist_ok=True)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir()
+    return directory
+
+
+def save_part(obj: Dict[str, Any], path: Path) -> None:
+    """Write one part and fsync it (the directory is not published yet, so no temporary name)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def publish(root: Path, step: int, world: int) -> None:
+    """Make the parts of `step` (all written and fsynced) the checkpoint, then drop older ones."""
+    directory = step_dir(root, step)
+    names = [MODEL_PART, *(rank_part(r) for r in range(world))]
+    fsync_dir(directory)
+    manifest = {"step": step, "world": world, "directory": directory.name,
+                "sha256": {name: sha256_file(directory / name) for name in names}}
+    write_atomic(root / MANIFEST, json.dumps(manifest, indent=1))
+    for old in root.glob(f"{STEP_PREFIX}*"):
+        if old != directory:
+            shutil.rmtree(old)
+
+
+def read_manifest(root: Path) -> Dict[str, Any]:
+    """The manifest of the checkpoint in `root`, checked for form."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        hint = (" (only files of an older layout without a manifest, whose parts may disagree)"
+                if (Path(root) / MODEL_PART).is_file() else "")
+        raise ElmoFileError(f"--resume: no checkpoint in {root}: {path} not found{hint}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        ok = (isinstance(manifest["step"], int) and isinstance(manifest["world"], int)
+              and isinstance(manifest["sha256"], dict) and manifest["directory"] == step_dir(root, manifest["step"]).name)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise ElmoFileError(f"{path}: not a checkpoint manifest ({type(err).__name__}: {err})") from None
+    if not ok:
+        raise ElmoFileError(f"{path}: not a checkpoint manifest (step, world, directory, sha256)")
+    return manifest
+
+
+def load(root: Path, rank: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(model part, this rank's part) of the checkpoint in `root`, after checking that every part
+    the manifest names is there, unchanged (sha256), and of the manifest's step."""
+    manifest = read_manifest(root)
+    directory, step, path = Path(root) / manifest["directory"], manifest["step"], Path(root) / MANIFEST
+    for name, digest in manifest["sha256"].items():
+        part = directory / name
+        if not part.is_file():
+            raise ElmoFileError(f"checkpoint incomplete: {path} names {part}, which is missing")
+        if sha256_file(part) != digest:
+            raise ElmoFileError(f"checkpoint parts disagree: {part} is not the file that {path} recorded "
+                                f"(sha256 differs)")
+    parts = []
+    for name, keys in ((MODEL_PART, ("step", "model", "optimizer", "progress")),
+                       (rank_part(rank), ("step", "torch_rng", "head_rng", "state"))):
+        if name not in manifest["sha256"]:
+            raise ElmoFileError(f"checkpoint incomplete: {path} names no {name}")
+        part = torch_load(directory / name, keys)
+        if part["step"] != step:
+            raise ElmoFileError(f"checkpoint parts disagree: {path} is of step {step}, "
+                                f"{directory / name} of step {part['step']}")
+        parts.append(part)
+    return parts[0], parts[1]

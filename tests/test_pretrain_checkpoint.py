@@ -1,0 +1,171 @@
+"""Checkpoints and `--resume`: a kill at any point of a checkpoint resumes bit for bit, parts that
+disagree are refused, hostile or missing files give one error line, an edited corpus is noticed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
+from spacy_elmo import ElmoFileError
+from spacy_elmo.bilm.hub import sha256_file
+from spacy_elmo.cli import main
+from spacy_elmo.pretrain import train
+
+from .conftest import REPO
+
+# Dropout, the sampled softmax and carried states: a resume that mixes two checkpoints shows.
+SETTINGS = dict(training__scheme="stream", training__dropout=0.2, softmax__type="sampled",
+                softmax__n_samples=20, training__optimizer="adagrad", training__learning_rate=0.2,
+                training__checkpoint_every=4, training__max_steps=10)
+
+# A child process trains with SETTINGS and kills itself (SIGKILL) just before the `number`-th call
+# of `function` whose arguments mention `name` (torch.save: a part; os.replace: publishing;
+# shutil.rmtree: dropping the previous checkpoint).
+CHILD = """
+import os, shutil, signal, sys
+import torch
+torch.set_num_threads(1)
+from tests.pretrain_helpers import tiny_config
+from spacy_elmo.pretrain import train
+function, name, number, out, train_path, settings = sys.argv[1:7]
+module, attribute = function.split(".")
+target = {"torch": torch, "os": os, "shutil": shutil}[module]
+real, calls = getattr(target, attribute), [0]
+def hooked(*args, **kwargs):
+    if any(name in str(a) for a in args):
+        calls[0] += 1
+        if calls[0] == int(number):
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+setattr(target, attribute, hooked)
+train(tiny_config(train_path, None, **eval(settings)), out, progress_bar=False, log=lambda m: None)
+"""
+
+
+def quiet_train(config, out, **kwargs):
+    return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
+
+
+def assert_same_model(a, b):
+    for name in ("weights.pt", "lm_head.pt"):
+        x = torch.load(a / "model" / name, weights_only=True)
+        y = torch.load(b / "model" / name, weights_only=True)
+        assert x.keys() == y.keys()
+        for key in x:
+            assert torch.equal(x[key], y[key]), (name, key)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "train.txt", toy_sentences(300))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole")
+    quiet_train(tiny_config(corpus, None, **SETTINGS), out)
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kill", [("torch.save", "model.pt", 2), ("torch.save", "rank0.pt", 3),
+                                  ("os.replace", "checkpoint.json", 2), ("shutil.rmtree", "step-", 1)],
+                         ids=["between-parts", "before-last", "before-publishing", "before-cleanup"])
+def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted, tmp_path, kill):
+    """Killed inside the second checkpoint (step 8; "before-last": inside the final one at step 10):
+    the resumed run ends with the weights of the uninterrupted one."""
+    out = tmp_path / "out"
+    child = subprocess.run([sys.executable, "-c", CHILD, *map(str, kill), str(out), str(corpus), repr(SETTINGS)],
+                           cwd=REPO, capture_output=True, text=True, timeout=100,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert child.returncode == -9, child.stderr[-2000:]
+    assert not (out / "model").exists()
+    quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    assert_same_model(out, uninterrupted)
+
+
+class Evil:
+    """Unpickling this runs `touch MARKER`: a checkpoint must never be unpickled freely."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def rehash(out, part):
+    """Record `part`'s sha256 in the checkpoint's manifest, as a consistent but hostile set would."""
+    manifest_path = out / "checkpoint" / "checkpoint.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["sha256"][part.name] = sha256_file(part)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", *map(str, args)])
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.fixture()
+def cli_run(corpus, tmp_path, capsys):
+    """A finished 3-step run through the CLI; returns its arguments."""
+    args = [tmp_path / "out", "--no-progress", *override_args(corpus, None, training__max_steps=3)]
+    assert run_cli(args, capsys)[0] == 0
+    return args
+
+
+def test_resume_without_config_is_one_error_line(cli_run, tmp_path, capsys):
+    (tmp_path / "out" / "config.cfg").unlink()
+    code, err = run_cli([*cli_run, "--resume"], capsys)
+    assert code == 1 and err.count("\n") == 1 and err.startswith("error:"), err
+    assert str(tmp_path / "out" / "config.cfg") in err
+
+
+def test_hostile_checkpoint_is_refused_unread(cli_run, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    part = tmp_path / "out" / "checkpoint" / "step-000000003" / "model.pt"
+    torch.save({"model": Evil(marker)}, part)
+    rehash(tmp_path / "out", part)  # the manifest vouches for it: only the unpickler stands guard
+    code, err = run_cli([*cli_run, "--resume", "--training.max_steps", "5"], capsys)
+    assert code == 1 and err.count("\n") == 1 and err.startswith("error:"), err
+    assert str(part) in err and not marker.exists()
+
+
+def test_resume_notices_a_corpus_edited_in_place(tmp_path):
+    lines = toy_sentences(300)
+    path = write_corpus(tmp_path / "train.txt", lines)
+    quiet_train(tiny_config(path, None, training__max_steps=3), tmp_path / "out")
+    size = path.stat().st_size
+    write_corpus(path, [line.replace("the cat", "the dog") for line in lines])  # same length
+    assert path.stat().st_size == size
+    with pytest.raises(ElmoFileError, match=str(path)):
+        quiet_train(tiny_config(path, None, training__max_steps=6), tmp_path / "out", resume=True)
+
+
+def test_parts_that_disagree_are_refused(corpus, tmp_path):
+    """The on-disk state a kill between two unpublished writes made before checkpoints were atomic:
+    this step's rank part beside the previous step's model part. Refused, naming both files."""
+    out = tmp_path / "out"
+    quiet_train(tiny_config(corpus, None, **SETTINGS), out)
+    final = out / "checkpoint" / "step-000000010"
+    old = tmp_path / "step-8"
+    quiet_train(tiny_config(corpus, None, **{**SETTINGS, "training__max_steps": 8}), tmp_path / "b")
+    shutil.copytree(tmp_path / "b" / "checkpoint" / "step-000000008", old)
+    shutil.copy(old / "model.pt", final / "model.pt")
+    with pytest.raises(ElmoFileError, match="parts disagree.*model.pt.*sha256"):
+        quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    rehash(out, final / "model.pt")
+    with pytest.raises(ElmoFileError, match=r"parts disagree: .*checkpoint.json is of step 10, .*model.pt of step 8"):
+        quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    (out / "checkpoint" / "checkpoint.json").unlink()
+    with pytest.raises(ElmoFileError, match="no checkpoint"):
+        quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
