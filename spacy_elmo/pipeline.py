@@ -12,6 +12,7 @@ the key covers it): the biLM is frozen, so a training corpus is embedded once, n
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -26,7 +27,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from .bilm import BiLM
-from .data import ElmoDocData, install_extensions, set_vector_hooks
+from .data import ElmoDocData, install_extensions, register_pipeline, set_vector_hooks
 from .layers import get_bilm, load_weights
 
 DEFAULT_MODEL_CONFIG = """
@@ -95,37 +96,42 @@ def windows_of(sentences: Iterable[Tuple[int, int]], max_length: int) -> List[Wi
 
 
 class FeatureCache:
-    """An LRU cache of arrays bounded by their total size in bytes (0 disables it)."""
+    """An LRU cache of read-only arrays bounded by their total size in bytes (0 disables it).
+    Safe to share between threads: every change happens under a lock."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self.entries: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
         self.nbytes = 0
         self.hits = self.misses = 0
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def get(self, key: Hashable) -> Optional[np.ndarray]:
-        value = self.entries.get(key)
-        if value is None:
-            self.misses += 1
-            return None
-        self.entries.move_to_end(key)
-        self.hits += 1
-        return value
+        with self._lock:
+            value = self.entries.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.entries.move_to_end(key)
+            self.hits += 1
+            return value
 
     def put(self, key: Hashable, value: np.ndarray) -> None:
-        if value.nbytes > self.max_bytes or key in self.entries:
-            return
-        while self.nbytes + value.nbytes > self.max_bytes:
-            self.nbytes -= self.entries.popitem(last=False)[1].nbytes
-        self.entries[key] = value
-        self.nbytes += value.nbytes
+        with self._lock:
+            if value.nbytes > self.max_bytes or key in self.entries:
+                return
+            while self.nbytes + value.nbytes > self.max_bytes:
+                self.nbytes -= self.entries.popitem(last=False)[1].nbytes
+            self.entries[key] = value
+            self.nbytes += value.nbytes
 
     def clear(self) -> None:
-        self.entries.clear()
-        self.nbytes = 0
+        with self._lock:
+            self.entries.clear()
+            self.nbytes = 0
 
 
 class Elmo(Pipe):
@@ -352,5 +358,6 @@ def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mi
               cache_mb: float) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
     or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory)."""
+    register_pipeline(nlp)  # ElmoFeatures takes the biLM's sizes from here at initialize
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
                 use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb)

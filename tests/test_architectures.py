@@ -171,3 +171,46 @@ maxout_pieces = 2
     docs = docs_with_layers([3, 2])
     model.initialize(X=docs)
     assert [y.shape for y in model.predict(docs)] == [(3, 32), (2, 32)]
+
+
+@pytest.mark.parametrize("projection,dropout", [(None, 0.0), (None, 0.2), (5, 0.0)])
+def test_null_sizes_are_taken_from_the_docs_layers(projection, dropout):
+    docs = docs_with_layers([4, 3])
+    model = ElmoMultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False,
+                               elmo=registry.get("architectures", "spacy_elmo.ElmoFeatures.v1")(
+                                   None, None, projection=projection, dropout=dropout))
+    model.initialize(X=docs)
+    mix = mix_layer(model)
+    assert (mix.get_dim("nL"), mix.get_dim("nO")) == (N_LAYERS, WIDTH)
+    assert [y.shape for y in model.predict(docs)] == [(4, 16), (3, 16)]
+
+
+def test_set_sizes_that_disagree_fail_at_initialize():
+    model = ElmoFeatures(N_LAYERS + 1, WIDTH * 2)
+    with pytest.raises(ValueError, match=r"n_layers = 4, width = 16, but .* has n_layers 3, width 8"):
+        model.initialize(X=docs_with_layers([2]))
+
+
+def test_null_sizes_without_a_biLM_are_an_error():
+    install_extensions()
+    with pytest.raises(ValueError, match="n_layers or width null and nothing to take them from"):
+        ElmoFeatures(None, None).initialize(X=[Doc(spacy.blank("en").vocab, words=["a"])])
+
+
+def test_v2_has_the_recommended_defaults_and_v1_keeps_its_own():
+    config = Config().from_str("""
+[v1]
+@architectures = "spacy_elmo.ElmoFeatures.v1"
+n_layers = 3
+width = 8
+
+[v2]
+@architectures = "spacy_elmo.ElmoFeatures.v2"
+""")
+    filled = registry.fill(config)
+    assert {k: filled["v1"][k] for k in ("dropout", "l2")} == {"dropout": 0.0, "l2": 0.0}
+    assert {k: filled["v2"][k] for k in ("n_layers", "width", "dropout", "l2")} == {
+        "n_layers": None, "width": None, "dropout": 0.2, "l2": 0.001}
+    v2 = registry.resolve(config)["v2"]
+    assert any(node.name == "dropout" for node in v2.walk())
+    assert mix_layer(v2).attrs["l2"] == 0.001

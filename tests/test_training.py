@@ -173,3 +173,27 @@ def test_tagger_and_ner_learn_their_own_mix(fixture_dir, ud):
     assert len(mixes) == 2
     assert np.abs(mixes[0]).max() > 0.01 and np.abs(mixes[1]).max() > 0.01
     assert not np.allclose(mixes[0], mixes[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("name,frozen", [("tagger_elmo.cfg", False), ("ner_elmo.cfg", False), ("tagger_elmo.cfg", True)])
+def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, frozen):
+    """The shipped configs as they are (n_layers and width null) on the fixture biLM (3 layers of 32);
+    with `elmo` frozen, `nlp.initialize` skips it and ElmoFeatures loads its weights."""
+    from thinc.api import Config
+
+    from .component_util import CONFIGS
+
+    config = Config().from_disk(CONFIGS / name, interpolate=False)
+    config["paths"]["elmo"] = str(fixture_dir)
+    config["system"]["gpu_allocator"] = None
+    config["training"]["frozen_components"] = ["elmo"] if frozen else []
+    config["corpora"] = {}
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    ents = {"ner_elmo.cfg": lambda tags: ["B-PER" if t == "PROPN" else "O" for t in tags]}.get(name)
+    examples = [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t, ents=ents(t) if ents else None))
+                for w, t in ud[0][:8]]
+    with nlp.select_pipes(disable=config["training"]["frozen_components"]):
+        optimizer = nlp.initialize(lambda: examples)
+    node = next(n for n in nlp.get_pipe("tok2vec").model.walk() if n.name == "elmo_mix")
+    assert (node.get_dim("nL"), node.get_dim("nO")) == (3, 32)
+    nlp.update(examples, sgd=optimizer, annotates=["elmo"])

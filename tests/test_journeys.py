@@ -1,0 +1,111 @@
+"""User journeys through spaCy's own command line and the package's: `spacy train` with the shipped
+configs on biLMs of any size, `spacy evaluate`, `spacy package --build wheel` and `spacy.load` of the
+installed wheel, `spacy init fill-config`, and the smaller steps a new user takes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from thinc.api import Config
+
+from spacy_elmo import BiLMOptions
+from spacy_elmo.bilm import BiLM, export_hdf5
+
+from .component_util import CONFIGS, read_conllu
+from .conftest import REPO, data_path
+
+# A random biLM of sizes no published model has: 1 LSTM layer of projection 20 -> 2 output layers of width 40.
+RANDOM_OPTIONS = {
+    "lstm": {"dim": 32, "projection_dim": 20, "n_layers": 1, "cell_clip": 3, "proj_clip": 3,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
+                 "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+}
+OVERRIDE = "--components.tok2vec.model.embed.elmo.width"
+
+
+def env(**extra) -> dict:
+    """The test's environment for a child process: one torch thread (the models are tiny), no GPU."""
+    out = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", COLUMNS="200")
+    out.update(extra)
+    return out
+
+
+def run(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=kwargs.pop("env", None) or env(), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """train.spacy (40 UD EWT sentences) and dev.spacy (20), gold tags, no sentence boundaries."""
+    folder = data_path("ud_english_ewt")
+    out = tmp_path_factory.mktemp("corpus")
+    nlp = spacy.blank("en")
+    for name, file_name, n in (("train", "en_ewt-ud-train.conllu.gz", 40), ("dev", "en_ewt-ud-dev.conllu.gz", 20)):
+        docs = [Doc(nlp.vocab, words=w, tags=t) for w, t in read_conllu(folder / file_name, n)]
+        DocBin(docs=docs).to_disk(out / f"{name}.spacy")
+    return out
+
+
+@pytest.fixture(scope="module")
+def random_weights(tmp_path_factory) -> Path:
+    """A random biLM in the bilm-tf / AllenNLP layout (options.json + weights.hdf5)."""
+    import torch
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("random_bilm")
+    export_hdf5(BiLM(BiLMOptions.from_dict(RANDOM_OPTIONS)), directory)
+    return directory
+
+
+def spacy_train(config: Path, output: Path, corpus: Path, weights: Path, *overrides) -> subprocess.CompletedProcess:
+    return run("-m", "spacy", "train", config, "--output", output, "--paths.train", corpus / "train.spacy",
+               "--paths.dev", corpus / "dev.spacy", "--paths.elmo", weights, "--training.max_steps", 4,
+               "--training.eval_frequency", 2, *overrides)
+
+
+def mix_sizes(nlp) -> tuple:
+    node = next(n for n in nlp.get_pipe("tok2vec").model.walk() if n.name == "elmo_mix")
+    return node.get_dim("nL"), node.get_dim("nO")
+
+
+# ------------------------------------------------------------------------------ item: sizes from the biLM
+def test_shipped_configs_take_the_sizes_from_the_biLM():
+    for path in sorted(CONFIGS.glob("*.cfg")):
+        config = Config().from_disk(path, interpolate=False)
+        blocks = [config["components"][c]["model"]["embed"]["elmo"] for c in config["components"]
+                  if "elmo" in config["components"][c].get("model", {}).get("embed", {})]
+        for block in blocks:
+            assert block["@architectures"] == "spacy_elmo.ElmoFeatures.v2", path
+            assert block["n_layers"] is None and block["width"] is None, path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_spacy_train_shipped_config_on_the_fixture(fixture_dir, corpus, tmp_path):
+    """The shipped tagger config as it is, on a biLM of width 32: sizes come from the biLM."""
+    result = spacy_train(CONFIGS / "tagger_elmo.cfg", tmp_path / "out", corpus, fixture_dir)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    assert mix_sizes(nlp) == (3, 32)
+    assert all(t.tag_ for t in nlp("The cat sat on the mat ."))
+
+
+@pytest.mark.timeout(120)
+def test_spacy_train_size_that_disagrees_fails_in_initialize(fixture_dir, corpus, tmp_path):
+    """A width set by the user that the biLM does not have: one line naming both sizes and the override,
+    before any training (no model-last)."""
+    result = spacy_train(CONFIGS / "tagger_elmo.cfg", tmp_path / "out", corpus, fixture_dir, OVERRIDE, 256)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "256" in last and "32" in last and f"{OVERRIDE} 32" in last and "null" in last, last
+    assert not (tmp_path / "out" / "model-last").exists()
