@@ -109,3 +109,48 @@ def test_spacy_train_size_that_disagrees_fails_in_initialize(fixture_dir, corpus
     last = result.stderr.strip().splitlines()[-1]
     assert "256" in last and "32" in last and f"{OVERRIDE} 32" in last and "null" in last, last
     assert not (tmp_path / "out" / "model-last").exists()
+
+
+# ------------------------------------------------------------------------------ item: the packaging journey
+LOAD_AND_TAG = """
+import json, sys
+import spacy
+nlp = spacy.load(sys.argv[1])
+doc = nlp("The cat sat on the mat .")
+print(json.dumps({"file": nlp.path and str(nlp.path), "tags": [t.tag_ for t in doc], "elmo": list(doc._.elmo.shape)}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_train_evaluate_package_install_load(random_weights, corpus, tmp_path):
+    """`spacy train` (the shipped tagger config on a biLM of 2 layers of width 40), `spacy evaluate`,
+    `spacy package --build wheel`, the wheel installed into a directory, then `spacy.load(name)` in a
+    fresh process with that directory on PYTHONPATH and the original weights moved away."""
+    weights = tmp_path / "weights"
+    shutil.copytree(random_weights, weights)
+    trained = spacy_train(CONFIGS / "tagger_elmo.cfg", tmp_path / "out", corpus, weights)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    model = tmp_path / "out" / "model-last"
+    assert mix_sizes(spacy.load(model)) == (2, 40)
+
+    evaluated = run("-m", "spacy", "evaluate", model, corpus / "dev.spacy", "--output", tmp_path / "metrics.json")
+    assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
+    assert 0.0 <= json.loads((tmp_path / "metrics.json").read_text())["tag_acc"] <= 1.0
+
+    (tmp_path / "packages").mkdir()
+    packaged = run("-m", "spacy", "package", model, tmp_path / "packages", "--name", "elmo_journey",
+                   "--version", "0.0.1", "--build", "wheel", timeout=180)
+    assert packaged.returncode == 0, packaged.stdout[-3000:] + packaged.stderr[-3000:]
+    wheels = list((tmp_path / "packages").glob("*/dist/*.whl"))
+    assert len(wheels) == 1, packaged.stdout[-3000:]
+    target = tmp_path / "site"
+    installed = run("-m", "pip", "install", "--no-deps", "--no-index", "--target", target, wheels[0])
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+
+    weights.rename(tmp_path / "weights_moved_away")
+    loaded = run("-c", LOAD_AND_TAG, "en_elmo_journey", cwd=tmp_path, env=env(PYTHONPATH=str(target)))
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    out = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert out["file"].startswith(str(target))
+    assert out["elmo"] == [7, 40] and len(out["tags"]) == 7 and all(out["tags"])
