@@ -95,6 +95,13 @@ def test_every_mark_is_right_before_a_block():
             assert after in skipped, f"README.md:{n}: the mark is not right before a block"
 
 
+def test_relative_links_name_existing_files():
+    text = README.read_text(encoding="utf-8")
+    targets = {m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in m}
+    missing = [t for t in targets if t and not (REPO / t).exists()]
+    assert targets and not missing, f"README.md links to missing files: {missing}"
+
+
 def test_setup_commands_match_ci():
     """The README's install and test commands are the ones .ci/run runs."""
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
