@@ -120,7 +120,8 @@ def main() -> None:
     result = {
         "size": args.size, "state": args.state, "batch_size": args.batch_size, "threads": args.threads,
         "sentences": len(sentences), "tokens": n_tokens, "seconds": round(seconds, 2),
-        "tokens_per_s": round(n_tokens / seconds, 1), # token occurrences whose token layer came from the cache (each distinct word is computed once)
+        "tokens_per_s": round(n_tokens / seconds, 1),
+        # token occurrences whose token layer came from the cache (each distinct word is computed once)
         "cache_hit_rate": round(1 - misses / n_tokens, 3),
         "token_layers_computed": misses, "stepped_positions": [forward_steps, backward_steps],
         # the LSTM's arithmetic over the whole wall time: a lower bound on the rate reached
