@@ -118,7 +118,7 @@ def convert_cli(
     src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
     dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
     to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,  # noqa: UP045
-    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files elmo_<stem>_options.json, ..._weights.hdf5")] = None,  # noqa: UP045
+    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, `elmo_<stem>_weights.hdf5`")] = None,  # noqa: UP045
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
 
