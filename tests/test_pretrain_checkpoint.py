@@ -23,7 +23,7 @@ from .conftest import REPO
 # Dropout, the sampled softmax and carried states: a resume that mixes two checkpoints shows.
 SETTINGS = dict(training__scheme="stream", training__dropout=0.2, softmax__type="sampled",
                 softmax__n_samples=20, training__optimizer="adagrad", training__learning_rate=0.2,
-                training__checkpoint_every=4, training__max_steps=10)
+                training__checkpoint_every=4, training__max_steps=10, training__eval_every=3)
 
 # A child process trains with SETTINGS and kills itself (SIGKILL) just before the `number`-th call
 # of `function` whose arguments mention `name` (torch.save: a part; os.replace: publishing;
@@ -89,6 +89,11 @@ def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted
     assert not (out / "model").exists()
     quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     assert_same_model(out, uninterrupted)
+    assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]  # none twice
+
+
+def metric_steps(out):
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 class Evil:
@@ -169,3 +174,16 @@ def test_parts_that_disagree_are_refused(corpus, tmp_path):
     (out / "checkpoint" / "checkpoint.json").unlink()
     with pytest.raises(ElmoFileError, match="no checkpoint"):
         quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+
+
+@pytest.mark.parametrize("content", ["evil", "not tensors"])
+def test_a_hostile_softmax_to_continue_from_is_refused_unread(cli_run, corpus, tmp_path, capsys, content):
+    marker = tmp_path / "pwned"
+    head = tmp_path / "out" / "model" / "lm_head.pt"
+    torch.save(Evil(marker) if content == "evil" else {"weight": [1, 2]}, head)
+    args = [tmp_path / "again", "--no-progress", "--init-from", tmp_path / "out" / "model",
+            *override_args(corpus, None, training__max_steps=1)]
+    code, err = run_cli(args, capsys)
+    assert code == 1 and "Traceback" not in err and err.endswith("\n") and err.count("error:") == 1, err
+    last = err.splitlines()[-1]
+    assert last.startswith("error:") and str(head) in last and not marker.exists()

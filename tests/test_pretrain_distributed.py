@@ -1,6 +1,7 @@
 """Data-parallel training: 2 CPU processes (torchrun, gloo) equal one process on both ranks' batches."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,9 +25,18 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "spacy_elmo", "pretrain", str(tmp_path / "ddp"), "--threads", "1", "--no-progress",
            *override_args(train_path, None, **settings)]
+    if scheme == "stream":  # stopped at step 3, then resumed: every rank's part of the checkpoint counts
+        result = subprocess.run([*cmd, "--training.max_steps", "3"], capture_output=True, text=True, env=env,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        manifest = json.loads((tmp_path / "ddp" / "checkpoint" / "checkpoint.json").read_text())
+        assert (manifest["step"], manifest["world"]) == (3, 2)
+        assert sorted(manifest["sha256"]) == ["model.pt", "rank0.pt", "rank1.pt"]
+        cmd.append("--resume")
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 process(es)" in result.stderr
+    assert ("resumed at step 3" in result.stderr) == (scheme == "stream")
 
     # one process, batches twice as large: rank r's rows / sentences are its share of each global batch
     settings["training__batch_tokens"] = 120

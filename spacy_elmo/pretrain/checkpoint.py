@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any, Dict, Iterable, Tuple, Union
@@ -54,7 +55,10 @@ def torch_load(path: Path, keys: Iterable[str] = ()) -> Dict[str, Any]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ElmoFileError(f"{path}: file not found") from None
-    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError ... for bad files
+    except pickle.UnpicklingError:
+        raise ElmoFileError(f"{path}: holds Python objects other than tensors; refused, as loading them could "
+                            f"run code") from None
+    except Exception as err:  # torch raises RuntimeError, EOFError, ... for truncated or foreign files
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ElmoFileError(f"{path}: cannot read it as a torch file of tensors ({type(err).__name__}: {reason})") from None
     missing = [k for k in keys if not isinstance(data, dict) or k not in data]

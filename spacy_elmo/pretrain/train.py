@@ -40,6 +40,7 @@ HEAD_FILE = "lm_head.pt"
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
+METRICS_FILE = "metrics.jsonl"
 # Settings that may change between a run and its resumption (they only say when to stop or report).
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                      "checkpoint_every", "export_hdf5"}
@@ -174,7 +175,7 @@ class Trainer:
 
     def _load_head(self, head: torch.nn.Module, path: Path) -> None:
         state = checkpoint.torch_load(path)
-        if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
+        if {k: getattr(v, "shape", None) for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
             raise PretrainError(f"{path}: the saved softmax does not match softmax.type = "
                                 f"{self.config['softmax']['type']!r}; set it to the type it was trained with")
         head.load_state_dict(state)
@@ -253,7 +254,22 @@ class Trainer:
             raise ElmoFileError(f"--resume: the checkpoint in {self.ckpt_dir} does not fit this run's model "
                                 f"({type(err).__name__}: {err})") from None
         self.saved_step = self.progress.step
+        if self.rank == 0:
+            self._forget_metrics_after(self.progress.step)
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
+
+    def _forget_metrics_after(self, step: int) -> None:
+        """Drop the learning-curve records of steps after the checkpoint: the resumed run redoes them."""
+        path = self.output / METRICS_FILE
+        if not path.is_file():
+            return
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        try:
+            kept = [line for line in lines if json.loads(line)["step"] <= step]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
+        if len(kept) < len(lines):
+            checkpoint.write_atomic(path, "".join(kept))
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Optional[Dict[str, Any]]:
@@ -281,7 +297,7 @@ class Trainer:
         record = {"step": p.step, "epoch": p.epoch, "tokens": p.tokens, "train_minutes": p.train_seconds / 60,
                   "train_loss": train_loss, "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9), "dev": dev,
                   "eval_seconds": time.perf_counter() - start}
-        with open(self.output / "metrics.jsonl", "a", encoding="utf-8") as f:
+        with open(self.output / METRICS_FILE, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         dev_text = (f"dev ppl fwd {dev['forward']:.1f} bwd {dev['backward']:.1f} mean {dev['mean']:.1f} "
                     f"({dev['policy']}, {record['eval_seconds']:.0f}s)") if dev else "no dev set"
