@@ -44,72 +44,109 @@ def errors():
 # ---------------------------------------------------------------------------------------------- embed
 @app.command("embed")
 def embed_cli(
-    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line, or a .spacy DocBin")],
-    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote")],
+    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line (only \\n ends a line, as `wc -l` "
+                                                     "counts), or a .spacy DocBin")],
+    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote; "
+                                                      "with --shards, a directory of such files")],
     weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
     lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
     whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
     layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
     batch_size: Annotated[int, typer.Option(min=1, help="sentences per biLM batch")] = 64,
     state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,  # noqa: UP045
-    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH")] = False,
-    flush_every: Annotated[int, typer.Option(min=1, help="lines between flushes: what --resume keeps")] = 10_000,
+    dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
+    compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
+    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
+                                              "redoes the rest (the input and every setting must be the same)")] = False,
+    flush_every: Annotated[int, typer.Option(min=1, help="lines per part: a kill loses at most the part being "
+                                                         "written; a shard is made of whole parts")] = 10_000,
+    shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "  # noqa: UP045
+                                                             "+ manifest.json; rerun the command to redo missing shards")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "  # noqa: UP045
+                                                      "the shards can run at the same time")] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
     Streams: lines are read, embedded and written as they come (the README gives the memory
-    measured over a million lines). Empty lines give arrays with 0 tokens.
+    measured over a million lines). Empty lines give arrays with 0 tokens. Crash-safe: work is kept
+    in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and OUTPUT_PATH
+    appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
+    with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory).
     """
     import spacy
     from tqdm import tqdm
 
     from .embed_file import (
-        INDEX,
+        COMPRESSIONS,
+        DTYPES,
+        Job,
         bound_kernel_cache,
-        count_lines,
-        open_output,
+        embed_sharded,
+        embed_single,
+        first_missing_line,
         parse_layer,
-        read_sentences,
-        write_embeddings,
+        scan_input,
     )
 
     bound_kernel_cache()
     with errors():
         if not input_path.is_file():
             raise FileNotFoundError(f"input not found: {input_path}")
+        if dtype not in DTYPES or compression not in COMPRESSIONS:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
+                             f"{', '.join(COMPRESSIONS)}, got {dtype!r} and {compression!r}")
+        only = parse_shard(shard, shards)
+        shards = shards if only is None else int(shard.split("/")[1])
         bilm = load_bilm(weights, state=state)
         chosen = parse_layer(layer, bilm.num_output_layers)
-        if resume and bilm.state_policy == "carry":
-            raise ValueError("--resume needs a deterministic state policy (warm or zero): under carry a line's "
-                             "vectors depend on every line before it")
+        if (resume or shards) and bilm.state_policy == "carry":
+            raise ValueError(f"{'--shards' if shards else '--resume'} needs a deterministic state policy (warm or "
+                             "zero): under carry a line's vectors depend on every line before it")
         docbin = input_path.suffix == ".spacy"
-        nlp = None if whitespace and not docbin else spacy.blank(lang)
-        settings = {"input": str(input_path.resolve()), "input_bytes": input_path.stat().st_size,
-                    "weights": bilm.fingerprint(), "state": bilm.state_policy, "layer": layer,
-                    "batch_size": batch_size, "flush_every": flush_every,
-                    "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
-        out, done = open_output(output_path, settings, resume)
-    with out:
-        if INDEX in out.h5:
-            typer.echo(f"{output_path} is complete already ({done} lines)", err=True)
-            return
-        bar = tqdm(total=None if docbin else count_lines(input_path), initial=done, unit=" lines",
-                   disable=not progress)
-        start = time.perf_counter()
         try:
-            with errors():
-                lines, tokens = write_embeddings(
-                    out, bilm, read_sentences(input_path, nlp, skip=done), start=done, layer=chosen,
-                    batch_size=batch_size, flush_every=flush_every, on_line=lambda n: bar.update(1))
-        except KeyboardInterrupt:
-            typer.echo(f"interrupted: continue with --resume (from line {out.h5.attrs['spacy_elmo.completed']})", err=True)
-            raise typer.Exit(130) from None
-        finally:
-            bar.close()
+            nlp = None if whitespace and not docbin else spacy.blank(lang)
+        except ImportError as err:
+            raise ValueError(f"--lang {lang}: not a language spaCy knows ({err})") from None
+        settings = {**scan_input(input_path), "weights": bilm.fingerprint(), "state": bilm.state_policy,
+                    "layer": layer, "batch_size": batch_size, "flush_every": flush_every, "dtype": dtype,
+                    "compression": compression, "shards": shards,
+                    "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
+    bar = tqdm(total=settings["lines"], unit=" lines", disable=not progress)
+    tokens = 0
+
+    def on_line(n_tokens: int) -> None:
+        nonlocal tokens
+        tokens += n_tokens
+        bar.update(1)
+
+    job = Job(input_path, output_path, settings, nlp=nlp, layer=chosen, shards=shards, on_line=on_line)
+    start = time.perf_counter()
+    try:
+        with errors():
+            wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)
+    except KeyboardInterrupt:
+        where = "" if shards else f" (from line {first_missing_line(job)})"
+        typer.echo(f"interrupted: continue with {'the same command' if shards else '--resume'}{where}", err=True)
+        raise typer.Exit(130) from None
+    finally:
+        bar.close()
+    if not wrote:
+        typer.echo(f"{output_path} is complete already ({job.lines_done} lines)", err=True)
+        return
     seconds = time.perf_counter() - start
-    typer.echo(f"wrote {output_path}: {done + lines} lines ({lines} in this run), {tokens} tokens in {seconds:.1f} s, "
-               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
+    typer.echo(f"wrote {output_path}: {job.lines_done + job.lines_run} lines ({job.lines_run} in this run), "
+               f"{tokens} tokens in {seconds:.1f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
+
+
+def parse_shard(spec: Optional[str], shards: Optional[int]) -> Optional[int]:  # noqa: UP045
+    """`--shard I/N` -> I, checked against `--shards`; None without it."""
+    if spec is None:
+        return None
+    i, _, n = spec.partition("/")
+    if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or (shards is not None and shards != int(n)):
+        raise ValueError(f"--shard must be I/N with 0 <= I < N (and N equal to --shards), got {spec!r}")
+    return int(i)
 
 
 # -------------------------------------------------------------------------------------------- convert

@@ -1,20 +1,21 @@
-"""Embed a file of sentences into hdf5 in the layout `allennlp elmo` wrote, streamed and resumable.
+"""Embed a file of sentences into hdf5 in the layout `allennlp elmo` wrote: streamed, crash-safe,
+resumable, optionally in shards.
 
-Output: one float32 dataset per input line, named `str(line_index)`, shaped
-`(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one layer or a mix), and
-`sentence_to_index`, a one-element string dataset holding JSON `{sentence text: "index"}`.
-
-While it runs the file also holds `_sentences` (the text of each completed line) and the root
-attribute `spacy_elmo.completed`, the number of lines whose datasets are on disk. The attribute
-is written just before each flush, so a resumed run trusts exactly the lines of the last flush:
-datasets beyond it are deleted and embedded again.
+The input is read and embedded in blocks of `flush_every` lines; each block starts from an empty
+token cache, so a line's arrays depend only on its block (a cached token layer carries the rounding
+of the batch it was first computed in): a resumed run, a shard and an uninterrupted run compute
+every line alike, to the bit. The files are written by `embed_output`: pieces that become visible
+only when complete (a part per block beside a single output, assembled at the end; or the shards of
+a sharded output), with a manifest recording the input's sha256 and every setting.
 """
 from __future__ import annotations
 
 import ctypes
-import json
+import hashlib
 import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,24 @@ import numpy as np
 from spacy.language import Language
 
 from .bilm import BiLM
+from .bilm.errors import ElmoFileError
+from .embed_output import (
+    FORMAT,
+    LOCK,
+    MANIFEST,
+    SETTINGS,
+    WorkDir,
+    assemble,
+    check_settings,
+    fsync_dir,
+    plan,
+    take_lock,
+    write_error,
+    write_piece,
+)
 
-COMPLETED = "spacy_elmo.completed"
-SETTINGS = "spacy_elmo.settings"
-SENTENCES = "_sentences"
-INDEX = "sentence_to_index"
-LIBVER = ("v108", "latest")  # HDF5 1.8's file format or later (see `Output`)
+DTYPES = ("float32", "float16")
+COMPRESSIONS = ("none", "gzip", "lzf")
 
 
 def parse_layer(spec: str, num_output_layers: int) -> str | int:
@@ -50,19 +63,52 @@ def select_layer(layers: np.ndarray, layer: str | int) -> np.ndarray:
     return layers[-1 if layer == "top" else layer]
 
 
-def count_lines(path: Path) -> int:
-    """Lines of a text file (a last line without a newline counts), without decoding it."""
-    n, last = 0, b"\n"
+def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> ElmoFileError:
+    return ElmoFileError(f"{path}: invalid UTF-8 on line {line}, byte {offset} of the file ({err.reason}): "
+                         "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)")
+
+
+def scan_input(path: Path) -> dict[str, Any]:
+    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass.
+
+    Lines are counted as `wc -l` does (only \\n ends one; a last line without it counts too). Text
+    is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
+    digest, size, lines, last = hashlib.sha256(), 0, 0, b"\n"
+    rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
+    docbin = path.suffix == ".spacy"
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
+            digest.update(block)
+            size += len(block)
             last = block[-1:]
-    return n + (last != b"\n")
+            if docbin:
+                continue
+            buf = rest + block
+            cut = buf.rfind(b"\n") + 1
+            _check_utf8(path, buf[:cut], rest_at, lines)
+            lines += buf.count(b"\n", 0, cut)
+            rest, rest_at = buf[cut:], rest_at + cut
+    if docbin:
+        from spacy.tokens import DocBin
+
+        lines = len(DocBin().from_disk(path))
+    else:
+        _check_utf8(path, rest, rest_at, lines)
+        lines += last != b"\n"
+    return {"input": str(path.resolve()), "input_bytes": size, "input_sha256": digest.hexdigest(), "lines": lines}
+
+
+def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _bad_utf8(path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err) from None
 
 
 def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> Iterator[tuple[str, list[str]]]:
     """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
     split on whitespace without one), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
+    Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
     Whitespace tokens are left out, as in the `elmo` component."""
     if path.suffix == ".spacy":
         from spacy.tokens import DocBin
@@ -73,105 +119,214 @@ def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> It
             if i >= skip:
                 yield doc.text, [t.text for t in doc if not t.is_space]
         return
-    with open(path, encoding="utf-8") as f:
-        lines = (line.strip() for i, line in enumerate(f) if i >= skip)
-        if nlp is None:
-            for line in lines:
-                yield line, line.split()
-        else:
-            for doc in nlp.tokenizer.pipe(lines, batch_size=1000):
-                yield doc.text, [t.text for t in doc if not t.is_space]
+    lines = (text.strip() for text in _decoded_lines(path, skip))
+    if nlp is None:
+        for line in lines:
+            yield line, line.split()
+    else:
+        for doc in nlp.tokenizer.pipe(lines, batch_size=1000):
+            yield doc.text, [t.text for t in doc if not t.is_space]
 
 
-class Output:
-    """The hdf5 output file, closed and reopened at every flush: while a file stays open HDF5 keeps
-    bookkeeping for every dataset written (a few hundred bytes each), which would grow without
-    bound over a file of a million lines. Groups are written in the HDF5 1.8 format (`libver`), whose
-    indexed link storage reads only the part of the root group's index it needs; the older format
-    keeps all link names in one heap that is read whole and grows by doubling (RSS +45 MB over a
-    million lines). Every h5py reads both."""
-
-    def __init__(self, path: Path, mode: str):
-        self.path = path
-        self.h5 = h5py.File(path, mode, libver=LIBVER)
-
-    def reopen(self) -> None:
-        self.h5.close()
-        self.h5 = h5py.File(self.path, "r+", libver=LIBVER)
-
-    def __enter__(self) -> Output:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.h5.close()
+def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
+    offset = 0
+    with open(path, "rb") as f:  # binary: iteration splits on b"\n" only
+        for number, raw in enumerate(f, 1):
+            if number > skip:
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise _bad_utf8(path, number, offset + err.start, err) from None
+            offset += len(raw)
 
 
-def open_output(path: Path, settings: dict[str, Any], resume: bool) -> tuple[Output, int]:
-    """The output file, new or (`resume`) opened at its first incomplete line; `(file, lines done)`.
-
-    Raises FileExistsError for an existing file without `resume`, ValueError for a file this
-    command did not start or started with other `settings`."""
-    if not path.exists():
-        out = Output(path, "w")
-        f = out.h5
-        f.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
-        f.attrs[COMPLETED] = 0
-        f.create_dataset(SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(4096,))
-        return out, 0
-    if not resume:
-        raise FileExistsError(f"{path} exists: pass --resume to continue it, or remove it")
-    try:
-        out = Output(path, "r+")
-    except OSError as err:
-        raise ValueError(f"{path}: cannot be opened to resume ({err}); remove it and start again") from None
-    f = out.h5
-    if COMPLETED not in f.attrs:
-        f.close()
-        raise ValueError(f"{path}: not an output of `python -m spacy_elmo embed` that can be resumed")
-    started = json.loads(f.attrs[SETTINGS])
-    if started != settings:
-        f.close()
-        changed = ", ".join(f"{k}: {started.get(k)!r} then, {v!r} now" for k, v in settings.items()
-                            if started.get(k) != v)
-        raise ValueError(f"{path} was started with other settings ({changed}); remove it or resume with the same ones")
-    done = int(f.attrs[COMPLETED])
-    if INDEX not in f:
-        for key in [k for k in f if k.isdigit() and int(k) >= done]:
-            del f[key]
-        f[SENTENCES].resize((done,))
-    return out, done
-
-
-def write_embeddings(out: Output, bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, start: int = 0,
-                     layer: str | int = "all", batch_size: int = 64, flush_every: int = 10_000,
-                     on_line: Callable[[int], None] | None = None) -> tuple[int, int]:
-    """Embed `(text, tokens)` pairs and write datasets `start`, `start + 1`, ... as they come, then
-    `sentence_to_index`. Returns `(lines, tokens)` written by this call; `on_line(n_tokens)` is
-    called after each line.
-
-    Each run of `flush_every` lines goes through its own `bilm.embed_iter`, from an empty token
-    cache, and is flushed at its end: a resumed run (which starts at a flush) then computes every
-    line exactly as an uninterrupted one does, to the bit (a cached token layer carries the
-    rounding of the batch it was first computed in).
-    """
+def embed_blocks(bilm: BiLM, sentences: Iterable[tuple[str, list[str]]], *, block: int, layer: str | int = "all",
+                 batch_size: int = 64, dtype: str = "float32",
+                 on_line: Callable[[int], None] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """`(text, array)` per `(text, tokens)`: the chosen layers `(n_layers + 1, n_tokens, dim)` or
+    `(n_tokens, dim)` as `dtype`. Every `block` lines start again from an empty token cache."""
     it = iter(sentences)
-    index, tokens = start, 0
-    while True:
-        chunk = list(islice(it, flush_every))
-        if not chunk:
-            break
+    while chunk := list(islice(it, block)):
         bilm.token_cache.clear()
-        for (_, toks), layers in zip(chunk, bilm.embed_iter((toks for _, toks in chunk), batch_size=batch_size)):
-            out.h5.create_dataset(str(index), data=select_layer(layers, layer))
-            index += 1
-            tokens += len(toks)
+        for (text, toks), layers in zip(chunk, bilm.embed_iter((toks for _, toks in chunk), batch_size=batch_size)):
+            yield text, select_layer(layers, layer).astype(dtype, copy=False)
             if on_line is not None:
                 on_line(len(toks))
-        _flush(out.h5, [text for text, _ in chunk], index)
-        out.reopen()
         trim_heap()
-    _write_index(out.h5)
-    return index - start, tokens
+
+
+@dataclass
+class Job:
+    """What to embed and how: the input, its tokenizer, every setting that shapes the output."""
+
+    input_path: Path
+    output: Path
+    settings: dict[str, Any]  # scan_input's keys + weights, state, layer, batch_size, flush_every, tokenizer, ...
+    nlp: Language | None = None
+    layer: str | int = "all"
+    shards: int | None = None
+    on_line: Callable[[int], None] | None = None
+    lines_done: int = 0  # lines found complete when the run started
+    lines_run: int = 0  # lines embedded by this run
+
+    @property
+    def block(self) -> int:
+        return self.settings["flush_every"]
+
+
+def write_range(bilm: BiLM, job: Job, work: WorkDir, i: int, start: int, stop: int,
+                sentences: Iterable[tuple[str, list[str]]] | None = None) -> int:
+    """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
+    complete; returns its line count. `sentences` continues a reader already at line `start`;
+    without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
+    one call."""
+    if sentences is None:
+        sentences = read_sentences(job.input_path, job.nlp, skip=start)
+    lines = embed_blocks(bilm, islice(sentences, stop - start), block=job.block, layer=job.layer,
+                         batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line)
+    compression = None if job.settings["compression"] == "none" else job.settings["compression"]
+    path = work.piece(i)
+    try:
+        n = write_piece(path, start, lines, job.settings, compression=compression, reopen_every=job.block)
+    except OSError as err:
+        raise write_error(err, path) from None
+    if n != stop - start:
+        raise ElmoFileError(f"{job.input_path}: {n} lines from line {start}, expected {stop - start}: "
+                            "the input changed while it was read")
+    job.lines_run += n
+    return n
+
+
+def _manifest(job: Job, kind: str, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+    return {"format": FORMAT, "output": kind, "settings": job.settings, "ranges": [list(r) for r in ranges]}
+
+
+def _new_dir(path: Path, exist_ok: bool = False) -> None:
+    try:
+        path.mkdir(exist_ok=exist_ok)
+        fsync_dir(path.parent)
+    except FileExistsError:
+        raise ElmoFileError(f"{path} appeared meanwhile: another process is writing it") from None
+    except OSError as err:
+        raise write_error(err, path) from None
+
+
+def embed_single(bilm: BiLM, job: Job, resume: bool) -> bool:
+    """Write `job.output` as one file through parts in `OUTPUT.partial/`. Returns False where the
+    output was complete already. A kill at any moment loses at most the part being written:
+    `resume` keeps the complete parts, redoes the others and assembles again."""
+    out, partial = job.output, job.output.with_name(job.output.name + ".partial")
+    work = WorkDir(partial, out, "part")
+    if out.exists():
+        if not resume:
+            raise ElmoFileError(f"{out} exists: pass --resume to continue it, or remove it")
+        check_settings(out, _file_settings(out), job.settings)
+        if partial.exists():  # killed while removing it, after OUTPUT was complete
+            work.lock()
+            _remove_dir(partial)
+            work.unlock()
+        job.lines_done = job.settings["lines"]
+        return False
+    if partial.exists() and not resume:
+        raise ElmoFileError(f"{out}: an interrupted run is in {partial}: pass --resume to continue it")
+    try:
+        if partial.exists():
+            work.lock()
+            manifest = work.manifest()
+            check_settings(out, manifest["settings"], job.settings)
+            ranges = [tuple(r) for r in manifest["ranges"]]
+        else:
+            _new_dir(partial)
+            work.lock()
+            ranges = plan(job.settings["lines"], job.block, None)
+            work.write_manifest(_manifest(job, "file", ranges))
+        _run_pieces(bilm, job, work, ranges)
+        try:
+            assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, reopen_every=job.block)
+        except OSError as err:
+            raise write_error(err, out) from None
+        _remove_dir(partial)
+    finally:
+        work.unlock()
+    return True
+
+
+def embed_sharded(bilm: BiLM, job: Job, only: int | None = None) -> bool:
+    """Write `job.output` as a directory of `job.shards` shards and `manifest.json`; only shard
+    `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
+    whole). Returns False where every shard asked for was complete already."""
+    out = job.output
+    if out.exists() and not (out / MANIFEST).is_file():
+        raise ElmoFileError(f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
+                            "choose another output")
+    ranges = plan(job.settings["lines"], job.block, job.shards)
+    if any(start == stop for start, stop in ranges) and job.settings["lines"]:
+        blocks = -(-job.settings["lines"] // job.block)
+        raise ElmoFileError(f"--shards {job.shards}: {job.input_path} has {blocks} block(s) of --flush-every "
+                            f"{job.block} lines; give a smaller --flush-every (a shard is whole blocks)")
+    _new_dir(out, exist_ok=True)
+    manifests = WorkDir(out, out, "shard")
+    with take_lock(out / LOCK, out, wait=True):
+        if (out / MANIFEST).is_file():
+            check_settings(out, manifests.manifest()["settings"], job.settings)
+        else:
+            manifests.write_manifest({**_manifest(job, "shards", ranges), "complete": [False] * len(ranges)})
+    todo = [i for i, done in enumerate(manifests.complete(len(ranges))) if not done and only in (None, i)]
+    job.lines_done = sum(b - a for i, (a, b) in enumerate(ranges) if i not in todo)
+    for i in todo:
+        with take_lock(out / f"{manifests.piece(i).name}.lock", out):
+            if not manifests.piece(i).is_file():
+                write_range(bilm, job, manifests, i, *ranges[i])
+        with take_lock(out / LOCK, out, wait=True):
+            manifest = manifests.manifest()
+            manifest["complete"] = manifests.complete(len(ranges))
+            manifests.write_manifest(manifest)
+    return bool(todo)
+
+
+def _run_pieces(bilm: BiLM, job: Job, work: WorkDir, ranges: list[tuple[int, int]]) -> None:
+    """Write the missing pieces in order, reading the input once."""
+    done = work.complete(len(ranges))
+    job.lines_done = sum(b - a for (a, b), d in zip(ranges, done) if d)
+    sentences = None
+    for i, ((start, stop), complete) in enumerate(zip(ranges, done)):
+        if complete:
+            continue
+        if sentences is None:
+            sentences = read_sentences(job.input_path, job.nlp, skip=start)
+        write_range(bilm, job, work, i, start, stop, sentences)
+        if i + 1 < len(ranges) and done[i + 1]:
+            sentences = None  # the next pieces are there: open again where work resumes
+
+
+def first_missing_line(job: Job) -> int:
+    """The first line not in a complete piece of an interrupted single-file run (for messages)."""
+    partial = WorkDir(job.output.with_name(job.output.name + ".partial"), job.output, "part")
+    try:
+        ranges = [tuple(r) for r in partial.manifest()["ranges"]]
+    except ElmoFileError:
+        return 0
+    return next((a for i, (a, _) in enumerate(ranges) if not partial.piece(i).is_file()), job.settings["lines"])
+
+
+def _file_settings(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        with h5py.File(path, "r") as f:
+            if SETTINGS not in f.attrs:
+                raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
+            return json.loads(f.attrs[SETTINGS])
+    except OSError as err:
+        raise ElmoFileError(f"{path}: exists and cannot be read as hdf5 ({err}): choose another output") from None
+
+
+def _remove_dir(path: Path) -> None:
+    try:
+        shutil.rmtree(path)
+        fsync_dir(path.parent)
+    except OSError as err:
+        raise write_error(err, path) from None
 
 
 def bound_kernel_cache(capacity: int = 16) -> None:
@@ -189,35 +344,3 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def _flush(f: h5py.File, texts: list[str], done: int) -> None:
-    """Append the texts of the lines just written, record `done` lines as complete, flush to disk."""
-    ds = f[SENTENCES]
-    ds.resize((done,))
-    ds[done - len(texts) :] = texts
-    f.attrs[COMPLETED] = done
-    f.flush()
-
-
-def _write_index(f: h5py.File) -> None:
-    """`sentence_to_index` from `_sentences` (a repeated sentence maps to its last line, as in AllenNLP).
-
-    The JSON is written pair by pair in line order, without building a dict: a repeated sentence
-    appears once per line and a JSON reader keeps its last value (Python's `json` and AllenNLP's
-    reader do). `json.dumps` escapes non-ASCII characters, so the JSON is ASCII: it is built once as
-    bytes and written from that buffer as one fixed-length string (`f[INDEX][0]` reads it as bytes,
-    as it does a variable-length one), so memory peaks at the JSON's size; a variable-length
-    string would be copied twice more on the way."""
-    ds = f[SENTENCES]
-    text = bytearray(b"{")
-    for begin in range(0, len(ds), 65536):
-        if begin:
-            text += b", "
-        sentences = ds.asstr()[begin : begin + 65536]
-        text += ", ".join(f'{json.dumps(s)}: "{i}"' for i, s in enumerate(sentences, begin)).encode("ascii")
-    text += b"}"
-    buffer = np.frombuffer(text, dtype=f"S{len(text)}")  # a view: no copy
-    f.create_dataset(INDEX, (1,), dtype=buffer.dtype).write_direct(buffer)
-    del f[SENTENCES]
-    f.flush()

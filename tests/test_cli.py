@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 import spacy
 import torch
-from spacy.tokens import DocBin
 
 from spacy_elmo import load_bilm, save_bilm
 from spacy_elmo.bilm import hub
@@ -97,152 +95,6 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
         assert "Usage" in capsys.readouterr().out
     assert run_cli("pretrain", "--help") == 0  # argparse's own help, with the dotted overrides
     assert "--section.key" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------------------------- embed
-@pytest.mark.parametrize("layer", ["all", "top", "average", "1"])
-def test_embed_equals_the_api(weights, tmp_path, layer):
-    text = write_lines(tmp_path / "in.txt", LINES)
-    assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", weights, "--whitespace",
-                   "--layer", layer, "--batch-size", 2, "--no-progress") == 0
-    arrays, index, _ = read_output(tmp_path / "out.hdf5")
-    expected = load_bilm(weights).embed([line.split() for line in LINES])
-    assert sorted(arrays, key=int) == [str(i) for i in range(len(LINES))]
-    for i, full in enumerate(expected):
-        want = {"all": full, "top": full[-1], "average": full.mean(axis=0), "1": full[1]}[layer]
-        assert arrays[str(i)].dtype == np.float32
-        np.testing.assert_array_equal(arrays[str(i)], want)
-    assert arrays["1"].shape == ((3, 0, full.shape[-1]) if layer == "all" else (0, full.shape[-1]))
-    assert index == {"The cat sat on the mat .": "3", "": "1", "Hello world": "2", "a b c d e f g h i j k l": "4"}
-
-
-def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
-    """sentence_to_index is ASCII JSON (non-ASCII escaped), written without a copy as one fixed-length
-    string; a repeated line maps to its last index, as AllenNLP's did. The file is in HDF5 1.8's format."""
-    lines = ["Straße 是 😀 café", "a \\ \" quote", "Straße 是 😀 café", "x"]
-    text = write_lines(tmp_path / "in.txt", lines)
-    assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", fixture_dir, "--whitespace", "--no-progress") == 0
-    _, index, _ = read_output(tmp_path / "out.hdf5")
-    assert index == {"Straße 是 😀 café": "2", 'a \\ " quote': "1", "x": "3"}
-    with h5py.File(tmp_path / "out.hdf5", "r") as f:
-        assert f["sentence_to_index"].shape == (1,) and f["sentence_to_index"].asstr()[0].isascii()
-        # superblock version 2: the HDF5 1.8 format, whose groups index their links (flat memory)
-        assert f.id.get_create_plist().get_version()[0] == 2
-
-
-def test_embed_bounds_the_kernel_cache(fixture_dir, tmp_path, monkeypatch):
-    """embed keeps oneDNN's kernel cache small (flat memory over long files), unless the user set it."""
-    text = write_lines(tmp_path / "in.txt", LINES)
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    assert run_cli("embed", text, tmp_path / "a.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
-    assert run_cli("embed", text, tmp_path / "b.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
-
-
-def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
-    lines = ["Hello, world!", "It's  fine."]
-    nlp = spacy.blank("en")
-    tokens = [[t.text for t in nlp(line) if not t.is_space] for line in lines]
-    expected = fixture_bilm.embed(tokens)
-    write_lines(tmp_path / "in.txt", lines)
-    DocBin(docs=[nlp(line) for line in lines]).to_disk(tmp_path / "in.spacy")
-    for source in ("in.txt", "in.spacy"):
-        out = tmp_path / f"{source}.hdf5"
-        assert run_cli("embed", tmp_path / source, out, "-w", fixture_dir, "--lang", "en", "--no-progress") == 0
-        arrays, index, _ = read_output(out)
-        assert index == {"Hello, world!": "0", "It's  fine.": "1"}
-        for i, arr in enumerate(expected):
-            np.testing.assert_array_equal(arrays[str(i)], arr)
-
-
-def test_embed_bad_input(fixture_dir, tmp_path, capsys):
-    text = write_lines(tmp_path / "in.txt", LINES)
-    cases = [
-        (["embed", tmp_path / "nope.txt", tmp_path / "o.hdf5", "-w", fixture_dir], "input not found"),
-        (["embed", text, tmp_path / "o.hdf5", "-w", tmp_path / "nowhere"], "not found"),
-        (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--layer", "3"], "--layer"),
-        (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--lang", "zz"], "zz"),
-        (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--state", "carry", "--resume"], "deterministic"),
-    ]
-    for args, expect in cases:
-        assert run_cli(*args, "--no-progress") == 1
-        err = capsys.readouterr().err
-        assert err.startswith("error:") and expect in err and "Traceback" not in err, err
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
-    capsys.readouterr()
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 1
-    assert "--resume" in capsys.readouterr().err  # an existing output is never overwritten
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--layer", "top", "--whitespace",
-                   "--resume", "--no-progress") == 1
-    err = capsys.readouterr().err
-    assert "other settings" in err and "layer: 'all' then, 'top' now" in err
-
-
-def many_lines(n):
-    rng = np.random.default_rng(0)
-    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "."]
-    return [" ".join(rng.choice(words, size=rng.integers(0, 9))) for _ in range(n)]
-
-
-def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, capsys):
-    """Interrupted while making dataset 32 (flushes every 5 lines): lines up to 30 are trusted,
-    datasets 30 and 31 were written after the last flush and are made again."""
-    from spacy_elmo import embed_file
-
-    text = write_lines(tmp_path / "in.txt", many_lines(57))
-    args = ["--weights", weights, "--whitespace", "--batch-size", 2, "--flush-every", 5, "--no-progress"]
-    assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
-    real, calls = embed_file.select_layer, []
-
-    def interrupted(layers, layer):
-        calls.append(1)
-        if len(calls) == 33:
-            raise KeyboardInterrupt
-        return real(layers, layer)
-
-    monkeypatch.setattr(embed_file, "select_layer", interrupted)
-    assert run_cli("embed", text, tmp_path / "part.hdf5", *args) == 130
-    assert "--resume (from line 30)" in capsys.readouterr().err
-    with h5py.File(tmp_path / "part.hdf5", "r") as f:
-        assert f.attrs["spacy_elmo.completed"] == 30 and "31" in f and "32" not in f
-    monkeypatch.setattr(embed_file, "select_layer", real)
-    assert run_cli("embed", text, tmp_path / "part.hdf5", *args, "--resume") == 0
-    assert "27 in this run" in capsys.readouterr().err
-    full, part = read_output(tmp_path / "full.hdf5"), read_output(tmp_path / "part.hdf5")
-    assert full[1] == part[1] and sorted(full[0]) == sorted(part[0])
-    for key, arr in full[0].items():
-        np.testing.assert_array_equal(part[0][key], arr)
-
-
-def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
-    """A process killed (SIGKILL, no cleanup) in the middle of the file resumes to the same output."""
-    text = write_lines(tmp_path / "in.txt", many_lines(90))
-    args = ["--weights", str(fixture_dir), "--whitespace", "--batch-size", "2", "--flush-every", "7", "--no-progress"]
-    script = (
-        "import os, signal, sys\n"
-        "import spacy_elmo.embed_file as ef\n"
-        "real = ef.read_sentences\n"
-        "def dying(*a, **k):\n"
-        "    for i, item in enumerate(real(*a, **k)):\n"
-        "        if i == 70:\n"
-        "            os.kill(os.getpid(), signal.SIGKILL)\n"
-        "        yield item\n"
-        "ef.read_sentences = dying\n"
-        "from spacy_elmo.cli import main\n"
-        "main(sys.argv[1:])\n"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, "-c", script, "embed", str(text), str(tmp_path / "part.hdf5"), *args],
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert run_cli("embed", text, tmp_path / "part.hdf5", *args, "--resume") == 0
-    assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
-    full, part = read_output(tmp_path / "full.hdf5"), read_output(tmp_path / "part.hdf5")
-    assert full[1] == part[1] and sorted(full[0]) == sorted(part[0])
-    for key, arr in full[0].items():
-        np.testing.assert_array_equal(part[0][key], arr)
 
 
 # --------------------------------------------------------------------------------------------- convert

@@ -1,0 +1,379 @@
+"""The files of `python -m spacy_elmo embed`: pieces written whole, a manifest, assembly, one reader.
+
+Every hdf5 file written here (a single output, a part, a shard) has the layout `allennlp elmo`
+wrote: one dataset per input line, named by the line's number in the whole input, shaped
+`(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one layer or a mix), float32 or float16;
+`sentence_to_index`, a one-element string dataset holding JSON `{sentence text: "index"}`; and the
+root attribute `spacy_elmo.settings` (JSON: the input, the weights' fingerprint, every setting).
+
+Completed work lives only in files that are complete and closed: HDF5 updates its metadata in
+place, so a file open for writing is never trusted after a crash. A file is written under a
+temporary name, closed, fsynced and renamed (os.replace), then its directory is fsynced. Disk space
+for it is reserved ahead of HDF5's writes (posix_fallocate): a full disk then surfaces as ENOSPC
+from the reservation, in Python, and never inside HDF5, which answers a failed write with errors it
+cannot report and then a crash.
+
+A run keeps its state in a work directory: `OUTPUT.partial/` beside a single output (removed once
+OUTPUT is complete), or OUTPUT itself for a sharded output. It holds `manifest.json` (input path,
+size and sha256, line count, every setting, the pieces' line ranges), the pieces (`part-00000.hdf5`,
+... or `shard-00000.hdf5`, ...) and `lock`, which a writer holds (flock) while it runs.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import h5py
+import numpy as np
+
+from .bilm.errors import ElmoFileError
+
+FORMAT = "spacy_elmo.embed/1"
+SETTINGS = "spacy_elmo.settings"
+INDEX = "sentence_to_index"
+MANIFEST = "manifest.json"
+LOCK = "lock"
+TMP = ".tmp"  # a piece under its temporary name: `part-00002.hdf5.tmp`
+LIBVER = ("v108", "latest")  # HDF5 1.8's file format or later (see `H5Writer`)
+# Upper bounds of what HDF5 allocates beyond the raw data (about twice what it was seen to use):
+# the superblock and root group; per dataset its object header and its link in the root group's
+# index (some 330 bytes), and for a compressed (chunked) one its chunk index (some 3 KB more).
+BASE_BYTES = 1 << 16
+OBJECT_BYTES = 1024
+CHUNKED_BYTES = 8192
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the renames and removals in directory `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to `path` whole: temporary name, fsync, rename, fsync of the directory."""
+    tmp = path.with_name(path.name + TMP)
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_error(err: OSError, path: Path) -> ElmoFileError:
+    """What went wrong writing `path`, as one line: a full disk, a read-only file system or a
+    permission, else the system's words. HDF5's own errors carry the errno in their text only."""
+    text = str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota" in text.lower():
+        return ElmoFileError(f"disk full while writing {path}: free space and run again with --resume")
+    if err.errno == errno.EROFS or "Read-only file system" in text:
+        return ElmoFileError(f"cannot write {path}: read-only file system")
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return ElmoFileError(f"cannot write {path}: permission denied (read-only for this user)")
+    return ElmoFileError(f"cannot write {path}: {err.strerror or text}")
+
+
+class H5Writer:
+    """An hdf5 file written under `path` + `.tmp` and made visible whole by `commit()`.
+
+    Space is reserved (posix_fallocate) ahead of every dataset, for its bytes and an upper bound of
+    HDF5's bookkeeping, so HDF5 never meets a full disk (HDF5 trims the file to its end at close).
+    The file is closed and reopened every `reopen_every` datasets: while a file stays open HDF5
+    keeps bookkeeping for every dataset written (a few hundred bytes each), which would grow
+    without bound over a file of a million lines. Groups are written in the HDF5 1.8 format
+    (`libver`), whose indexed link storage reads only the part of the root group's index it needs;
+    the older format keeps all link names in one heap that is read whole and grows by doubling.
+    Every h5py reads both.
+    """
+
+    def __init__(self, path: Path, reopen_every: int):
+        self.path, self.tmp, self.reopen_every = path, path.with_name(path.name + TMP), reopen_every
+        self.needed, self.reserved, self.count = BASE_BYTES, 0, 0
+        self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.h5: h5py.File | None = None
+        try:
+            self._reserve(0)  # before HDF5 writes its superblock
+            self.h5 = h5py.File(self.tmp, "w", libver=LIBVER)  # truncates: reserve again
+            self.reserved = 0
+            self._reserve(0)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _reserve(self, nbytes: int, chunked: bool = False) -> None:
+        self.needed += nbytes + (CHUNKED_BYTES if chunked else OBJECT_BYTES)
+        if self.needed > self.reserved:
+            size = max(self.needed, self.reserved + self.reserved // 8)
+            try:
+                os.posix_fallocate(self.fd, 0, size)
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: HDF5 writes unguarded
+                    raise
+            self.reserved = size
+
+    def add(self, name: str, data: np.ndarray, compression: str | None = None) -> None:
+        """One dataset `name` holding `data`; `compression` (gzip, lzf) where it has elements."""
+        filters = {"compression": compression} if compression and data.size else {}
+        self._reserve(data.nbytes, chunked=bool(filters))
+        self.h5.create_dataset(name, data=data, **filters)
+        self._counted()
+
+    def copy_from(self, src: h5py.File, name: str) -> None:
+        """Dataset `name` of `src` copied as stored (dtype, filters), without decoding it."""
+        self._reserve(src[name].id.get_storage_size(), chunked=src[name].chunks is not None)
+        src.copy(name, self.h5, name=name)
+        self._counted()
+
+    def _counted(self) -> None:
+        self.count += 1
+        if self.count % self.reopen_every == 0:
+            self.h5.close()  # trims the file to HDF5's end: the reservation starts again from there
+            self.h5 = h5py.File(self.tmp, "r+", libver=LIBVER)
+            self.reserved = os.fstat(self.fd).st_size
+
+    def finish(self, index_json: bytes, settings: dict[str, Any]) -> None:
+        """Write `sentence_to_index` and the settings, then `commit()`.
+
+        The JSON is written from its buffer as one fixed-length string (`f[INDEX][0]` reads it as
+        bytes, as it does a variable-length one): memory peaks at the JSON's size, where a
+        variable-length string would be copied twice more."""
+        buffer = np.frombuffer(index_json, dtype=f"S{len(index_json)}")  # a view: no copy
+        self._reserve(len(index_json) + len(json.dumps(settings)))
+        self.h5.create_dataset(INDEX, (1,), dtype=buffer.dtype).write_direct(buffer)
+        self.h5.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
+        self.commit()
+
+    def commit(self) -> None:
+        """Close, fsync, rename to `path`, fsync the directory: the file is visible only whole."""
+        self.h5.close()
+        self.h5 = None
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        """Close and remove the temporary file (after an error: nothing incomplete stays)."""
+        if self.h5 is not None:
+            self.h5.close()  # its writes fall in reserved space
+            self.h5 = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.tmp.unlink(missing_ok=True)
+
+
+def index_items(texts: Iterable[str], first: int) -> bytes:
+    """`"text": "index"` pairs of JSON, comma-separated, for lines `first, first + 1, ...` (ASCII:
+    `json.dumps` escapes every non-ASCII character and NUL)."""
+    return ", ".join(f'{json.dumps(t)}: "{i}"' for i, t in enumerate(texts, first)).encode("ascii")
+
+
+def write_piece(path: Path, first: int, lines: Iterable[tuple[str, np.ndarray]], settings: dict[str, Any], *,
+                compression: str | None = None, reopen_every: int = 10_000) -> int:
+    """Write one whole file at `path` from `(text, array)` per line, its datasets named `first`,
+    `first + 1`, ...; visible only once complete. Returns the number of lines."""
+    out = H5Writer(path, reopen_every)
+    try:
+        texts = []
+        for text, array in lines:
+            out.add(str(first + len(texts)), array, compression)
+            texts.append(text)
+        out.finish(b"{" + index_items(texts, first) + b"}", settings)
+    except BaseException:
+        out.abort()
+        raise
+    return len(texts)
+
+
+def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], reopen_every: int = 10_000) -> None:
+    """One file at `path` holding every dataset of `pieces` (in order) and their joined
+    `sentence_to_index`, written under a temporary name beside it and renamed when complete. A
+    sentence repeated across lines maps to its last line: a JSON reader keeps a key's last value
+    (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files."""
+    out = H5Writer(path, reopen_every)
+    try:
+        index = bytearray(b"{")
+        for piece in pieces:
+            with h5py.File(piece, "r") as src:
+                for name in sorted((k for k in src if k != INDEX), key=int):
+                    out.copy_from(src, name)
+                items = bytes(src[INDEX][0])[1:-1]
+            if items:
+                index += (b", " if len(index) > 1 else b"") + items
+        index += b"}"
+        out.finish(bytes(index), settings)
+    except BaseException:
+        out.abort()
+        raise
+
+
+def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
+    """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
+    another process holds it; the lock lasts until the returned file is closed."""
+    try:
+        file = open(path, "a+")  # noqa: SIM115 (the caller holds it open)
+    except OSError as err:
+        raise write_error(err, path) from None
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        file.close()
+        raise ElmoFileError(f"{output} is locked by another process that is writing it ({path}): "
+                            "wait for it to finish, or stop it and run again") from None
+    return file
+
+
+def piece_name(kind: str, i: int) -> str:
+    return f"{kind}-{i:05d}.hdf5"
+
+
+class WorkDir:
+    """The directory of a run: `manifest.json`, the pieces of `kind` (part, shard), the lock."""
+
+    def __init__(self, path: Path, output: Path, kind: str):
+        self.path, self.output, self.kind = path, output, kind
+        self.lock_file = None
+
+    def piece(self, i: int) -> Path:
+        return self.path / piece_name(self.kind, i)
+
+    def lock(self) -> None:
+        """Hold the run's exclusive lock until `unlock` or the process ends: a second writer is refused."""
+        self.lock_file = take_lock(self.path / LOCK, self.output)
+
+    def unlock(self) -> None:
+        if self.lock_file is not None:
+            self.lock_file.close()
+            self.lock_file = None
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.path / MANIFEST
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ElmoFileError(f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ElmoFileError(f"{path}: cannot be read ({err})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ElmoFileError(f"{path}: not a manifest of `python -m spacy_elmo embed` ({FORMAT})")
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        path = self.path / MANIFEST
+        try:
+            write_json(path, manifest)
+        except OSError as err:
+            raise write_error(err, path) from None
+
+    def complete(self, n: int) -> list[bool]:
+        """Which of `n` pieces are on disk under their final name (complete: only whole files are renamed)."""
+        return [self.piece(i).is_file() for i in range(n)]
+
+
+def plan(lines: int, block: int, shards: int | None) -> list[tuple[int, int]]:
+    """Line ranges of the pieces: blocks of `block` lines, or `shards` runs of whole blocks
+    (so that a line is computed alike in both: each block starts from an empty token cache)."""
+    blocks = -(-lines // block)
+    if shards is None:
+        return [(b * block, min(lines, (b + 1) * block)) for b in range(blocks)]
+    edges = [min(lines, (s * blocks // shards) * block) for s in range(shards + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def differences(then: dict[str, Any], now: dict[str, Any]) -> str:
+    """`key: value then, value now` for every key whose values differ."""
+    return ", ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(then) | set(now))
+                     if then.get(k) != now.get(k))
+
+
+INPUT_KEYS = ("input", "input_bytes", "input_sha256")
+
+
+def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse to continue `path` (started with `then`) with other input or settings, in one line."""
+    if then == now:
+        return
+    if any(then.get(k) != now.get(k) for k in INPUT_KEYS):
+        if then.get("input") == now.get("input"):
+            raise ElmoFileError(
+                f"{path} was started on other content of {now['input']}: the input changed since "
+                f"({differences({k: then.get(k) for k in INPUT_KEYS}, {k: now.get(k) for k in INPUT_KEYS})}); "
+                "restore it, or remove the output to start again")
+        raise ElmoFileError(f"{path} was started on another input ({then.get('input')} then, {now['input']} now)")
+    raise ElmoFileError(f"{path} was started with other settings ({differences(then, now)}); "
+                        "remove it or resume with the same ones")
+
+
+class Embeddings:
+    """Read-only, lazy access by line number to an embed output: a single file or a shard directory.
+    `len`, `[i] -> np.ndarray` (`(n_layers + 1, n_tokens, dim)` or `(n_tokens, dim)`), iteration in
+    order, `settings`. Close it (or use `with`) to close its files."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if self.path.is_dir():
+            manifest = WorkDir(self.path, self.path, "shard").manifest()
+            self.settings = manifest["settings"]
+            ranges = [tuple(r) for r in manifest["ranges"]]
+            self.paths = [self.path / piece_name("shard", i) for i in range(len(ranges))]
+            missing = [p.name for p, done in zip(self.paths, manifest.get("complete", [])) if not done or not p.is_file()]
+            if missing or len(manifest.get("complete", [])) != len(ranges):
+                raise ElmoFileError(f"{self.path}: incomplete: {', '.join(missing) or 'shards'} not written; "
+                                    "run the same embed command again to finish it")
+        else:
+            self.paths, ranges, self.settings = [self.path], None, None
+        self.files: list[h5py.File | None] = [None] * len(self.paths)
+        first = self._file(0)
+        if self.settings is None:
+            self.settings = json.loads(first.attrs[SETTINGS]) if SETTINGS in first.attrs else {}
+            ranges = [(0, len(first) - (INDEX in first))]
+        self.starts = [start for start, _ in ranges]
+        self.length = ranges[-1][1] if ranges else 0
+
+    def _file(self, i: int) -> h5py.File:
+        if self.files[i] is None:
+            try:
+                self.files[i] = h5py.File(self.paths[i], "r")
+            except OSError as err:
+                raise ElmoFileError(f"{self.paths[i]}: cannot be read as hdf5 ({err})") from None
+        return self.files[i]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not isinstance(i, (int, np.integer)) or not -self.length <= i < self.length:
+            raise IndexError(f"line {i} out of range for {self.length} lines")
+        i = int(i) % self.length
+        return self._file(bisect.bisect_right(self.starts, i) - 1)[str(i)][...]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(self.length))
+
+    def close(self) -> None:
+        for f in self.files:
+            if f is not None:
+                f.close()
+        self.files = [None] * len(self.paths)
+
+    def __enter__(self) -> Embeddings:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_embeddings(path: str | os.PathLike) -> Embeddings:
+    """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for reading."""
+    return Embeddings(path)

@@ -1,0 +1,322 @@
+"""`python -m spacy_elmo embed` under crashes and bad input: kill -9 at any moment then `--resume`
+gives the output of an uninterrupted run, bit for bit; a full disk, a read-only or locked output,
+an input edited in place, invalid UTF-8 each end in one `error: ...` line; lines split as `wc -l`
+counts them."""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from spacy_elmo import load_bilm
+from spacy_elmo.cli import main
+
+from .conftest import REPO
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", ".", "über", "x1"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def run_cli(*args) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    return exit_info.value.code
+
+
+def generated(path: Path, n: int, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            f.write(" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) + "\n")
+    return path
+
+
+def read_output(path):
+    """`({name: array}, sentence_to_index)` of an output file."""
+    with h5py.File(path, "r") as f:
+        return {k: f[k][...] for k in f if k != "sentence_to_index"}, json.loads(f["sentence_to_index"][0])
+
+
+def assert_same_output(a, b):
+    (arrays_a, index_a), (arrays_b, index_b) = read_output(a), read_output(b)
+    assert index_a == index_b
+    assert sorted(arrays_a, key=int) == sorted(arrays_b, key=int)
+    for key, arr in arrays_a.items():
+        assert arrays_b[key].dtype == arr.dtype
+        np.testing.assert_array_equal(arrays_b[key], arr)
+
+
+def embed_args(text, out, fixture_dir, *extra):
+    return ["embed", str(text), str(out), "-w", str(fixture_dir), "--whitespace", "--batch-size", "16",
+            "--flush-every", "500", "--no-progress", *map(str, extra)]
+
+
+def spawn(args, script=None):
+    command = [sys.executable, "-m", "spacy_elmo", *args] if script is None else [sys.executable, "-c", script, *args]
+    return subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def started(out: Path) -> bool:
+    """The run has begun writing: its work directory (or, before it had one, the output) exists."""
+    return out.exists() or out.with_name(out.name + ".partial").exists()
+
+
+@contextmanager
+def tmpfs(path: Path, size: str):
+    """A tmpfs of `size` mounted at `path` (root, as in CI); skips where mounting is not allowed."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("mounting a tmpfs is not allowed here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture(scope="module")
+def reference(fixture_dir, tmp_path_factory):
+    """An uninterrupted run on 3,000 generated lines: `(input, output)`."""
+    tmp = tmp_path_factory.mktemp("reference")
+    text = generated(tmp / "in.txt", 3000)
+    done = subprocess.run([sys.executable, "-m", "spacy_elmo", *embed_args(text, tmp / "full.hdf5", fixture_dir)],
+                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return text, tmp / "full.hdf5"
+
+
+# ------------------------------------------------------------------------------------------- crashes
+@pytest.mark.timeout(180)
+def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
+    """Six kill -9s at random moments of one output's runs, each followed by `--resume`: the
+    final output equals the uninterrupted run's, every dataset bit for bit."""
+    text, full = reference
+    out = tmp_path / "out.hdf5"
+    rng = random.Random(13)
+    for attempt in range(6):
+        proc = spawn(embed_args(text, out, fixture_dir, *(["--resume"] if attempt else [])))
+        deadline = time.monotonic() + 60
+        while not started(out) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
+    assert_same_output(full, out)
+
+
+KILL_AT_RENAME = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst, *a, **k):
+    if str(dst).endswith("part-00002.hdf5"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.replace = replace
+from spacy_elmo.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_path):
+    """The kill is injected: os.replace of part 2 kills the process, so part 2 lies complete under
+    its temporary name, never renamed. `--resume` ignores it, redoes part 2, and gets the same output."""
+    text, full = reference
+    out = tmp_path / "out.hdf5"
+    proc = spawn(embed_args(text, out, fixture_dir), script=KILL_AT_RENAME)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, err
+    work = tmp_path / "out.hdf5.partial"
+    names = sorted(p.name for p in work.iterdir())
+    assert "part-00000.hdf5" in names and "part-00001.hdf5" in names and "part-00002.hdf5" not in names
+    assert any(n.startswith("part-00002.hdf5") and n != "part-00002.hdf5" for n in names), names
+    assert not out.exists()
+    assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
+    assert_same_output(full, out)
+    assert not work.exists()
+
+
+# ---------------------------------------------------------------------------------------- full disk
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_full_disk_is_one_line_and_resumable(reference, fixture_dir, tmp_path):
+    """A real full disk (a 3 MB tmpfs; the output of 3,000 lines is some 7 MB, a part 1.3 MB):
+    one line, exit 1, the complete parts kept and nothing half written; then, with space freed
+    (the tmpfs grown), `--resume` finishes to the uninterrupted output."""
+    text, full = reference
+    with tmpfs(tmp_path / "disk", "3m") as disk:
+        out = disk / "out.hdf5"
+        done = subprocess.run([sys.executable, "-m", "spacy_elmo", *embed_args(text, out, fixture_dir)],
+                              env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1, done.stderr[-2000:]
+        line = one_error_line(done.stderr)
+        assert "disk full while writing" in line and line.endswith("free space and run again with --resume"), line
+        kept = sorted(p.name for p in (disk / "out.hdf5.partial").iterdir())
+        assert kept == ["lock", "manifest.json", "part-00000.hdf5"], kept
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
+        assert_same_output(full, out)
+
+
+@pytest.mark.timeout(60)
+def test_full_disk_injected(fixture_dir, tmp_path, monkeypatch, capsys):
+    """ENOSPC injected in-process at the 40th dataset write (h5py's create_dataset raises it): one line,
+    exit 1; `--resume` then finishes to the uninterrupted output."""
+    text = generated(tmp_path / "in.txt", 300, seed=1)
+    assert run_cli(*embed_args(text, tmp_path / "full.hdf5", fixture_dir)) == 0
+    real, calls = h5py.Group.create_dataset, []
+
+    def full_disk(self, name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 40:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", full_disk)
+    capsys.readouterr()
+    assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "disk full while writing" in line and line.endswith("free space and run again with --resume"), line
+    monkeypatch.setattr(h5py.Group, "create_dataset", real)
+    assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir, "--resume")) == 0
+    assert_same_output(tmp_path / "full.hdf5", tmp_path / "out.hdf5")
+
+
+# ------------------------------------------------------------------------------------------- resume
+def interrupted_run(text, out, fixture_dir, monkeypatch, at=100):
+    """Run embed on `text` and interrupt it (KeyboardInterrupt) while it makes dataset `at`."""
+    from spacy_elmo import embed_file
+
+    real, calls = embed_file.select_layer, []
+
+    def interrupted(layers, layer):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(layers, layer)
+
+    monkeypatch.setattr(embed_file, "select_layer", interrupted)
+    assert run_cli(*embed_args(text, out, fixture_dir)) == 130
+    monkeypatch.setattr(embed_file, "select_layer", real)
+
+
+def test_resume_refuses_an_input_edited_in_place(fixture_dir, tmp_path, monkeypatch, capsys):
+    text = generated(tmp_path / "in.txt", 300, seed=2)
+    interrupted_run(text, tmp_path / "out.hdf5", fixture_dir, monkeypatch)
+    data = text.read_bytes()
+    edited = data[:-40] + data[-40:].replace(b"cat", b"dog").replace(b"the", b"mat")
+    assert len(edited) == len(data) and edited != data
+    text.write_bytes(edited)
+    capsys.readouterr()
+    assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir, "--resume")) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert str(text) in line and "sha256" in line and "changed" in line, line
+
+
+SLOW = """
+import sys, time
+import spacy_elmo.embed_file as ef
+real = ef.select_layer
+def slow(*a, **k):
+    time.sleep(0.02)
+    return real(*a, **k)
+ef.select_layer = slow
+from spacy_elmo.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_locked_output_is_reported_as_locked(reference, fixture_dir, tmp_path):
+    """A second run on an output that another process is writing says so (and does not suggest removing it)."""
+    text, _ = reference
+    out = tmp_path / "out.hdf5"
+    proc = spawn(embed_args(text, out, fixture_dir), script=SLOW)
+    deadline = time.monotonic() + 60
+    while not started(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        again = subprocess.run([sys.executable, "-m", "spacy_elmo",
+                                *embed_args(text, out, fixture_dir, "--resume")],
+                               env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert again.returncode == 1
+    line = one_error_line(again.stderr)
+    assert "another process" in line and "remove" not in line, line
+
+
+def test_flock_held_by_another_process(fixture_dir, tmp_path, monkeypatch, capsys):
+    text = generated(tmp_path / "in.txt", 300, seed=3)
+    out = tmp_path / "out.hdf5"
+    interrupted_run(text, out, fixture_dir, monkeypatch)
+    with open(tmp_path / "out.hdf5.partial" / "lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        capsys.readouterr()
+        assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "locked by another process" in line and "remove" not in line, line
+
+
+@pytest.mark.timeout(60)
+def test_read_only_output_is_reported_as_read_only(fixture_dir, tmp_path, monkeypatch, capsys):
+    """An interrupted run on a file system then remounted read-only: `--resume` says read-only,
+    and a new run into a read-only directory too (root ignores permission bits: a real ro mount)."""
+    text = generated(tmp_path / "in.txt", 300, seed=4)
+    with tmpfs(tmp_path / "disk", "16m") as disk:
+        interrupted_run(text, disk / "out.hdf5", fixture_dir, monkeypatch)
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        capsys.readouterr()
+        for extra in (["--resume"], []):
+            target = disk / ("out.hdf5" if extra else "new.hdf5")
+            assert run_cli(*embed_args(text, target, fixture_dir, *extra)) == 1
+            line = one_error_line(capsys.readouterr().err)
+            assert "read-only" in line and "remove" not in line, line
+
+
+# ------------------------------------------------------------------------------------------- lines
+def test_lines_split_as_wc_counts_them(fixture_dir, tmp_path):
+    """Only \\n ends a line: CRLF, a lone \\r, U+2028 and a NUL byte inside a line keep every later
+    dataset index equal to its line number; every text round-trips through sentence_to_index."""
+    raw = (b"the cat\r\n" b"a\rb c\n" + "dog\u2028ran far\n".encode() + b"x\x00y z\n" b"\n"
+           + "über .\u0085 a\n".encode() + b"last line")
+    text = tmp_path / "in.txt"
+    text.write_bytes(raw)
+    assert int(subprocess.run(["wc", "-l"], input=raw, capture_output=True, check=True).stdout) + 1 == 7
+    lines = [line.decode("utf-8").strip() for line in raw.split(b"\n")]
+    assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 0
+    arrays, index = read_output(tmp_path / "out.hdf5")
+    assert sorted(arrays, key=int) == [str(i) for i in range(7)]
+    assert index == {line: str(i) for i, line in enumerate(lines)}
+    expected = load_bilm(fixture_dir).embed([line.split() for line in lines], batch_size=16)
+    for i, arr in enumerate(expected):
+        np.testing.assert_array_equal(arrays[str(i)], arr)
+
+
+def test_invalid_utf8_names_line_and_byte_offset(fixture_dir, tmp_path, capsys):
+    raw = b"the cat\n" + b"a b\n" * 2000 + b"ok \xc3\x28 bad\n" + b"dog\n"
+    text = tmp_path / "in.txt"
+    text.write_bytes(raw)
+    assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    offset = raw.index(b"\xc3\x28")
+    assert str(text) in line and "line 2002" in line and f"byte {offset}" in line, line
