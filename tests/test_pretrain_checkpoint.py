@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -187,3 +186,17 @@ def test_a_hostile_softmax_to_continue_from_is_refused_unread(cli_run, corpus, t
     assert code == 1 and "Traceback" not in err and err.endswith("\n") and err.count("error:") == 1, err
     last = err.splitlines()[-1]
     assert last.startswith("error:") and str(head) in last and not marker.exists()
+
+
+def test_a_new_run_in_the_same_directory_retires_the_old_checkpoint(corpus, tmp_path):
+    """A new run (no --resume) over an earlier one, killed before its first checkpoint: `--resume`
+    must not continue the earlier run's checkpoint under the new run's config and corpus record."""
+    from spacy_elmo.pretrain import Trainer
+
+    out = tmp_path / "out"
+    quiet_train(tiny_config(corpus, None, training__max_steps=3, training__eval_every=1), out)
+    new = tiny_config(corpus, None, training__max_steps=3, training__seed=7)
+    Trainer(new, out, progress_bar=False, log=lambda m: None)  # set up, then "killed" before a checkpoint
+    assert not (out / "metrics.jsonl").exists()
+    with pytest.raises(ElmoFileError, match="no checkpoint"):
+        quiet_train(new, out, resume=True)

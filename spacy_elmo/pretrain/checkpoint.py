@@ -15,7 +15,7 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterable, Tuple, Union
+from typing import Any, Dict, Tuple, Union
 
 import torch
 
@@ -48,7 +48,7 @@ def write_atomic(path: Path, data: Union[str, bytes]) -> None:
     fsync_dir(path.parent)
 
 
-def torch_load(path: Path, keys: Iterable[str] = ()) -> Dict[str, Any]:
+def torch_load(path: Path, keys: Tuple[str, ...] = ()) -> Dict[str, Any]:
     """A dict of tensors written by `torch.save`, read without unpickling arbitrary objects
     (weights_only); anything unreadable, or a dict without `keys`, -> `ElmoFileError` naming `path`."""
     try:
@@ -61,10 +61,11 @@ def torch_load(path: Path, keys: Iterable[str] = ()) -> Dict[str, Any]:
     except Exception as err:  # torch raises RuntimeError, EOFError, ... for truncated or foreign files
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ElmoFileError(f"{path}: cannot read it as a torch file of tensors ({type(err).__name__}: {reason})") from None
-    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
-    if not isinstance(data, dict) or missing:
-        raise ElmoFileError(f"{path}: expected a dict with {', '.join(keys) or 'tensors'}, "
-                            f"got {type(data).__name__}" + (f" without {', '.join(missing)}" if isinstance(data, dict) else ""))
+    if not isinstance(data, dict):
+        raise ElmoFileError(f"{path}: expected a dict of tensors, got {type(data).__name__}")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ElmoFileError(f"{path}: not a part of a pretrain checkpoint (no {', '.join(missing)})")
     return data
 
 
@@ -105,6 +106,17 @@ def publish(root: Path, step: int, world: int) -> None:
     for old in root.glob(f"{STEP_PREFIX}*"):
         if old != directory:
             shutil.rmtree(old)
+
+
+def retire(root: Path) -> None:
+    """Remove the checkpoint in `root` (of an earlier run), the manifest first, so that a kill on the
+    way never leaves it for `--resume`."""
+    root = Path(root)
+    if (root / MANIFEST).exists():
+        (root / MANIFEST).unlink()
+        fsync_dir(root)
+    if root.exists():
+        shutil.rmtree(root)
 
 
 def read_manifest(root: Path) -> Dict[str, Any]:

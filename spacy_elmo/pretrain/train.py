@@ -8,7 +8,8 @@ Under the "stream" scheme the LSTM state at the end of each window is carried in
 Checkpoints hold the weights, the optimizer, the data position, the carried states and the random
 generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU);
 each is published at once, whole (see `checkpoint`). `corpus.json` records the sha256 of every
-training file at the start, so that a resumed run refuses a corpus edited since.
+training file at the start, so that a resumed run refuses a corpus edited since. A new run (not
+`resume`) in a directory of an earlier one removes that run's checkpoint and metrics first.
 """
 from __future__ import annotations
 
@@ -149,8 +150,10 @@ class Trainer:
         self.last_dev: Optional[Dict[str, Any]] = None
         if resume:
             self._load_checkpoint()
-        elif self.rank == 0:
+        elif self.rank == 0:  # a new run: an earlier one in `output` can no longer be resumed
             self.output.mkdir(parents=True, exist_ok=True)
+            checkpoint.retire(self.ckpt_dir)
+            (self.output / METRICS_FILE).unlink(missing_ok=True)
             checkpoint.write_atomic(self.output / CONFIG_FILE, config.to_str())
             checkpoint.write_atomic(self.output / VOCAB_FILE, self.vocab.to_str())
             checkpoint.write_atomic(self.output / CORPUS_RECORD, json.dumps(self.corpus_sha256, indent=1))
