@@ -16,7 +16,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from .bilm import export_hdf5, hub, load_bilm, save_bilm
-from .bilm.weights import OWN_CONFIG, model_files
+from .bilm.errors import ElmoFileError
+from .bilm.weights import OWN_CONFIG, model_files, read_state_dict
 
 app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False, pretty_exceptions_enable=False,
                   help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
@@ -33,10 +34,14 @@ WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, o
 
 @contextmanager
 def errors():
-    """Expected failures -> one `error: ...` line and exit code 1, never a traceback."""
+    """Expected failures -> one `error: ...` line and exit code 1, never a traceback.
+
+    Every reader turns a file it cannot read into ElmoFileError, which names the file; OSError covers missing
+    files, permissions and full disks, ValueError a bad argument.
+    """
     try:
         yield
-    except (OSError, ValueError, ImportError) as err:
+    except (ElmoFileError, OSError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
 
@@ -170,6 +175,10 @@ def convert_cli(
             raise ValueError(f"--to must be own or hdf5, got {target!r}")
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise FileExistsError(f"{dest} exists and is not an empty directory")
+        extras = [Path(src) / name for name in EXTRA_FILES if Path(src).is_dir() and (Path(src) / name).is_file()]
+        for extra in extras:
+            if extra.suffix == ".pt":  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
+                read_state_dict(extra, str(extra))
         if target == "hdf5":
             paths = list(export_hdf5(bilm, dest, stem=stem))
             if bilm.state_policy != "warm":
@@ -177,7 +186,6 @@ def convert_cli(
                            f"state={bilm.state_policy!r} to get the same outputs", err=True)
         else:
             paths = model_files(save_bilm(bilm, dest))
-        extras = [Path(src) / name for name in EXTRA_FILES if Path(src).is_dir() and (Path(src) / name).is_file()]
         for extra in extras:
             paths.append(Path(shutil.copy2(extra, dest / extra.name)))
     typer.echo("wrote " + " ".join(str(p) for p in paths))
@@ -204,14 +212,12 @@ def parameter_counts(bilm) -> dict[str, int]:
 
 def describe(model: str, state: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
-    import torch
-
     bilm = load_bilm(model, state=state)
     files = model_files(model)
     extra = [files[0].parent / name for name in EXTRA_FILES if (files[0].parent / name).is_file()]
     softmax = None
     if extra and extra[0].name == "lm_head.pt":
-        softmax = sum(t.numel() for t in torch.load(extra[0], map_location="cpu", weights_only=True).values())
+        softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
     o = bilm.options
     return {
         "model": model, "state_policy": bilm.state_policy,

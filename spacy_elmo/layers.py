@@ -16,6 +16,7 @@ that is read with `torch.load(..., weights_only=True)`.
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -29,10 +30,13 @@ from torch import nn
 
 from .bilm import BiLM, BiLMOptions, load_bilm
 from .bilm.model import STATE_POLICIES
-from .bilm.weights import WeightFileError, load_state_dict_checked
+from .bilm.errors import ElmoFileError
+from .bilm.weights import WeightFileError, bilm_from_state_dict, read_state_dict
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
+# What `deserialize_bilm` names in its errors: the file `ElmoThincModel.from_disk` reads, if any.
+_SOURCE: ContextVar[str] = ContextVar("elmo_model_source", default="the serialized pipeline")
 
 
 class FrozenBiLM(nn.Module):
@@ -81,13 +85,13 @@ class FrozenBiLM(nn.Module):
 
 
 def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: str) -> None:
-    """Raise a ValueError naming every size where the config and the weights disagree."""
+    """Raise a WeightFileError naming every size where the config and the weights disagree."""
     if configured is None:
         return
     want, got = configured.sizes(), actual.sizes()
     diff = [f"{k}: config {want[k]!r}, weights {got[k]!r}" for k in want if want[k] != got.get(k)]
     if diff:
-        raise ValueError(
+        raise WeightFileError(
             f"the ELMo sizes in the config disagree with the weights from {source} ({'; '.join(diff)}). "
             "Set [components.elmo.model.options] to the weights' options, or to null to take them from the weights."
         )
@@ -112,20 +116,47 @@ def serialize_bilm(module: FrozenBiLM) -> bytes:
 
 
 def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> FrozenBiLM:
-    msg = srsly.msgpack_loads(data)
+    """The inverse of `serialize_bilm`; what cannot be read raises ElmoFileError naming the source."""
+    source = _SOURCE.get()
+    msg = srsly.msgpack_loads(data)  # corrupt data: ElmoThincModel names the file
     if not isinstance(msg, dict) or msg.get("format") != SERIAL_FORMAT or msg.get("version") != SERIAL_VERSION:
-        raise WeightFileError(f"not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
-    source = "the serialized pipeline"
-    options = BiLMOptions.from_dict(json.loads(msg["options"]), source=source)
+        raise WeightFileError(f"{source}: not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
+    if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
+        raise WeightFileError(f"{source}: the serialized model lacks its options or its weights")
     try:
-        state_dict = torch.load(BytesIO(msg["state_dict"]), map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for bad archives
-        raise WeightFileError(f"{source}: not a readable torch state dict ({type(err).__name__}: {err})") from None
-    bilm = BiLM(options, state=module.state, cache_size=module.token_cache_size)
-    load_state_dict_checked(bilm, state_dict, source)
-    bilm.warm_ready = True
+        options = json.loads(msg["options"])
+    except json.JSONDecodeError as err:
+        raise WeightFileError(f"{source}: its options are not valid JSON ({err})") from None
+    options = BiLMOptions.from_dict(options, source=source)
+    state_dict = read_state_dict(BytesIO(msg["state_dict"]), source)
+    bilm = bilm_from_state_dict(options, state_dict, source, module.state, module.token_cache_size)
     module.set_bilm(bilm, source)
     return module.to(device)
+
+
+class ElmoThincModel(Model):
+    """thinc's Model, whose `from_bytes` / `from_disk` turn data they cannot read into one ElmoFileError
+    that names the file (thinc and msgpack raise many types for corrupt data)."""
+
+    __slots__ = ()
+
+    def from_bytes(self, bytes_data: bytes) -> "ElmoThincModel":
+        return self._read(bytes_data, _SOURCE.get())
+
+    def from_disk(self, path: Union[str, Path]) -> "ElmoThincModel":
+        return self._read(Path(path).read_bytes(), str(path))
+
+    def _read(self, data: bytes, source: str) -> "ElmoThincModel":
+        token = _SOURCE.set(source)
+        try:
+            return super().from_bytes(data)
+        except ElmoFileError:
+            raise
+        except Exception as err:
+            raise ElmoFileError(f"{source}: not a serialized ELMo model, truncated or corrupt? "
+                                f"({type(err).__name__}: {err})") from None
+        finally:
+            _SOURCE.reset(token)
 
 
 @registry.architectures("spacy_elmo.ElmoModel.v1")
@@ -147,6 +178,7 @@ def ElmoModel(
     model = PyTorchWrapper_v3(module, convert_inputs=_texts_to_args, convert_outputs=_layers_out,
                               serialize_model=serialize_bilm, deserialize_model=deserialize_bilm)
     model.name = "elmo_bilm"
+    model.__class__ = ElmoThincModel  # same slots; adds the error handling of its readers
     return model
 
 

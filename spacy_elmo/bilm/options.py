@@ -9,6 +9,13 @@ from typing import Any, Dict, Tuple
 from .errors import ElmoFileError
 
 ACTIVATIONS = ("relu", "tanh")
+# Upper bounds on sizes read from files, checked before anything is allocated. The published models
+# use dims up to 4096, 2 layers, 2 highways, 7 filters, 50 characters and 93.6M parameters.
+MAX_DIM = 2**16
+MAX_LAYERS = 64
+MAX_FILTERS = 256
+MAX_CHARACTERS_PER_TOKEN = 1024
+MAX_PARAMETERS = 2**30
 
 
 class BiLMConfigError(ElmoFileError):
@@ -42,9 +49,18 @@ class BiLMOptions:
         """Width of every ELMo layer: forward and backward concatenated, 2 * projection_dim."""
         return 2 * self.projection_dim
 
+    @property
+    def n_parameters(self) -> int:
+        """Parameters of the biLM these options describe, counted without building it."""
+        E, F, P, D = self.char_dim, self.n_filters, self.projection_dim, self.lstm_dim
+        encoder = 262 * E + sum(w * E * n + n for w, n in self.filters) + self.n_highway * 2 * (F * F + F) + F * P + P
+        return encoder + self.n_layers * 2 * (2 * P * 4 * D + 4 * D + D * P)
+
     @classmethod
     def from_dict(cls, opts: Dict[str, Any], source: str = "options") -> "BiLMOptions":
-        """Validate a bilm-tf options dict. Raises BiLMConfigError naming `source` and the key."""
+        """Validate a bilm-tf options dict: types (ints and bools are never coerced) and sizes (bounded, so
+        that nothing huge is allocated from a mistyped or hostile file). Raises BiLMConfigError naming
+        `source` and the key."""
         if not isinstance(opts, dict):
             raise BiLMConfigError(f"{source}: expected a JSON object, got {type(opts).__name__}")
         if "char_cnn" not in opts:
@@ -54,7 +70,13 @@ class BiLMOptions:
             )
         if "lstm" not in opts:
             raise BiLMConfigError(f"{source}: no 'lstm' section")
-        cnn, lstm = opts["char_cnn"], opts["lstm"]
+
+        def section(value: Any, where: str) -> Dict[str, Any]:
+            if not isinstance(value, dict):
+                raise BiLMConfigError(f"{source}: '{where}' must be a JSON object, got {type(value).__name__}")
+            return value
+
+        cnn, lstm = section(opts["char_cnn"], "char_cnn"), section(opts["lstm"], "lstm")
         if opts.get("bidirectional", True) is not True:
             raise BiLMConfigError(f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported")
 
@@ -63,35 +85,35 @@ class BiLMOptions:
                 raise BiLMConfigError(f"{source}: missing '{where}.{key}'")
             return section[key]
 
-        def positive_int(value: Any, where: str) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise BiLMConfigError(f"{source}: '{where}' must be a positive integer, got {value!r}")
+        def integer(value: Any, where: str, low: int, high: int) -> int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BiLMConfigError(f"{source}: '{where}' must be an integer, got {value!r}")
+            if not low <= value <= high:
+                raise BiLMConfigError(f"{source}: '{where}' = {value!r} is out of range: it must be from {low} to {high}")
             return value
 
-        try:
-            filters = tuple((int(w), int(n)) for w, n in need(cnn, "filters", "char_cnn"))
-        except (TypeError, ValueError):
-            raise BiLMConfigError(f"{source}: 'char_cnn.filters' must be a list of [width, count] pairs")
-        if not filters or any(w <= 0 or n <= 0 for w, n in filters):
-            raise BiLMConfigError(f"{source}: 'char_cnn.filters' must be non-empty with positive sizes, got {filters}")
-        max_chars = positive_int(cnn.get("max_characters_per_token", 50), "char_cnn.max_characters_per_token")
-        if max_chars < 3:
-            raise BiLMConfigError(f"{source}: 'char_cnn.max_characters_per_token' must be at least 3")
+        def boolean(value: Any, where: str) -> bool:
+            if not isinstance(value, bool):
+                raise BiLMConfigError(f"{source}: '{where}' must be true or false, got {value!r}")
+            return value
+
+        max_chars = integer(cnn.get("max_characters_per_token", 50), "char_cnn.max_characters_per_token",
+                            3, MAX_CHARACTERS_PER_TOKEN)
+        raw_filters = need(cnn, "filters", "char_cnn")
+        if (not isinstance(raw_filters, (list, tuple)) or not 0 < len(raw_filters) <= MAX_FILTERS
+                or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in raw_filters)):
+            raise BiLMConfigError(f"{source}: 'char_cnn.filters' must be a list of 1 to {MAX_FILTERS} "
+                                  f"[width, count] pairs, got {raw_filters!r}")
+        filters = tuple((integer(w, "char_cnn.filters width", 1, MAX_DIM), integer(n, "char_cnn.filters count", 1, MAX_DIM))
+                        for w, n in raw_filters)
         if max(w for w, _ in filters) > max_chars:
             raise BiLMConfigError(f"{source}: a filter is wider than max_characters_per_token={max_chars}")
-        n_chars = cnn.get("n_characters", 262)
-        if n_chars not in (261, 262):
-            raise BiLMConfigError(
-                f"{source}: 'char_cnn.n_characters' must be 261 or 262 (the byte vocabulary), got {n_chars!r}"
-            )
+        n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)
         activation = cnn.get("activation", "relu")
         if activation not in ACTIVATIONS:
             raise BiLMConfigError(
                 f"{source}: unsupported 'char_cnn.activation' {activation!r}; supported: {', '.join(ACTIVATIONS)}"
             )
-        n_highway = cnn.get("n_highway", 0)
-        if isinstance(n_highway, bool) or not isinstance(n_highway, int) or n_highway < 0:
-            raise BiLMConfigError(f"{source}: 'char_cnn.n_highway' must be a non-negative integer")
         clips = {}
         for key in ("cell_clip", "proj_clip"):
             value = lstm.get(key)
@@ -101,23 +123,28 @@ class BiLMOptions:
                 clips[key] = float(value)
             else:
                 raise BiLMConfigError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
+        embedding = section(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
-        return cls(
-            char_dim=positive_int(need(need(cnn, "embedding", "char_cnn"), "dim", "char_cnn.embedding"),
-                                  "char_cnn.embedding.dim"),
+        options = cls(
+            char_dim=integer(need(embedding, "dim", "char_cnn.embedding"), "char_cnn.embedding.dim", 1, MAX_DIM),
             filters=filters,
-            n_highway=n_highway,
-            projection_dim=positive_int(need(lstm, "projection_dim", "lstm"), "lstm.projection_dim"),
-            lstm_dim=positive_int(need(lstm, "dim", "lstm"), "lstm.dim"),
-            n_layers=positive_int(need(lstm, "n_layers", "lstm"), "lstm.n_layers"),
+            n_highway=integer(cnn.get("n_highway", 0), "char_cnn.n_highway", 0, MAX_LAYERS),
+            projection_dim=integer(need(lstm, "projection_dim", "lstm"), "lstm.projection_dim", 1, MAX_DIM),
+            lstm_dim=integer(need(lstm, "dim", "lstm"), "lstm.dim", 1, MAX_DIM),
+            n_layers=integer(need(lstm, "n_layers", "lstm"), "lstm.n_layers", 1, MAX_LAYERS),
             cell_clip=clips["cell_clip"],
             proj_clip=clips["proj_clip"],
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            use_skip_connections=boolean(lstm.get("use_skip_connections", False), "lstm.use_skip_connections"),
             activation=activation,
             max_characters_per_token=max_chars,
             n_characters=n_chars,
             extra={k: v for k, v in opts.items() if k not in known},
         )
+        if options.n_parameters > MAX_PARAMETERS:
+            raise BiLMConfigError(f"{source}: these sizes make {options.n_parameters:,} parameters, more than the "
+                                  f"{MAX_PARAMETERS:,} this package loads (check 'lstm.dim', 'lstm.projection_dim', "
+                                  "'char_cnn.filters' and 'char_cnn.n_highway')")
+        return options
 
     @classmethod
     def from_file(cls, path: Path) -> "BiLMOptions":

@@ -6,8 +6,11 @@ plain torch state dict read with `torch.load(..., weights_only=True)` (no unpick
 from __future__ import annotations
 
 import json
+import re
+from contextlib import contextmanager
+from fnmatch import fnmatch
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -15,14 +18,16 @@ import torch
 from . import hub
 from .errors import ElmoFileError
 from .lstm import gates_to_internal, gates_to_tf
-from .model import BiLM, _check_policy
+from .model import STATE_POLICIES, BiLM, _check_policy
 from .options import BiLMConfigError, BiLMOptions
 
 OWN_CONFIG = "bilm.json"
 OWN_WEIGHTS = "weights.pt"
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
+OPTIONS_MAX_BYTES = 1 << 20  # a JSON file larger than this is not an options file
 PathLike = Union[str, Path]
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class WeightFileError(ElmoFileError):
@@ -62,7 +67,49 @@ def _h5py():
     return h5py
 
 
+def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str) -> None:
+    """Refuse NaN or infinite weights: the one check every weight source goes through."""
+    if not bool(torch.isfinite(torch.as_tensor(values)).all()):
+        raise WeightFileError(f"{source}: '{name}' holds NaN or infinite values")
+
+
+def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str):
+    """The dataset `name` of the open file `f`, checked from its metadata alone (nothing is read): reached
+    through hard links only, float16/32/64, of `shape`, stored in this file and written."""
+    h5py = _h5py()
+    node = f
+    for part in name.split("/"):
+        link = node.get(part, getlink=True)
+        if link is None:
+            raise WeightFileError(f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})")
+        if not isinstance(link, h5py.HardLink):
+            # a soft link may dangle or lead through an external one: weight files hold their datasets themselves
+            target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else getattr(link, "path", "?")
+            raise WeightFileError(f"{path}: '{name}' is reached through a {type(link).__name__} to {target} "
+                                  "(dangling, or external to the file); a weight file must hold its datasets itself")
+        node = node[part]
+    if not isinstance(node, h5py.Dataset):
+        raise WeightFileError(f"{path}: '{name}' is a {type(node).__name__}, not a dataset")
+    if node.dtype.kind != "f" or node.dtype.itemsize not in (2, 4, 8):
+        raise WeightFileError(f"{path}: dataset '{name}' has dtype {node.dtype}; weights must be float16, float32 or float64")
+    if tuple(node.shape) != shape:
+        raise WeightFileError(
+            f"{path}: dataset '{name}' has shape {tuple(node.shape)} but {options_path} implies {shape}; "
+            "the options file and the weights do not belong together"
+        )
+    plist = node.id.get_create_plist()
+    if node.is_virtual or plist.get_external_count():
+        raise WeightFileError(f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
+                              "storage); a weight file must not read other files")
+    stored = node.id.get_storage_size()
+    if stored < node.nbytes and (stored == 0 or plist.get_nfilters() == 0):
+        raise WeightFileError(f"{path}: dataset '{name}' is declared with shape {shape} but never written "
+                              f"({stored} of {node.nbytes} bytes stored)")
+    return node
+
+
 def _read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
+    """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is read."""
     h5py = _h5py()
     if not path.is_file():
         raise FileNotFoundError(f"ELMo weight file not found: {path}")
@@ -72,24 +119,20 @@ def _read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np
         raise WeightFileError(f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})") from None
     arrays: Dict[str, np.ndarray] = {}
     with f:
-        for name, shape in expected_shapes(opts).items():
-            if name not in f:
-                raise WeightFileError(
-                    f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})"
-                )
-            ds = f[name]
-            if tuple(ds.shape) != shape:
-                raise WeightFileError(
-                    f"{path}: dataset '{name}' has shape {tuple(ds.shape)} but {options_path} implies {shape}; "
-                    "the options file and the weights do not belong together"
-                )
-            try:
-                arr = np.asarray(ds[...], dtype=np.float32)
-            except (OSError, RuntimeError, ValueError) as err:
-                raise WeightFileError(f"{path}: dataset '{name}' cannot be read, truncated or corrupt? ({err})") from None
-            if not np.isfinite(arr).all():
-                raise WeightFileError(f"{path}: dataset '{name}' holds NaN or infinite values")
-            arrays[name] = arr
+        name = "/"
+        try:  # h5py raises KeyError, RuntimeError, OSError, ... for a corrupt file
+            datasets = {}
+            for name, shape in expected_shapes(opts).items():
+                datasets[name] = _dataset(f, name, path, shape, options_path)
+            for name, ds in datasets.items():
+                arrays[name] = np.asarray(ds[...], dtype=np.float32)
+        except WeightFileError:
+            raise
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+            raise WeightFileError(f"{path}: '{name}' cannot be read, truncated or corrupt? "
+                                  f"({type(err).__name__}: {err})") from None
+    for name, arr in arrays.items():
+        check_finite(arr, str(path), name)
     return arrays
 
 
@@ -182,64 +225,137 @@ def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[str] = None) -> P
     return directory
 
 
-def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
-    config_path = directory / OWN_CONFIG
+def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch.Tensor]:
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`).
+    Anything else -> WeightFileError naming `source`."""
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BiLMConfigError(f"{config_path}: not valid JSON ({err})") from None
-    if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
-        raise BiLMConfigError(
-            f"{config_path}: expected format {OWN_FORMAT!r} version {OWN_VERSION}, "
-            f"got {config.get('format')!r} version {config.get('version')!r}"
-        )
-    opts = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
-    weights_path = directory / OWN_WEIGHTS
-    if not weights_path.is_file():
-        raise FileNotFoundError(f"ELMo weight file not found: {weights_path}")
-    try:
-        state_dict = torch.load(weights_path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for bad archives
-        raise WeightFileError(f"{weights_path}: not a readable torch state dict ({type(err).__name__}: {err})") from None
-    bilm = BiLM(opts, state=state or config.get("state", "warm"), cache_size=cache_size)
-    load_state_dict_checked(bilm, state_dict, str(weights_path))
-    bilm.warm_ready = True
-    return bilm
+        state_dict = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
+        # torch's message spans lines and suggests weights_only=False (never do that): keep its cause only
+        cause = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", str(err), re.S)
+        detail = " ".join(cause.group(1).split()) if cause else str(err).strip().split("\n")[0]
+        if "Unsupported global" in detail:
+            raise WeightFileError(f"{source}: refused: it holds Python objects other than tensors, and this "
+                                  f"package never unpickles them ({detail})") from None
+        raise WeightFileError(f"{source}: not a readable torch state dict ({type(err).__name__}: {detail})") from None
+    if not isinstance(state_dict, dict):
+        raise WeightFileError(f"{source}: expected a dict of tensors, got {type(state_dict).__name__}")
+    for name, tensor in state_dict.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise WeightFileError(f"{source}: entry {name!r} is a {type(tensor).__name__}, not a named tensor")
+    return state_dict
 
 
-def load_state_dict_checked(bilm: BiLM, state_dict: Dict[str, torch.Tensor], source: str) -> None:
-    """`load_state_dict` with errors that name `source`, the tensor and both shapes."""
+def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor], source: str, state: str,
+                         cache_size: int) -> BiLM:
+    """A BiLM holding `state_dict`: names, dense float tensors, shapes and finite values are checked. The biLM is
+    built only once the file holds as many values as the options' parameters, so sizes that the weights do not
+    have allocate nothing."""
+    held = sum(t.numel() for t in state_dict.values())
+    if held < opts.n_parameters:
+        raise WeightFileError(f"{source}: holds {held:,} values, fewer than the {opts.n_parameters:,} parameters "
+                              "its options imply; the options and the weights do not belong together")
+    bilm = BiLM(opts, state=state, cache_size=cache_size)
     own = bilm.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
     if missing or unexpected:
         raise WeightFileError(f"{source}: tensors missing {missing[:5]} / unexpected {unexpected[:5]}")
     for name, tensor in state_dict.items():
-        if not isinstance(tensor, torch.Tensor):
-            raise WeightFileError(f"{source}: '{name}' is not a tensor")
+        if tensor.layout != torch.strided or tensor.device.type != "cpu" or tensor.dtype not in FLOAT_DTYPES:
+            raise WeightFileError(f"{source}: '{name}' is a {tensor.layout} {tensor.dtype} tensor on {tensor.device}; "
+                                  "weights must be dense float tensors")
         if tuple(tensor.shape) != tuple(own[name].shape):
             raise WeightFileError(
                 f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the options imply {tuple(own[name].shape)}"
             )
+        check_finite(tensor, source, name)
     bilm.load_state_dict(state_dict)
+    bilm.warm_ready = True
+    return bilm
 
 
-def _find_one(directory: Path, patterns: Sequence[str], what: str) -> Path:
-    for pattern in patterns:
-        found = sorted(p for p in directory.glob(pattern) if p.is_file())
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise WeightFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}); "
-                                  "pass an (options_file, weight_file) pair")
-    raise FileNotFoundError(f"{directory}: no {what} file found (looked for {', '.join(patterns)})")
+def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
+    config_path = directory / OWN_CONFIG
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BiLMConfigError(f"{config_path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise BiLMConfigError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
+    if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
+        raise BiLMConfigError(
+            f"{config_path}: expected format {OWN_FORMAT!r} version {OWN_VERSION}, "
+            f"got {config.get('format')!r} version {config.get('version')!r}"
+        )
+    opts = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    policy = state or config.get("state", "warm")
+    if policy not in STATE_POLICIES:
+        raise BiLMConfigError(f"{config_path}: unknown state policy {policy!r}")
+    weights_path = directory / OWN_WEIGHTS
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"ELMo weight file not found: {weights_path}")
+    return bilm_from_state_dict(opts, read_state_dict(weights_path, str(weights_path)), str(weights_path), policy,
+                                cache_size)
+
+
+def _listing(directory: Path) -> List[Path]:
+    """The files in `directory`, sorted; an unlistable directory says so (a glob would report it empty)."""
+    try:
+        return sorted(p for p in directory.iterdir() if p.is_file())
+    except PermissionError:
+        raise WeightFileError(f"{directory}: permission denied: the directory cannot be listed") from None
+
+
+def _stem(name: str, suffix: str) -> Optional[str]:
+    """`<stem>` of a published file name `elmo_<stem><suffix>`, else None."""
+    return name[len("elmo_"): -len(suffix)] if name.startswith("elmo_") and name.endswith(suffix) else None
+
+
+def _looks_like_options(path: Path) -> bool:
+    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections."""
+    if fnmatch(path.name, "*options*.json"):
+        return True
+    if path.suffix != ".json" or path.stat().st_size > OPTIONS_MAX_BYTES:
+        return False
+    try:
+        opts = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(opts, dict) and "lstm" in opts and "char_cnn" in opts
+
+
+def _one(found: Sequence[Path], directory: Path, what: str) -> Optional[Path]:
+    if len(found) > 1:
+        raise WeightFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
+                              "ambiguous; pass an (options_file, weight_file) pair")
+    return found[0] if found else None
 
 
 def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
-    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair."""
-    options = _find_one(directory, ["elmo_*_options.json", "*options*.json", "*.json"], "options JSON")
-    weights = _find_one(directory, ["elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"], "hdf5 weight")
-    return options, weights
+    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair.
+
+    Exactly one file must look like an options file; published names must agree on their stem."""
+    files = _listing(directory)
+    jsons = [p for p in files if p.suffix == ".json"]
+    options = _one([p for p in jsons if _looks_like_options(p)], directory, "options JSON")
+    if options is None:
+        looked = f" (looked at {', '.join(p.name for p in jsons)}: none has 'lstm' and 'char_cnn')" if jsons else ""
+        raise FileNotFoundError(f"{directory}: no options file found{looked}")
+    stem = _stem(options.name, "_options.json")
+    published = [p for p in files if fnmatch(p.name, "elmo_*_weights.hdf5")]
+    if stem is not None and published:
+        weights = next((p for p in published if _stem(p.name, "_weights.hdf5") == stem), None)
+        if weights is None:
+            raise WeightFileError(f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
+                                  f"{', '.join(p.name for p in published)} (mismatched stems); "
+                                  "pass an (options_file, weight_file) pair")
+        return options, weights
+    for pattern in ("elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"):
+        weights = _one([p for p in files if fnmatch(p.name, pattern)], directory, "hdf5 weight")
+        if weights is not None:
+            return options, weights
+    raise FileNotFoundError(f"{directory}: no hdf5 weight file found (looked for *.hdf5)")
 
 
 def model_files(path: Union[PathLike, Tuple[PathLike, PathLike]]) -> List[Path]:
@@ -285,15 +401,26 @@ def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Option
         if not directory.is_dir():
             raise ValueError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
         if (directory / OWN_CONFIG).is_file():
-            return _load_own(directory, state, cache_size)
+            with _memory(directory):
+                return _load_own(directory, state, cache_size)
         options_path, weights_path = resolve_hdf5_pair(directory)
     opts = BiLMOptions.from_file(options_path)
-    arrays = _read_hdf5(weights_path, opts, str(options_path))
-    bilm = BiLM(opts, state=state or "warm", cache_size=cache_size)
-    bilm.load_state_dict(_tf_to_state_dict(arrays, opts), strict=False)
-    if bilm.state_policy == "warm":
-        bilm.compute_warm_state()
+    with _memory(weights_path):
+        arrays = _read_hdf5(weights_path, opts, str(options_path))
+        bilm = BiLM(opts, state=state or "warm", cache_size=cache_size)
+        bilm.load_state_dict(_tf_to_state_dict(arrays, opts), strict=False)
+        if bilm.state_policy == "warm":
+            bilm.compute_warm_state()
     return bilm
+
+
+@contextmanager
+def _memory(source: Path):
+    """MemoryError while loading -> WeightFileError naming the files."""
+    try:
+        yield
+    except MemoryError:
+        raise WeightFileError(f"{source}: not enough memory to load this biLM") from None
 
 
 def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:

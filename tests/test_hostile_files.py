@@ -1,0 +1,412 @@
+"""Hostile, corrupt and mistyped options and weight files: each one is refused with one ElmoFileError
+that names the file and the problem, fast and before anything large is allocated.
+
+Every hostile file is built here, in tmp_path, from a copy of the fixture."""
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import h5py
+import numpy as np
+import pytest
+import spacy
+import srsly
+import torch
+
+from spacy_elmo import ElmoFileError, load_bilm, save_bilm
+from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.cli import main
+
+B_PROJ = "CNN_proj/b_proj"
+W_0 = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
+
+
+def fixture_options(fixture_dir) -> dict:
+    return json.loads((fixture_dir / "options.json").read_text())
+
+
+def hdf5_model(fixture_dir, directory, options=None):
+    """A copy of the fixture as options.json + weights.hdf5 in `directory` (options replaced if given)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "options.json").write_text(json.dumps(options or fixture_options(fixture_dir)))
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
+    return directory
+
+
+def own_model(fixture_dir, directory):
+    save_bilm(load_bilm(fixture_dir, state="zero"), directory)
+    return directory
+
+
+def pipeline(fixture_dir, directory):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    nlp.initialize()
+    nlp.to_disk(directory)
+    return directory / "elmo" / "model"
+
+
+def edit_pipeline_bilm(path, edit):
+    """Rewrite the biLM message inside a saved pipeline's elmo/model: `edit(message_dict)`."""
+    outer = srsly.msgpack_loads(path.read_bytes())
+    shim = srsly.msgpack_loads(outer["shims"][0][0])
+    inner = srsly.msgpack_loads(shim["state"])
+    edit(inner)
+    shim["state"] = srsly.msgpack_dumps(inner)
+    outer["shims"][0][0] = srsly.msgpack_dumps(shim)
+    path.write_bytes(srsly.msgpack_dumps(outer))
+
+
+def refused(path, *fragments):
+    """load_bilm(path) raises one ElmoFileError whose message holds every fragment."""
+    with pytest.raises(ElmoFileError) as err:
+        load_bilm(path)
+    for fragment in fragments:
+        assert fragment in str(err.value), str(err.value)
+    return str(err.value)
+
+
+# ------------------------------------------------------------------ 5: sizes checked before allocating
+BOUNDED_LOAD = textwrap.dedent("""
+    import resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    import spacy, spacy_elmo
+    start = time.perf_counter()
+    try:
+        spacy.load(sys.argv[2]) if sys.argv[1] == "pipeline" else spacy_elmo.load_bilm(sys.argv[2])
+    except spacy_elmo.ElmoFileError as err:
+        print("seconds", time.perf_counter() - start)
+        print("error", err)
+        sys.exit(3)
+""")
+
+
+def load_in_3gb(kind, path):
+    """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
+    proc = subprocess.run([sys.executable, "-c", BOUNDED_LOAD, kind, str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    return float(lines["seconds"]), lines["error"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind, key, value", [
+    ("options", "char_cnn.n_highway", 10**9),
+    ("options", "lstm.n_layers", 10**7),
+    ("options", "char_cnn.max_characters_per_token", 10**9),
+    ("own", "lstm.dim", 10**9),
+    ("pipeline", "lstm.dim", 10**9),
+])
+def test_huge_sizes_fail_fast_without_allocating(fixture_dir, tmp_path, kind, key, value):
+    section, name = key.split(".")
+    if kind == "options":
+        opts = fixture_options(fixture_dir)
+        opts[section][name] = value
+        path = hdf5_model(fixture_dir, tmp_path / "m", opts)
+        named = "options.json"
+    elif kind == "own":
+        path = own_model(fixture_dir, tmp_path / "m")
+        config = json.loads((path / "bilm.json").read_text())
+        config["options"][section][name] = value
+        (path / "bilm.json").write_text(json.dumps(config))
+        named = "bilm.json"
+    else:
+        model = pipeline(fixture_dir, tmp_path / "p")
+
+        def edit(msg):
+            opts = json.loads(msg["options"])
+            opts[section][name] = value
+            msg["options"] = json.dumps(opts)
+
+        edit_pipeline_bilm(model, edit)
+        path, named = tmp_path / "p", "elmo/model"
+    seconds, message = load_in_3gb("pipeline" if kind == "pipeline" else "bilm", path)
+    assert seconds < 5 and key in message and named in message and str(value) in message
+
+
+@pytest.mark.timeout(300)
+def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir, tmp_path):
+    """Options within the bounds (805M parameters, 3.2 GB) beside the fixture's small weights.pt."""
+    path = own_model(fixture_dir, tmp_path / "m")
+    config = json.loads((path / "bilm.json").read_text())
+    config["options"]["char_cnn"].update(filters=[[1, 8192]], n_highway=6)
+    (path / "bilm.json").write_text(json.dumps(config))
+    seconds, message = load_in_3gb("bilm", path)
+    assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
+
+
+@pytest.mark.timeout(300)
+def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
+    """A 2**21-wide LSTM whose datasets are declared but never written (a few KB on disk)."""
+    opts = fixture_options(fixture_dir)
+    opts["lstm"]["dim"] = 2**21
+    directory = tmp_path / "m"
+    directory.mkdir()
+    (directory / "options.json").write_text(json.dumps(opts))
+    from spacy_elmo.bilm.weights import expected_shapes
+
+    with h5py.File(directory / "weights.hdf5", "w") as f:
+        for name, shape in expected_shapes(BiLMOptions.from_dict(fixture_options(fixture_dir))).items():
+            big = tuple(2**21 * s // 64 if "LSTMCell" in name and s in (64, 256) else s for s in shape)
+            f.create_dataset(name, shape=big, dtype="f4")
+    assert (directory / "weights.hdf5").stat().st_size < 100_000
+    seconds, message = load_in_3gb("bilm", directory)
+    assert seconds < 5 and "lstm.dim" in message and "options.json" in message
+
+
+def test_unwritten_dataset_of_plausible_size_is_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        shape = f[W_0].shape
+        del f[W_0]
+        f.create_dataset(W_0, shape=shape, dtype="f4")
+    refused(directory, "weights.hdf5", W_0, "never written")
+
+
+def test_parameter_count_matches_the_model(fixture_dir):
+    bilm = load_bilm(fixture_dir)
+    assert bilm.options.n_parameters == sum(p.numel() for p in bilm.parameters())
+
+
+# ------------------------------------------------------------------ 6: NaN / Inf in every weight source
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_refused_in_own_format(fixture_dir, tmp_path, bad):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    state = torch.load(directory / "weights.pt", weights_only=True)
+    state["lstm.layers.1.w_proj"][0, 3, 2] = bad
+    torch.save(state, directory / "weights.pt")
+    refused(directory, "weights.pt", "lstm.layers.1.w_proj", "NaN or infinite")
+
+
+def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
+    model = pipeline(fixture_dir, tmp_path / "p")
+
+    def edit(msg):
+        state = torch.load(io.BytesIO(msg["state_dict"]), weights_only=True)
+        state["token_encoder.w_proj"][5, 1] = float("inf")
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        msg["state_dict"] = buf.getvalue()
+
+    edit_pipeline_bilm(model, edit)
+    with pytest.raises(ElmoFileError, match="elmo/model.*token_encoder.w_proj.*NaN or infinite"):
+        spacy.load(tmp_path / "p")
+
+
+# ------------------------------------------------------------------ 8: what cannot be read -> ElmoFileError
+@pytest.mark.parametrize("config", [[1, 2], "a string", 7])
+def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    (directory / "bilm.json").write_text(json.dumps(config))
+    refused(directory, "bilm.json", "JSON object")
+
+
+@pytest.mark.parametrize("content", [3, [torch.zeros(2)], {"warm_h": 4}])
+def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    torch.save(content, directory / "weights.pt")
+    refused(directory, "weights.pt")
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda o: o.update(lstm=[1, 2]), "'lstm'"),
+    (lambda o: o.update(char_cnn="cnn"), "'char_cnn'"),
+    (lambda o: o["char_cnn"].update(embedding=4), "char_cnn.embedding"),
+    (lambda o: o["char_cnn"].update(filters=7), "char_cnn.filters"),
+    (lambda o: o["char_cnn"].update(filters=[[1, 2, 3]]), "char_cnn.filters"),
+])
+def test_options_of_the_wrong_shape(fixture_dir, tmp_path, edit, key):
+    opts = fixture_options(fixture_dir)
+    edit(opts)
+    refused(hdf5_model(fixture_dir, tmp_path / "m", opts), "options.json", key)
+
+
+def _group_for_dataset(f):
+    del f[B_PROJ]
+    f.create_group(B_PROJ)
+
+
+def _dangling_link(f):
+    del f[B_PROJ]
+    f[B_PROJ] = h5py.SoftLink("/nowhere/at/all")
+
+
+def _compound(f):
+    del f[B_PROJ]
+    f.create_dataset(B_PROJ, data=np.zeros(16, dtype=[("a", "f4"), ("b", "f4")]))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_group_for_dataset, "not a dataset"),
+    (_dangling_link, "dangling"),
+    (_compound, "dtype"),
+])
+def test_hdf5_structure_problems(fixture_dir, tmp_path, edit, problem):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        edit(f)
+    refused(directory, "weights.hdf5", B_PROJ, problem)
+
+
+def test_corrupt_btree(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    data = bytearray((directory / "weights.hdf5").read_bytes())
+    at = data.index(b"TREE")
+    data[at: at + 24] = b"XXXX" + b"\xff" * 20
+    (directory / "weights.hdf5").write_bytes(bytes(data))
+    refused(directory, "weights.hdf5", "corrupt")
+
+
+def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(h5py.Dataset, "read_direct", no_memory)
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", no_memory)
+    refused(directory, "weights.hdf5", "memory")
+
+
+@pytest.mark.parametrize("damage", [lambda b: b + b"xx", lambda b: b[: len(b) // 2], lambda b: b"\x93garbage" * 5])
+def test_corrupt_pipeline_model_names_the_file(fixture_dir, tmp_path, damage):
+    model = pipeline(fixture_dir, tmp_path / "p")
+    model.write_bytes(damage(model.read_bytes()))
+    with pytest.raises(ElmoFileError, match="elmo/model"):
+        spacy.load(tmp_path / "p")
+
+
+def test_corrupt_pipeline_bytes(fixture_dir, tmp_path):
+    pipeline(fixture_dir, tmp_path / "p")
+    nlp = spacy.load(tmp_path / "p")
+    data = nlp.get_pipe("elmo").model.to_bytes()
+    with pytest.raises(ElmoFileError, match="serialized"):
+        nlp.get_pipe("elmo").model.from_bytes(data[:-100])
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+@pytest.mark.parametrize("command", ["convert", "info"])
+def test_evil_lm_head_is_one_error_line(fixture_dir, tmp_path, capsys, command):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    torch.save({"x": Evil()}, directory / "lm_head.pt")
+    args = [command, directory] + ([tmp_path / "out"] if command == "convert" else [])
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1
+    assert err.startswith("error: ") and err.count("\n") == 1 and "lm_head.pt" in err and "pwned" not in err
+    assert not (tmp_path / "out" / "lm_head.pt").exists()
+
+
+def test_cli_errors_catch_the_file_error_type(fixture_dir, tmp_path, capsys):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    (directory / "bilm.json").write_text("[1]")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["info", str(directory)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.startswith("error: ") and "bilm.json" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ 9: messages that mislead
+def test_sentences_json_is_not_an_options_file(fixture_dir, tmp_path):
+    directory = tmp_path / "m"
+    directory.mkdir()
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
+    shutil.copy(fixture_dir / "sentences.json", directory / "sentences.json")
+    with pytest.raises(FileNotFoundError, match="no options file found") as err:
+        load_bilm(directory)
+    assert "sentences.json" in str(err.value)
+
+
+def test_unlistable_directory_says_permission_denied(fixture_dir, tmp_path, monkeypatch):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    listing = pathlib.Path.iterdir
+
+    def iterdir(self):
+        if self == directory:
+            raise PermissionError(13, "Permission denied", str(self))
+        return listing(self)
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    refused(directory, str(directory), "permission denied")
+
+
+# ------------------------------------------------------------------ 10: wrong types, dtypes, external data, stems
+@pytest.mark.parametrize("edit, key", [
+    (lambda o: o["char_cnn"].update(filters=[["1", "4"], ["2", "8"]]), "char_cnn.filters"),
+    (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 8.0]]), "char_cnn.filters"),
+    (lambda o: o["char_cnn"].update(filters=[[1.9, 4]]), "char_cnn.filters"),
+    (lambda o: o["lstm"].update(use_skip_connections="false"), "lstm.use_skip_connections"),
+    (lambda o: o["lstm"].update(use_skip_connections=1), "lstm.use_skip_connections"),
+    (lambda o: o["char_cnn"].update(n_characters=262.0), "char_cnn.n_characters"),
+    (lambda o: o["lstm"].update(dim=64.0), "lstm.dim"),
+    (lambda o: o["lstm"].update(cell_clip="3"), "lstm.cell_clip"),
+])
+def test_options_of_the_wrong_type(fixture_dir, tmp_path, edit, key):
+    opts = fixture_options(fixture_dir)
+    edit(opts)
+    refused(hdf5_model(fixture_dir, tmp_path / "m", opts), "options.json", key)
+
+
+@pytest.mark.parametrize("dtype", ["i4", "?", "c8", "u1"])
+def test_hdf5_weights_must_be_float(fixture_dir, tmp_path, dtype):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        data = f[B_PROJ][...]
+        del f[B_PROJ]
+        f.create_dataset(B_PROJ, data=data.astype(dtype))
+    refused(directory, "weights.hdf5", B_PROJ, "dtype")
+
+
+def test_hdf5_float16_and_float64_are_read(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        for name, dtype in ((B_PROJ, "f2"), (W_0, "f8")):
+            data = f[name][...]
+            del f[name]
+            f.create_dataset(name, data=data.astype(dtype))
+    assert load_bilm(directory).embed([["a", "b"]])[0].shape == (3, 2, 32)
+
+
+def test_hdf5_external_storage_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(16, dtype="f4").tobytes())
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        del f[B_PROJ]
+        f.create_dataset(B_PROJ, shape=(16,), dtype="f4", external=[(str(secret), 0, 64)])
+    refused(directory, "weights.hdf5", B_PROJ, "external")
+
+
+def test_hdf5_external_link_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(tmp_path / "other.hdf5", "w") as other, h5py.File(directory / "weights.hdf5", "r+") as f:
+        other["b"] = f[B_PROJ][...]
+        del f[B_PROJ]
+        f[B_PROJ] = h5py.ExternalLink(str(tmp_path / "other.hdf5"), "/b")
+    refused(directory, "weights.hdf5", B_PROJ, "external")
+
+
+def test_published_options_beside_plain_options_is_ambiguous(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    shutil.copy(directory / "options.json", directory / "elmo_x_options.json")
+    refused(directory, "elmo_x_options.json", "options.json", "several")
+
+
+def test_mismatched_stems_refused(fixture_dir, tmp_path):
+    directory = tmp_path / "m"
+    directory.mkdir()
+    shutil.copy(fixture_dir / "options.json", directory / "elmo_a_options.json")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "elmo_b_weights.hdf5")
+    refused(directory, "elmo_a_options.json", "elmo_b_weights.hdf5")
