@@ -2,7 +2,8 @@
 
 One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
 `(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 * projection_dim)`,
-as float32 or float16; whitespace tokens hold zero vectors. The data object is registered with
+as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that dtype; `doc._.elmo_layers`
+gives float32); whitespace tokens hold zero vectors. The data object is registered with
 srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
 carry it. The getters are module-level functions, so extensions pickle.
 """
@@ -60,12 +61,13 @@ class ElmoDocData:
         return (self.layers.shape[2] if self.layers is not None else self.mixed.shape[1])
 
     def mix(self) -> np.ndarray:
-        """The fixed mix, float32 `(n_tokens, width)` (computed once per Doc)."""
+        """The fixed mix `(n_tokens, width)` in the stored dtype (summed in float32, computed once per Doc)."""
         if self._mix_cache is None:
             if self.mixed is not None:
-                out = self.mixed.astype(np.float32, copy=False)
+                out = self.mixed
             else:
-                out = np.tensordot(self.weights, self.layers.astype(np.float32, copy=False), axes=1)
+                layers = self.layers.astype(np.float32, copy=False)
+                out = np.tensordot(self.weights, layers, axes=1).astype(self.layers.dtype, copy=False)
             out.setflags(write=False)
             self._mix_cache = out
         return self._mix_cache
@@ -94,7 +96,7 @@ def deserialize_elmo_data(obj, chain=None):
 
 # ---------------------------------------------------------------------- getters
 def get_doc_elmo(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo`: float32 `(n_tokens, width)`, the fixed mix; None before `elmo` ran."""
+    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None before `elmo` ran."""
     data = doc._.elmo_data
     return None if data is None else data.mix()
 
@@ -108,18 +110,18 @@ def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
 
 
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
-    """`token._.elmo`: float32 `(width,)`."""
+    """`token._.elmo`: `(width,)`, in the stored dtype."""
     mix = get_doc_elmo(token.doc)
     return None if mix is None else mix[token.i]
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:
-    """`span._.elmo`: float32 `(width,)`, the mean over the span's tokens (zeros for an empty span)."""
+    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's tokens (zeros for an empty span)."""
     mix = get_doc_elmo(span.doc)
     if mix is None:
         return None
     if span.end == span.start:
-        return np.zeros(mix.shape[1], dtype=np.float32)
+        return np.zeros(mix.shape[1], dtype=mix.dtype)
     return mix[span.start : span.end].mean(axis=0)
 
 
@@ -164,7 +166,7 @@ def _mean_vector(doclike) -> np.ndarray:
     mix = get_doc_elmo(doclike.doc if isinstance(doclike, Span) else doclike)
     start, end = (doclike.start, doclike.end) if isinstance(doclike, Span) else (0, len(doclike))
     rows = [i for i in range(start, end) if not doclike.doc[i].is_space]
-    return mix[rows].mean(axis=0) if rows else np.zeros(mix.shape[1], dtype=np.float32)
+    return mix[rows].mean(axis=0) if rows else np.zeros(mix.shape[1], dtype=mix.dtype)
 
 
 def has_vector_hook(obj) -> bool:

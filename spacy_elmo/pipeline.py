@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -26,7 +27,8 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from .bilm import BiLM
+from .bilm import BiLM, ElmoFileError, hub
+from .bilm.weights import model_files
 from .data import ElmoDocData, install_extensions, register_pipeline, set_vector_hooks
 from .layers import get_bilm, load_weights
 
@@ -338,6 +340,18 @@ class Elmo(Pipe):
         return self
 
 
+def check_weights(weights: Optional[str], name: str) -> None:
+    """Raise an ElmoFileError naming `weights` where `load_bilm` would not find them (nothing is read)."""
+    if weights is None:
+        return
+    if hub.is_published(weights) and not Path(weights).exists():
+        files = model_files(weights)
+        if not all(f.is_file() for f in files):
+            raise ElmoFileError(f"[components.{name}] weights: {hub.missing_message(weights, files[0].parent)}")
+    elif not Path(weights).exists():
+        raise ElmoFileError(f"[components.{name}] weights: ELMo weights not found: {weights}")
+
+
 @Language.factory(
     "elmo",
     assigns=["doc._.elmo_data"],
@@ -358,6 +372,10 @@ def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mi
               cache_mb: float) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
     or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory)."""
+    # A pipeline that spacy.load restores lists its components in the meta.json it is created with; its biLM
+    # comes from the pipeline directory, so the weights path of its training run is not read (and may be gone).
+    if name not in nlp._meta.get("components", ()):
+        check_weights(weights, name)
     register_pipeline(nlp)  # ElmoFeatures takes the biLM's sizes from here at initialize
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
                 use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb)

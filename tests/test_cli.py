@@ -18,7 +18,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import load_bilm, save_bilm
+from spacy_elmo import ElmoFileError, load_bilm, save_bilm
 from spacy_elmo.bilm import hub
 from spacy_elmo.cli import main
 
@@ -265,10 +265,8 @@ def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir
     with pytest.raises(hub.ModelNotCachedError, match="python -m spacy_elmo download original") as err:
         load_bilm("original")
     assert str(tmp_path / "original") in str(err.value) and "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5" in str(err.value)
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": "original"})
-    with pytest.raises(FileNotFoundError, match="spacy_elmo download original"):
-        nlp.initialize()
+    with pytest.raises(ElmoFileError, match="spacy_elmo download original"):  # at add_pipe, before any use
+        spacy.blank("en").add_pipe("elmo", config={"weights": "original"})
 
 
 def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, fixture_dir):

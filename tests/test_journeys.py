@@ -154,3 +154,118 @@ def test_train_evaluate_package_install_load(random_weights, corpus, tmp_path):
     out = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert out["file"].startswith(str(target))
     assert out["elmo"] == [7, 40] and len(out["tags"]) == 7 and all(out["tags"])
+
+
+# ------------------------------------------------------------------------------ item: smaller steps
+FILL_ME = """
+[nlp]
+lang = "en"
+pipeline = ["elmo", "tok2vec"]
+
+[components]
+
+[components.elmo]
+factory = "elmo"
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.Tok2Vec.v2"
+
+[components.tok2vec.model.embed]
+@architectures = "spacy_elmo.ElmoMultiHashEmbed.v1"
+width = 64
+attrs = ["NORM"]
+rows = [1000]
+include_static_vectors = false
+
+[components.tok2vec.model.embed.elmo]
+@architectures = "spacy_elmo.ElmoFeatures.v2"
+
+[components.tok2vec.model.encode]
+@architectures = "spacy.MaxoutWindowEncoder.v2"
+width = 64
+depth = 1
+window_size = 1
+maxout_pieces = 3
+"""
+
+
+@pytest.mark.timeout(60)
+def test_fill_config_writes_the_recommended_defaults(tmp_path):
+    (tmp_path / "base.cfg").write_text(FILL_ME)
+    result = run("-m", "spacy", "init", "fill-config", tmp_path / "base.cfg", tmp_path / "filled.cfg")
+    assert result.returncode == 0, result.stdout + result.stderr
+    filled = Config().from_disk(tmp_path / "filled.cfg", interpolate=False)["components"]["tok2vec"]["model"]["embed"]
+    assert {k: filled["elmo"][k] for k in ("n_layers", "width", "dropout", "l2")} == {
+        "n_layers": None, "width": None, "dropout": 0.2, "l2": 0.001}
+
+
+def test_convert_help_shows_the_file_names():
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["convert", "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert result.exit_code == 0
+    assert "elmo_<stem>_options.json" in result.output, result.output
+
+
+def test_a_bad_weights_path_is_an_error_at_add_pipe(fixture_dir, tmp_path, monkeypatch):
+    from spacy_elmo import ElmoFileError
+    from spacy_elmo.layers import get_bilm
+
+    nlp = spacy.blank("en")
+    missing = tmp_path / "no_such_weights"
+    with pytest.raises(ElmoFileError) as err:
+        nlp.add_pipe("elmo", config={"weights": str(missing)})
+    assert str(missing) in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ElmoFileError, match="python -m spacy_elmo download small"):
+        nlp.add_pipe("elmo", config={"weights": "small"})
+    assert nlp.pipe_names == []
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    assert get_bilm(elmo.model) is None  # still loaded on first use
+    assert nlp("A cat .")._.elmo.shape == (3, 32)
+
+
+@pytest.mark.parametrize("keep_layers", [True, False])
+def test_float16_storage_is_what_the_views_give(fixture_dir, keep_layers):
+    texts = ["The cat sat on the mat .", "Colorless green ideas sleep furiously ."]
+    views = {}
+    for store in ("float32", "float16"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": store, "keep_layers": keep_layers})
+        docs = list(nlp.pipe(texts))
+        views[store] = [(d._.elmo, d[1]._.elmo, d[1:4]._.elmo, d[2:2]._.elmo) for d in docs]
+    for v32, v16 in zip(views["float32"], views["float16"]):
+        for a, b in zip(v32, v16):
+            assert a.dtype == np.float32 and b.dtype == np.float16
+            np.testing.assert_allclose(b.astype(np.float32), a, atol=3e-3, rtol=3e-3)
+
+
+def test_a_failed_download_leaves_no_empty_directory(tmp_path, monkeypatch, capsys):
+    import urllib.error
+
+    from spacy_elmo.bilm import download as download_module
+    from spacy_elmo.cli import main
+
+    def unreachable(url, target, *args):
+        raise urllib.error.URLError("no network in this test")
+
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(download_module, "_fetch", unreachable)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["download", "small", "--no-progress"])
+    assert exit_info.value.code == 1 and "could not reach" in capsys.readouterr().err
+    assert not (tmp_path / "cache" / "small").exists()
+
+    def partial(url, target, *args):  # what a resumed download continues from is kept
+        target.with_name(target.name + ".part").write_bytes(b"partial")
+        raise download_module.DownloadError(f"{url}: incomplete")
+
+    monkeypatch.setattr(download_module, "_fetch", partial)
+    with pytest.raises(SystemExit):
+        main(["download", "small", "--no-progress"])
+    assert [p.name for p in (tmp_path / "cache" / "small").iterdir()] == ["elmo_2x1024_128_2048cnn_1xhighway_options.json.part"]

@@ -34,27 +34,33 @@ def download(name: str, *, cache: str | Path | None = None, base_url: str | None
     files = hub.published_files(name, base_url)
     if all((directory / f).is_file() for f, _ in files) and hub.verify(directory, name):
         return directory
+    created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     fetched = []
-    for file_name, url in files:
-        target = directory / file_name
-        if target.is_file():
-            continue
-        try:
-            _fetch(url, target, progress, attempts, timeout)
-        except urllib.error.URLError as err:  # no network (HTTP errors became DownloadError)
-            raise DownloadError(
-                f"could not reach {url} ({err.reason}). Without network access, fetch "
-                f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
-            ) from None
-        fetched.append(target)
     try:
-        load_bilm(directory, state="zero")
-    except (ValueError, OSError) as err:
-        for path in fetched:
-            path.unlink()
-        raise DownloadError(f"model '{name}' does not load, so the download is corrupt: {err} "
-                            f"(removed {', '.join(p.name for p in fetched) or 'nothing'}; run the download again)") from None
+        for file_name, url in files:
+            target = directory / file_name
+            if target.is_file():
+                continue
+            try:
+                _fetch(url, target, progress, attempts, timeout)
+            except urllib.error.URLError as err:  # no network (HTTP errors became DownloadError)
+                raise DownloadError(
+                    f"could not reach {url} ({err.reason}). Without network access, fetch "
+                    f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
+                ) from None
+            fetched.append(target)
+        try:
+            load_bilm(directory, state="zero")
+        except (ValueError, OSError) as err:
+            for path in fetched:
+                path.unlink()
+            raise DownloadError(f"model '{name}' does not load, so the download is corrupt: {err} (removed "
+                                f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)") from None
+    except BaseException:
+        if created and not any(directory.iterdir()):  # nothing to resume from: leave the cache as it was
+            directory.rmdir()
+        raise
     hub.record(directory, name, dict(files))
     return directory
 
