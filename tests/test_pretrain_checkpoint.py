@@ -170,7 +170,13 @@ def test_parts_that_disagree_are_refused(corpus, tmp_path):
     rehash(out, final / "model.pt")
     with pytest.raises(ElmoFileError, match=r"parts disagree: .*checkpoint.json is of step 10, .*model.pt of step 8"):
         quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
-    (out / "checkpoint" / "checkpoint.json").unlink()
+    manifest_path = out / "checkpoint" / "checkpoint.json"
+    manifest = json.loads(manifest_path.read_text())
+    for bad in ({"directory": "../../elsewhere"}, {"sha256": {"../../etc/passwd": "0"}}, {"step": "10"}):
+        manifest_path.write_text(json.dumps({**manifest, **bad}))
+        with pytest.raises(ElmoFileError, match="checkpoint.json: not a checkpoint manifest"):
+            quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    manifest_path.unlink()
     with pytest.raises(ElmoFileError, match="no checkpoint"):
         quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
 

@@ -15,7 +15,7 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
@@ -77,10 +77,17 @@ def rank_part(rank: int) -> str:
     return f"rank{rank}.pt"
 
 
+def part_names(world: int) -> List[str]:
+    """The files of a checkpoint written by `world` processes."""
+    return [MODEL_PART, *(rank_part(r) for r in range(world))]
+
+
 def prepare(root: Path, step: int) -> Path:
     """An empty directory for the parts of step `step` (left over from a killed attempt: cleared)."""
     directory = step_dir(root, step)
-    root.mkdir(parents=True, exist_ok=True)
+    if not root.exists():
+        root.mkdir(parents=True)
+        fsync_dir(root.parent)
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir()
@@ -98,10 +105,9 @@ def save_part(obj: Dict[str, Any], path: Path) -> None:
 def publish(root: Path, step: int, world: int) -> None:
     """Make the parts of `step` (all written and fsynced) the checkpoint, then drop older ones."""
     directory = step_dir(root, step)
-    names = [MODEL_PART, *(rank_part(r) for r in range(world))]
     fsync_dir(directory)
     manifest = {"step": step, "world": world, "directory": directory.name,
-                "sha256": {name: sha256_file(directory / name) for name in names}}
+                "sha256": {name: sha256_file(directory / name) for name in part_names(world)}}
     write_atomic(root / MANIFEST, json.dumps(manifest, indent=1))
     for old in root.glob(f"{STEP_PREFIX}*"):
         if old != directory:
@@ -128,12 +134,15 @@ def read_manifest(root: Path) -> Dict[str, Any]:
         raise ElmoFileError(f"--resume: no checkpoint in {root}: {path} not found{hint}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        ok = (isinstance(manifest["step"], int) and isinstance(manifest["world"], int)
-              and isinstance(manifest["sha256"], dict) and manifest["directory"] == step_dir(root, manifest["step"]).name)
+        ok = (isinstance(manifest["step"], int) and isinstance(manifest["world"], int) and manifest["world"] > 0
+              and manifest["directory"] == step_dir(root, manifest["step"]).name
+              and sorted(manifest["sha256"]) == sorted(part_names(manifest["world"]))
+              and all(isinstance(v, str) for v in manifest["sha256"].values()))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(f"{path}: not a checkpoint manifest ({type(err).__name__}: {err})") from None
     if not ok:
-        raise ElmoFileError(f"{path}: not a checkpoint manifest (step, world, directory, sha256)")
+        raise ElmoFileError(f"{path}: not a checkpoint manifest (step, world, its directory, the sha256 of "
+                            f"model.pt and of one rank part per process)")
     return manifest
 
 
@@ -152,8 +161,6 @@ def load(root: Path, rank: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     parts = []
     for name, keys in ((MODEL_PART, ("step", "model", "optimizer", "progress")),
                        (rank_part(rank), ("step", "torch_rng", "head_rng", "state"))):
-        if name not in manifest["sha256"]:
-            raise ElmoFileError(f"checkpoint incomplete: {path} names no {name}")
         part = torch_load(directory / name, keys)
         if part["step"] != step:
             raise ElmoFileError(f"checkpoint parts disagree: {path} is of step {step}, "
