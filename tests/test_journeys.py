@@ -29,6 +29,13 @@ RANDOM_OPTIONS = {
     "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 8], [2, 8], [3, 16]], "n_highway": 1,
                  "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
 }
+# The published small model's sizes (3 output layers of width 256), as ../shared/tools/make_elmo_weights.py writes them.
+SMALL_OPTIONS = {
+    "lstm": {"dim": 1024, "projection_dim": 128, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 16}, "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+                 "n_highway": 1, "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
+}
 OVERRIDE = "--components.tok2vec.model.embed.elmo.width"
 
 
@@ -56,15 +63,18 @@ def corpus(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def random_weights(tmp_path_factory) -> Path:
-    """A random biLM in the bilm-tf / AllenNLP layout (options.json + weights.hdf5)."""
+def write_random_bilm(directory: Path, options: dict) -> Path:
+    """A random biLM of these sizes in the bilm-tf / AllenNLP layout (options.json + weights.hdf5)."""
     import torch
 
     torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("random_bilm")
-    export_hdf5(BiLM(BiLMOptions.from_dict(RANDOM_OPTIONS)), directory)
+    export_hdf5(BiLM(BiLMOptions.from_dict(options)), directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def random_weights(tmp_path_factory) -> Path:
+    return write_random_bilm(tmp_path_factory.mktemp("random_bilm"), RANDOM_OPTIONS)
 
 
 def spacy_train(config: Path, output: Path, corpus: Path, weights: Path, *overrides) -> subprocess.CompletedProcess:
@@ -91,12 +101,15 @@ def test_shipped_configs_take_the_sizes_from_the_biLM():
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_spacy_train_shipped_config_on_the_fixture(fixture_dir, corpus, tmp_path):
-    """The shipped tagger config as it is, on a biLM of width 32: sizes come from the biLM."""
-    result = spacy_train(CONFIGS / "tagger_elmo.cfg", tmp_path / "out", corpus, fixture_dir)
+@pytest.mark.parametrize("bilm,sizes", [("fixture", (3, 32)), ("small", (3, 256))])
+def test_spacy_train_shipped_config_takes_the_biLM_sizes(fixture_dir, corpus, tmp_path, bilm, sizes):
+    """The shipped tagger config as it is, on the fixture biLM (width 32) and on random weights of the
+    published small size (256): n_layers and width come from the biLM."""
+    weights = fixture_dir if bilm == "fixture" else write_random_bilm(tmp_path / "small", SMALL_OPTIONS)
+    result = spacy_train(CONFIGS / "tagger_elmo.cfg", tmp_path / "out", corpus, weights)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     nlp = spacy.load(tmp_path / "out" / "model-last")
-    assert mix_sizes(nlp) == (3, 32)
+    assert mix_sizes(nlp) == sizes
     assert all(t.tag_ for t in nlp("The cat sat on the mat ."))
 
 
