@@ -410,3 +410,26 @@ def test_mismatched_stems_refused(fixture_dir, tmp_path):
     shutil.copy(fixture_dir / "options.json", directory / "elmo_a_options.json")
     shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "elmo_b_weights.hdf5")
     refused(directory, "elmo_a_options.json", "elmo_b_weights.hdf5")
+
+
+@pytest.mark.parametrize("text, problem", [
+    (lambda opts: "[" * 100_000, "not a valid JSON"),
+    (lambda opts: json.dumps(opts) + " " * (2 << 20), "too large"),
+])
+def test_deeply_nested_or_huge_json_options(fixture_dir, tmp_path, text, problem):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    (directory / "options.json").write_text(text(fixture_options(fixture_dir)))
+    refused(directory, "options.json", problem)
+
+
+@pytest.mark.parametrize("entry", [None, 3, {"bytes": "2"}, {"bytes": 2, "sha256": ["x"]}])
+def test_hostile_manifest_names_the_file(tmp_path, entry):
+    from spacy_elmo.bilm import hub
+
+    names = [name for name, _ in hub.published_files("small")]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    manifest = {"files": [] if entry is None else dict.fromkeys(names, entry)}
+    (tmp_path / hub.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ElmoFileError, match="manifest.json"):
+        hub.verify(tmp_path, "small")

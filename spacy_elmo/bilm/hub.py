@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from .errors import ElmoFileError
+
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
     "medium": "2x2048_256_2048cnn_1xhighway",
@@ -27,8 +29,8 @@ class ModelNotCachedError(FileNotFoundError):
     """A published model's files are not in the cache."""
 
 
-class ChecksumError(ValueError):
-    """A cached file no longer matches the sha256 recorded for it."""
+class ChecksumError(ElmoFileError):
+    """A cached file no longer matches the sha256 recorded for it, or its manifest cannot be read."""
 
 
 def is_published(name: object) -> bool:
@@ -77,9 +79,14 @@ def read_manifest(directory: Path) -> dict[str, dict]:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["files"]
-    except (ValueError, KeyError, TypeError) as err:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ChecksumError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
+    if not isinstance(files, dict) or not all(
+            isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str) for e in files.values()):
+        raise ChecksumError(f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
+                            "delete it to record the files again")
+    return files
 
 
 def write_manifest(directory: Path, name: str, files: dict[str, dict]) -> None:

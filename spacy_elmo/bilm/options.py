@@ -16,10 +16,22 @@ MAX_LAYERS = 64
 MAX_FILTERS = 256
 MAX_CHARACTERS_PER_TOKEN = 1024
 MAX_PARAMETERS = 2**30
+MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 
 
 class BiLMConfigError(ElmoFileError):
     """An options file or dict that this package cannot build a biLM from."""
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file (an options file or `bilm.json`); too large, not UTF-8 or not JSON -> BiLMConfigError."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise BiLMConfigError(f"{path}: {size:,} bytes is too large for an options file (at most {MAX_JSON_BYTES:,})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise BiLMConfigError(f"{path}: not a valid JSON options file ({type(err).__name__}: {err})") from None
 
 
 @dataclass(frozen=True)
@@ -151,11 +163,7 @@ class BiLMOptions:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"ELMo options file not found: {path}")
-        try:
-            opts = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise BiLMConfigError(f"{path}: not a valid JSON options file ({err})") from None
-        return cls.from_dict(opts, source=str(path))
+        return cls.from_dict(read_json(path), source=str(path))
 
     def to_dict(self) -> Dict[str, Any]:
         """The bilm-tf options layout (what `from_dict` reads back)."""

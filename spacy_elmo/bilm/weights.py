@@ -19,13 +19,12 @@ from . import hub
 from .errors import ElmoFileError
 from .lstm import gates_to_internal, gates_to_tf
 from .model import STATE_POLICIES, BiLM, _check_policy
-from .options import BiLMConfigError, BiLMOptions
+from .options import BiLMConfigError, BiLMOptions, read_json
 
 OWN_CONFIG = "bilm.json"
 OWN_WEIGHTS = "weights.pt"
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
-OPTIONS_MAX_BYTES = 1 << 20  # a JSON file larger than this is not an options file
 PathLike = Union[str, Path]
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -277,10 +276,7 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
 
 def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
     config_path = directory / OWN_CONFIG
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BiLMConfigError(f"{config_path}: not valid JSON ({err})") from None
+    config = read_json(config_path)
     if not isinstance(config, dict):
         raise BiLMConfigError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
     if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
@@ -316,11 +312,9 @@ def _looks_like_options(path: Path) -> bool:
     """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections."""
     if fnmatch(path.name, "*options*.json"):
         return True
-    if path.suffix != ".json" or path.stat().st_size > OPTIONS_MAX_BYTES:
-        return False
     try:
-        opts = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        opts = read_json(path)
+    except BiLMConfigError:
         return False
     return isinstance(opts, dict) and "lstm" in opts and "char_cnn" in opts
 
