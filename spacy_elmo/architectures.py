@@ -79,8 +79,9 @@ def ElmoFeatures_v2(
     return ElmoFeatures(n_layers, width, dropout=dropout, l2=l2, layer_norm=layer_norm, projection=projection)
 
 
-def elmo_mix(n_layers: int, width: int, *, l2: float = 0.0, layer_norm: bool = False) -> Model[List[Doc], List[Floats2d]]:
-    """Docs -> `gamma * sum_j softmax(s)_j h_j`, `(n_tokens, width)` per Doc; params `s` `(n_layers,)`, `gamma` `(1,)`."""
+def elmo_mix(n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> `gamma * sum_j softmax(s)_j h_j`, `(n_tokens, width)` per Doc; params `s` `(n_layers,)`, `gamma` `(1,)`.
+    Null sizes are set by `mix_init`."""
     return Model("elmo_mix", mix_forward, init=mix_init, dims={"nL": n_layers, "nO": width},
                  params={"s": None, "gamma": None}, attrs={"l2": float(l2), "layer_norm": bool(layer_norm)})
 
@@ -122,7 +123,7 @@ def bilm_sizes(model: Model, docs: List[Doc]) -> Optional[Tuple[int, int, str, L
         name = (before or elmos)[-1]
         component = nlp.get_pipe(name)
         bilm = component.bilm  # loads the weights where `elmo` was not initialized (frozen)
-        source = f"the '{name}' component ({component.weights or 'loaded with the pipeline'})"
+        source = f"the biLM of '{name}' ({component.weights or 'loaded with the pipeline'})"
         return bilm.num_output_layers, bilm.output_dim, source, feature_paths(nlp.config["components"][holder],
                                                                                 f"components.{holder}")
     return None
@@ -151,7 +152,7 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
     if wrong:
         fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [f"{s} = {v}" for s, _, v in wrong]
         raise ValueError(
-            f"ElmoFeatures is configured with {', '.join(f'{s} = {c}' for s, c, _ in wrong)}, but the biLM of "
+            f"ElmoFeatures is configured with {', '.join(f'{s} = {c}' for s, c, _ in wrong)}, but "
             f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: set {' and '.join(fixes)} "
             "(or null: taken from the biLM)"
         )

@@ -197,3 +197,21 @@ def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, fro
     node = next(n for n in nlp.get_pipe("tok2vec").model.walk() if n.name == "elmo_mix")
     assert (node.get_dim("nL"), node.get_dim("nO")) == (3, 32)
     nlp.update(examples, sgd=optimizer, annotates=["elmo"])
+
+
+def test_size_that_disagrees_names_its_override(fixture_dir, ud):
+    """A tagger with its own tok2vec: the error names that component's setting, as `spacy train` takes it."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    embed = {"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", "width": 32, "attrs": ["NORM"], "rows": [500],
+             "include_static_vectors": False, "elmo": {"@architectures": "spacy_elmo.ElmoFeatures.v2", "width": 64}}
+    encode = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 32, "depth": 1, "window_size": 1,
+              "maxout_pieces": 2}
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {
+        "@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": encode}}})
+    examples = tagged_examples(nlp, ud[0][:4])
+    with pytest.raises(ValueError) as err:
+        nlp.initialize(lambda: examples)
+    message = str(err.value)
+    assert "width = 64" in message and "width 32" in message and "\n" not in message
+    assert "--components.tagger.model.tok2vec.embed.elmo.width 32" in message
