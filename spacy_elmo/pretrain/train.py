@@ -319,7 +319,7 @@ class Trainer:
         budget = t["max_steps"] is None and t["max_minutes"] is not None
         bar = tqdm(total=max_seconds if budget else t["max_steps"], initial=p.train_seconds if budget else p.step,
                    unit="s" if budget else "step", disable=not self.progress_bar, dynamic_ncols=True,
-                   bar_format="{desc}{percentage:3.0f}%|{bar}|{postfix}" if budget else None)
+                   bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed} wall{postfix}]" if budget else None)
         loss_sum, loss_count = 0.0, 0
         for position, batch in batches:
             if t["max_steps"] is not None and p.step >= t["max_steps"]:
@@ -353,9 +353,9 @@ class Trainer:
             loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
             if budget:
                 bar.update(min(p.train_seconds, max_seconds) - bar.n)
-                bar.set_description(f"{tqdm.format_interval(p.train_seconds)} / {tqdm.format_interval(max_seconds)} of "
-                                    f"the time budget, {tqdm.format_interval(max(max_seconds - p.train_seconds, 0))} "
-                                    f"left, step {p.step}", refresh=False)
+                bar.set_description(f"step {p.step}, {tqdm.format_interval(p.train_seconds)} / "
+                                    f"{tqdm.format_interval(max_seconds)} of the time budget, "
+                                    f"{tqdm.format_interval(max(max_seconds - p.train_seconds, 0))} left", refresh=False)
             else:
                 bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.3f}", ppl=f"{math.exp(min(step_loss, 50)):.0f}",
