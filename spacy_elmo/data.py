@@ -145,6 +145,7 @@ def _norm(v: np.ndarray) -> float:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)  # float16 sums overflow
     na, nb = _norm(a), _norm(b)
     return float((a * b).sum() / (na * nb)) if na and nb else 0.0
 

@@ -282,3 +282,13 @@ def test_a_failed_download_leaves_no_empty_directory(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         main(["download", "small", "--no-progress"])
     assert [p.name for p in (tmp_path / "cache" / "small").iterdir()] == ["elmo_2x1024_128_2048cnn_1xhighway_options.json.part"]
+
+
+def test_float16_similarity_is_summed_in_float32(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "vector_hooks": True})
+    doc = nlp("The cat sat on the mat .")
+    data = doc._.elmo_data
+    big = (data.layers.astype(np.float32) * 200).astype(np.float16)  # squares beyond float16's 65504 when summed
+    doc._.elmo_data = type(data)(layers=big, mixed=None, weights=data.weights)
+    assert doc[1].similarity(doc[1]) == pytest.approx(1.0, abs=1e-3)
