@@ -143,6 +143,21 @@ def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir
 
 
 @pytest.mark.timeout(300)
+def test_views_of_one_storage_do_not_count_as_weights(fixture_dir, tmp_path):
+    """1000 entries viewing one 4 MB storage look like 10**9 values, but only 4 MB is stored."""
+    path = own_model(fixture_dir, tmp_path / "m")
+    config = json.loads((path / "bilm.json").read_text())
+    config["options"]["char_cnn"].update(filters=[[1, 8192]], n_highway=6)
+    (path / "bilm.json").write_text(json.dumps(config))
+    state = torch.load(path / "weights.pt", weights_only=True)
+    shared = torch.zeros(2**20)
+    state.update({f"view_{i}": shared[:] for i in range(1000)})
+    torch.save(state, path / "weights.pt")
+    seconds, message = load_in_3gb("bilm", path)
+    assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
+
+
+@pytest.mark.timeout(300)
 def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
     """A 2**21-wide LSTM whose datasets are declared but never written (a few KB on disk)."""
     opts = fixture_options(fixture_dir)
@@ -208,11 +223,17 @@ def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
     refused(directory, "bilm.json", "JSON object")
 
 
-@pytest.mark.parametrize("content", [3, [torch.zeros(2)], {"warm_h": 4}])
-def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content):
+@pytest.mark.parametrize("content, problem", [
+    (lambda sd: 3, "got int"),
+    (lambda sd: [torch.zeros(2)], "got list"),
+    (lambda sd: {**sd, "warm_h": 4}, "not a named dense tensor"),
+    (lambda sd: {**sd, "warm_h": sd["warm_h"].to_sparse()}, "not a named dense tensor"),
+    (lambda sd: {**sd, "warm_h": sd["warm_h"].to(torch.int32)}, "must be float"),
+])
+def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content, problem):
     directory = own_model(fixture_dir, tmp_path / "m")
-    torch.save(content, directory / "weights.pt")
-    refused(directory, "weights.pt")
+    torch.save(content(torch.load(directory / "weights.pt", weights_only=True)), directory / "weights.pt")
+    refused(directory, "weights.pt", problem)
 
 
 @pytest.mark.parametrize("edit, key", [

@@ -240,20 +240,21 @@ def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch
     if not isinstance(state_dict, dict):
         raise WeightFileError(f"{source}: expected a dict of tensors, got {type(state_dict).__name__}")
     for name, tensor in state_dict.items():
-        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
-            raise WeightFileError(f"{source}: entry {name!r} is a {type(tensor).__name__}, not a named tensor")
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            kind = f"{tensor.layout} tensor" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise WeightFileError(f"{source}: entry {name!r} is a {kind}, not a named dense tensor")
     return state_dict
 
 
 def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor], source: str, state: str,
                          cache_size: int) -> BiLM:
     """A BiLM holding `state_dict`: names, dense float tensors, shapes and finite values are checked. The biLM is
-    built only once the file holds as many values as the options' parameters, so sizes that the weights do not
-    have allocate nothing."""
-    held = sum(t.numel() for t in state_dict.values())
-    if held < opts.n_parameters:
-        raise WeightFileError(f"{source}: holds {held:,} values, fewer than the {opts.n_parameters:,} parameters "
-                              "its options imply; the options and the weights do not belong together")
+    built only once the file stores at least 2 bytes (float16) per parameter of the options, so sizes that the
+    weights do not have allocate nothing (tensors that view one storage count it once)."""
+    stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state_dict.values()}.values())
+    if stored < 2 * opts.n_parameters:
+        raise WeightFileError(f"{source}: stores {stored:,} bytes of weights, too few for the {opts.n_parameters:,} "
+                              "parameters its options imply; the options and the weights do not belong together")
     bilm = BiLM(opts, state=state, cache_size=cache_size)
     own = bilm.state_dict()
     missing = sorted(set(own) - set(state_dict))
@@ -261,9 +262,8 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
     if missing or unexpected:
         raise WeightFileError(f"{source}: tensors missing {missing[:5]} / unexpected {unexpected[:5]}")
     for name, tensor in state_dict.items():
-        if tensor.layout != torch.strided or tensor.device.type != "cpu" or tensor.dtype not in FLOAT_DTYPES:
-            raise WeightFileError(f"{source}: '{name}' is a {tensor.layout} {tensor.dtype} tensor on {tensor.device}; "
-                                  "weights must be dense float tensors")
+        if tensor.dtype not in FLOAT_DTYPES:
+            raise WeightFileError(f"{source}: '{name}' is a {tensor.dtype} tensor; weights must be float")
         if tuple(tensor.shape) != tuple(own[name].shape):
             raise WeightFileError(
                 f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the options imply {tuple(own[name].shape)}"
