@@ -20,7 +20,7 @@ from spacy_elmo import BiLMOptions
 from spacy_elmo.bilm import BiLM, export_hdf5
 
 from .component_util import CONFIGS, read_conllu
-from .conftest import REPO, data_path
+from .conftest import data_path
 
 # A random biLM of sizes no published model has: 1 LSTM layer of projection 20 -> 2 output layers of width 40.
 RANDOM_OPTIONS = {
