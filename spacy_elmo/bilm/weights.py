@@ -2,6 +2,10 @@
 
 Own format: a directory with `bilm.json` (options, default state policy) and `weights.pt`, a
 plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling of code).
+
+Files are untrusted: sizes are bounded and checked against what the file holds before the biLM is
+built, hdf5 datasets are checked from their metadata before any is read (float, in this file, written),
+values must be finite, and whatever cannot be read is one WeightFileError naming the file.
 """
 from __future__ import annotations
 
