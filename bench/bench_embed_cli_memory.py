@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +74,7 @@ def main() -> None:
     corpus = make_corpus(args.lines)
     output = OUT / f"embed_lines_{args.lines}.hdf5"
     output.unlink(missing_ok=True)
+    shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)  # left by a killed run
     command = [sys.executable, "-m", "spacy_elmo", "embed", str(corpus), str(output), "--weights", args.weights,
                "--whitespace", "--layer", args.layer, "--batch-size", str(args.batch_size), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}

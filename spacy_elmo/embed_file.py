@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from .embed_output import (
     LOCK,
     MANIFEST,
     SETTINGS,
+    TMP,
     WorkDir,
     assemble,
     check_settings,
@@ -175,9 +177,9 @@ class Job:
 
 
 def write_range(bilm: BiLM, job: Job, work: WorkDir, i: int, start: int, stop: int,
-                sentences: Iterable[tuple[str, list[str]]] | None = None) -> int:
+                sentences: Iterable[tuple[str, list[str]]] | None = None) -> None:
     """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
-    complete; returns its line count. `sentences` continues a reader already at line `start`;
+    complete. `sentences` continues a reader already at line `start`;
     without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
     one call."""
     if sentences is None:
@@ -187,14 +189,10 @@ def write_range(bilm: BiLM, job: Job, work: WorkDir, i: int, start: int, stop: i
     compression = None if job.settings["compression"] == "none" else job.settings["compression"]
     path = work.piece(i)
     try:
-        n = write_piece(path, start, lines, job.settings, compression=compression, reopen_every=job.block)
+        write_piece(path, start, stop - start, lines, job.settings, compression=compression, reopen_every=job.block)
     except OSError as err:
         raise write_error(err, path) from None
-    if n != stop - start:
-        raise ElmoFileError(f"{job.input_path}: {n} lines from line {start}, expected {stop - start}: "
-                            "the input changed while it was read")
-    job.lines_run += n
-    return n
+    job.lines_run += stop - start
 
 
 def _manifest(job: Job, kind: str, ranges: list[tuple[int, int]]) -> dict[str, Any]:
@@ -230,14 +228,14 @@ def embed_single(bilm: BiLM, job: Job, resume: bool) -> bool:
     if partial.exists() and not resume:
         raise ElmoFileError(f"{out}: an interrupted run is in {partial}: pass --resume to continue it")
     try:
-        if partial.exists():
-            work.lock()
+        if not partial.exists():
+            _new_dir(partial)
+        work.lock()
+        if (partial / MANIFEST).is_file():
             manifest = work.manifest()
             check_settings(out, manifest["settings"], job.settings)
             ranges = [tuple(r) for r in manifest["ranges"]]
-        else:
-            _new_dir(partial)
-            work.lock()
+        else:  # new, or killed before its manifest was written
             ranges = plan(job.settings["lines"], job.block, None)
             work.write_manifest(_manifest(job, "file", ranges))
         _run_pieces(bilm, job, work, ranges)
@@ -256,7 +254,9 @@ def embed_sharded(bilm: BiLM, job: Job, only: int | None = None) -> bool:
     `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
     whole). Returns False where every shard asked for was complete already."""
     out = job.output
-    if out.exists() and not (out / MANIFEST).is_file():
+    ours = (LOCK, MANIFEST + TMP)  # a run that made the directory and has not written its manifest yet
+    if out.exists() and (not out.is_dir() or not (out / MANIFEST).is_file()
+                         and any(p.name not in ours for p in out.iterdir())):
         raise ElmoFileError(f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
                             "choose another output")
     ranges = plan(job.settings["lines"], job.block, job.shards)
@@ -271,8 +271,9 @@ def embed_sharded(bilm: BiLM, job: Job, only: int | None = None) -> bool:
             check_settings(out, manifests.manifest()["settings"], job.settings)
         else:
             manifests.write_manifest({**_manifest(job, "shards", ranges), "complete": [False] * len(ranges)})
-    todo = [i for i, done in enumerate(manifests.complete(len(ranges))) if not done and only in (None, i)]
-    job.lines_done = sum(b - a for i, (a, b) in enumerate(ranges) if i not in todo)
+    complete = manifests.complete(len(ranges))
+    todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
+    job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
     for i in todo:
         with take_lock(out / f"{manifests.piece(i).name}.lock", out):
             if not manifests.piece(i).is_file():
@@ -310,8 +311,6 @@ def first_missing_line(job: Job) -> int:
 
 
 def _file_settings(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         with h5py.File(path, "r") as f:
             if SETTINGS not in f.attrs:

@@ -175,3 +175,13 @@ def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
     assert full[1] == part[1] and sorted(full[0]) == sorted(part[0])
     for key, arr in full[0].items():
         np.testing.assert_array_equal(part[0][key], arr)
+
+
+def test_embed_help_documents_every_option():
+    import typer.main
+
+    from spacy_elmo.cli import app
+
+    command = typer.main.get_command(app).commands["embed"]
+    for param in command.params:
+        assert getattr(param, "help", None), param.name

@@ -1,0 +1,169 @@
+"""`embed --shards N`, `--shard I/N`, `--dtype`, `--compression` and `spacy_elmo.open_embeddings`:
+the same arrays as a single-file run, bit for bit; a killed shard is redone and the others kept; a
+changed input or weights is refused."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from spacy_elmo import ElmoFileError, open_embeddings
+
+from .conftest import REPO
+from .reference_bilm import TINY_OPTIONS, write_random_weights
+from .test_embed_safety import ENV, generated, one_error_line, read_output, run_cli
+
+
+def args(text, out, weights, *extra):
+    return ["embed", str(text), str(out), "-w", str(weights), "--whitespace", "--batch-size", "8",
+            "--flush-every", "50", "--no-progress", *map(str, extra)]
+
+
+@pytest.fixture(scope="module")
+def single(fixture_dir, tmp_path_factory):
+    """600 generated lines (blank ones among them) and their single-file output."""
+    tmp = tmp_path_factory.mktemp("single")
+    text = generated(tmp / "in.txt", 600, seed=5)
+    assert run_cli(*args(text, tmp / "one.hdf5", fixture_dir)) == 0
+    return text, tmp / "one.hdf5"
+
+
+def assert_same_lines(a, b):
+    with open_embeddings(a) as x, open_embeddings(b) as y:
+        assert len(x) == len(y)
+        for i, (u, v) in enumerate(zip(x, y)):
+            assert u.dtype == v.dtype, i
+            np.testing.assert_array_equal(u, v)
+
+
+def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
+    text, one = single
+    out = tmp_path / "sharded"
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ranges"] == [[0, 150], [150, 300], [300, 450], [450, 600]]
+    assert manifest["complete"] == [True] * 4 and manifest["settings"]["input_sha256"]
+    assert sorted(p.name for p in out.glob("shard-*.hdf5")) == [f"shard-{i:05d}.hdf5" for i in range(4)]
+    assert_same_lines(one, out)
+    # each shard is readable with h5py alone, in the per-line layout: its lines by their number in the input
+    arrays, index = read_output(one)
+    for start, stop in manifest["ranges"]:
+        with h5py.File(out / f"shard-{start // 150:05d}.hdf5", "r") as f:
+            assert sorted((k for k in f if k != "sentence_to_index"), key=int) == [str(i) for i in range(start, stop)]
+            np.testing.assert_array_equal(f[str(start)][...], arrays[str(start)])
+            shard_index = json.loads(f["sentence_to_index"][0])
+            assert all(start <= int(v) < stop for v in shard_index.values())
+    with open_embeddings(out) as reader:
+        np.testing.assert_array_equal(reader[-1], arrays["599"])
+        with pytest.raises(IndexError):
+            reader[600]
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0  # complete: nothing to do
+
+
+def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
+    text, one = single
+    out = tmp_path / "sharded"
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3")) == 0
+    assert sorted(p.name for p in out.glob("shard-*.hdf5")) == ["shard-00001.hdf5"]
+    assert json.loads((out / "manifest.json").read_text())["complete"] == [False, True, False]
+    with pytest.raises(ElmoFileError, match="shard-00000.hdf5, shard-00002.hdf5 not written"):
+        open_embeddings(out)
+    capsys.readouterr()
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
+    assert "400 in this run" in capsys.readouterr().err
+    assert_same_lines(one, out)
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1  # other shard count: refused
+    assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
+
+
+KILL_AT_RENAME = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst, *a, **k):
+    if str(dst).endswith("shard-00002.hdf5"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.replace = replace
+from spacy_elmo.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_shard_is_redone_and_the_others_kept(single, fixture_dir, tmp_path):
+    text, one = single
+    out = tmp_path / "sharded"
+    killed = subprocess.run([sys.executable, "-c", KILL_AT_RENAME, *args(text, out, fixture_dir, "--shards", 4)],
+                            env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (out / "shard-00002.hdf5.tmp").is_file() and not (out / "shard-00002.hdf5").exists()
+    kept = {i: (out / f"shard-{i:05d}.hdf5").stat().st_ino for i in (0, 1)}
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0
+    assert {i: (out / f"shard-{i:05d}.hdf5").stat().st_ino for i in (0, 1)} == kept
+    assert not list(out.glob("*.tmp"))
+    assert_same_lines(one, out)
+
+
+def test_changed_input_or_weights_are_refused(single, fixture_dir, tmp_path, capsys):
+    text, _ = single
+    mine = tmp_path / "in.txt"
+    mine.write_bytes(text.read_bytes())
+    out = tmp_path / "sharded"
+    assert run_cli(*args(mine, out, fixture_dir, "--shard", "0/2")) == 0
+    mine.write_bytes(mine.read_bytes().replace(b"cat", b"dog"))
+    capsys.readouterr()
+    assert run_cli(*args(mine, out, fixture_dir, "--shards", 2)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "input changed" in line and "input_sha256" in line, line
+    mine.write_bytes(text.read_bytes())
+    other = write_random_weights(tmp_path / "other", TINY_OPTIONS, seed=3)
+    assert run_cli(*args(mine, out, other, "--shards", 2)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "other settings (weights: " in line, line
+    assert run_cli(*args(mine, out, fixture_dir, "--shards", 2, "--state", "carry")) == 1
+    assert "deterministic" in one_error_line(capsys.readouterr().err)
+    assert run_cli(*args(mine, out, fixture_dir, "--shards", 13)) == 1  # 12 blocks of 50 lines
+    assert "smaller --flush-every" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("layer", ["all", "top"])
+def test_float16_is_float32_rounded(single, fixture_dir, tmp_path, layer):
+    text, _ = single
+    assert run_cli(*args(text, tmp_path / "32.hdf5", fixture_dir, "--layer", layer)) == 0
+    assert run_cli(*args(text, tmp_path / "16.hdf5", fixture_dir, "--layer", layer, "--dtype", "float16")) == 0
+    (a32, index32), (a16, index16) = read_output(tmp_path / "32.hdf5"), read_output(tmp_path / "16.hdf5")
+    assert index16 == index32 and sorted(a16) == sorted(a32)
+    for key, arr in a32.items():
+        assert a16[key].dtype == np.float16
+        np.testing.assert_array_equal(a16[key], arr.astype(np.float16))
+    with h5py.File(tmp_path / "16.hdf5", "r") as f:
+        settings = json.loads(f.attrs["spacy_elmo.settings"])
+    assert settings["dtype"] == "float16" and settings["layer"] == layer and settings["tokenizer"] == "whitespace"
+    assert len(settings["weights"]) == 64 and settings["state"] == "warm"
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lzf"])
+def test_compression_keeps_every_value(single, fixture_dir, tmp_path, compression):
+    text, one = single
+    out = tmp_path / "c.hdf5"
+    assert run_cli(*args(text, out, fixture_dir, "--compression", compression)) == 0
+    assert_same_lines(one, out)
+    with h5py.File(out, "r") as f:
+        assert f["0"].compression == compression or f["0"].size == 0
+
+
+def test_open_embeddings_of_a_single_file(single):
+    _, one = single
+    arrays, _ = read_output(one)
+    with open_embeddings(one) as reader:
+        assert len(reader) == 600 and reader.settings["lines"] == 600
+        np.testing.assert_array_equal(reader[7], arrays["7"])
+        np.testing.assert_array_equal(reader[np.int64(-600)], arrays["0"])
+        assert sum(1 for _ in reader) == 600
+        with pytest.raises(IndexError):
+            reader[-601]
