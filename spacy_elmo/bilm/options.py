@@ -83,12 +83,12 @@ class BiLMOptions:
         if "lstm" not in opts:
             raise BiLMConfigError(f"{source}: no 'lstm' section")
 
-        def section(value: Any, where: str) -> Dict[str, Any]:
+        def as_object(value: Any, where: str) -> Dict[str, Any]:
             if not isinstance(value, dict):
                 raise BiLMConfigError(f"{source}: '{where}' must be a JSON object, got {type(value).__name__}")
             return value
 
-        cnn, lstm = section(opts["char_cnn"], "char_cnn"), section(opts["lstm"], "lstm")
+        cnn, lstm = as_object(opts["char_cnn"], "char_cnn"), as_object(opts["lstm"], "lstm")
         if opts.get("bidirectional", True) is not True:
             raise BiLMConfigError(f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported")
 
@@ -135,7 +135,7 @@ class BiLMOptions:
                 clips[key] = float(value)
             else:
                 raise BiLMConfigError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
-        embedding = section(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
+        embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
         options = cls(
             char_dim=integer(need(embedding, "dim", "char_cnn.embedding"), "char_cnn.embedding.dim", 1, MAX_DIM),
