@@ -46,6 +46,7 @@ STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENTENCE_END = frozenset(".!?\u2026")
 CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb"])
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
+_LOADING = threading.Lock()
 
 
 class Window(NamedTuple):
@@ -184,7 +185,8 @@ class Elmo(Pipe):
                     f"the '{self.name}' component has no ELMo weights: add it with "
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
                 )
-            bilm = load_weights(self.model, self.weights)
+            with _LOADING:  # threads that make the first calls at once load the weights once
+                bilm = get_bilm(self.model) or load_weights(self.model, self.weights)
         return bilm
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None,

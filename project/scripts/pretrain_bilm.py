@@ -67,7 +67,7 @@ def main() -> None:
               **parse_config_overrides(overrides)}
     config = load_config(None, values)
     bilm_dir = out / "bilm"
-    resume = (bilm_dir / "checkpoint" / "model.pt").is_file() and not (bilm_dir / "model" / "training.json").is_file()
+    resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file() and not (bilm_dir / "model" / "training.json").is_file()
     if (bilm_dir / "model" / "training.json").is_file():
         print(f"{bilm_dir / 'model'} is already trained")
     else:

@@ -1,11 +1,13 @@
 """An LRU cache of token-layer vectors keyed by token text.
 
 The token layer depends on a token's characters alone, so its vector can be reused for
-every occurrence of the word. Rows live in one preallocated table, so a lookup is a
-single index operation.
+every occurrence of the word. Rows live in one preallocated table. Safe to share between
+threads: the table and its index change only under a lock, and a lookup copies the rows it
+found before another thread can reuse them; the misses are computed outside the lock.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, List, Sequence
 
@@ -22,46 +24,69 @@ class TokenLayerCache:
         self.slots: "OrderedDict[str, int]" = OrderedDict()
         self.hits = 0
         self.lookups = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles start empty, with a lock of their own."""
+        state = dict(self.__dict__, slots=OrderedDict(), table=torch.empty(0, self.dim))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
-        self.slots.clear()
-        self.table = torch.empty(0, self.dim)
+        with self._lock:
+            self.slots.clear()
+            self.table = torch.empty(0, self.dim)
 
     def reset_stats(self) -> None:
-        self.hits = self.lookups = 0
+        with self._lock:
+            self.hits = self.lookups = 0
 
     def lookup(self, words: Sequence[str], compute: Callable[[List[str]], Tensor]) -> Tensor:
         """Distinct `words` -> `(len(words), dim)`; `compute(missing_words)` fills the misses."""
-        self.lookups += len(words)
-        if len(words) > self.capacity:  # would evict rows it needs: bypass
-            return compute(list(words))
-        slots = self.slots
-        idx: List[int] = []
-        missing: List[int] = []
-        for i, w in enumerate(words):
-            s = slots.get(w)
-            if s is None:
-                missing.append(i)
-                idx.append(-1)
+        with self._lock:
+            self.lookups += len(words)
+            if len(words) > self.capacity:  # would evict rows it needs: bypass
+                found, missing = [], list(range(len(words)))
             else:
-                slots.move_to_end(w)
-                idx.append(s)
-        self.hits += len(words) - len(missing)
-        if missing:
-            vectors = compute([words[i] for i in missing])
+                found = [i for i, w in enumerate(words) if w in self.slots]
+                missing = [i for i, w in enumerate(words) if w not in self.slots]
+                for i in found:
+                    self.slots.move_to_end(words[i])
+                self.hits += len(found)
+            if found:
+                rows = torch.tensor([self.slots[words[i]] for i in found], device=self.table.device)
+                found_vectors = self.table[rows]  # a copy: safe from later evictions
+        if not missing:
+            return found_vectors
+        vectors = compute([words[i] for i in missing])  # (len(missing), dim)
+        if len(words) <= self.capacity:
+            self._store([words[i] for i in missing], vectors)
+        if not found:
+            return vectors
+        out = vectors.new_empty(len(words), vectors.shape[1])
+        out[torch.tensor(found, device=out.device)] = found_vectors
+        out[torch.tensor(missing, device=out.device)] = vectors
+        return out
+
+    def _store(self, words: List[str], vectors: Tensor) -> None:
+        """Put `vectors` `(len(words), dim)` in the table, reusing least recently used rows."""
+        with self._lock:
             if self.table.shape[0] == 0:
                 self.table = torch.empty(self.capacity, self.dim, dtype=vectors.dtype, device=vectors.device)
-            in_use = {idx[i] for i in range(len(words)) if idx[i] >= 0}
-            for k, i in enumerate(missing):
-                if len(slots) < self.capacity:
-                    s = len(slots)
-                else:  # evict the least recently used row not needed by this lookup
-                    for old in slots:
-                        if slots[old] not in in_use:
-                            break
-                    s = slots.pop(old)
-                slots[words[i]] = s
-                in_use.add(s)
-                idx[i] = s
-            self.table[torch.tensor([idx[i] for i in missing], device=self.table.device)] = vectors
-        return self.table[torch.tensor(idx, device=self.table.device)]
+            keep, rows = [], []
+            for k, w in enumerate(words):
+                if w in self.slots:  # stored meanwhile by another thread
+                    continue
+                if len(self.slots) < self.capacity:
+                    row = len(self.slots)
+                else:
+                    row = self.slots.pop(next(iter(self.slots)))
+                self.slots[w] = row
+                keep.append(k)
+                rows.append(row)
+            if rows:
+                self.table[torch.tensor(rows, device=self.table.device)] = vectors[torch.tensor(keep, device=vectors.device)]

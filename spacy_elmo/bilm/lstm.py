@@ -245,8 +245,16 @@ def _direction_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction")
 
 
-# A forked child (spaCy's `n_process`) inherits the pool but not its threads: it makes its own.
-os.register_at_fork(after_in_child=_direction_pool.cache_clear)
+def _after_fork_in_child() -> None:
+    """A forked child (spaCy's `n_process`, `spacy apply --n-process`) inherits the parent's thread
+    pools but not their threads. It makes its own direction pool, and runs torch on one thread:
+    the OpenMP pool of a parent that has run torch cannot be used in a forked child (a parallel
+    region there waits forever), and one thread per process is what `n_process` wants anyway."""
+    _direction_pool.cache_clear()
+    torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BiLSTMStack(nn.Module):

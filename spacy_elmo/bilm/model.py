@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from itertools import islice
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -17,6 +18,7 @@ from .options import BiLMOptions
 from .warmup import WARMUP_SENTENCES
 
 STATE_POLICIES = ("warm", "zero", "carry")
+_WARMING = threading.Lock()
 # Compute batches (packed, so without padding) hold up to `batch_size * ROWS_PER_BATCH` sentences
 # and `batch_size * TOKENS_PER_BATCH` tokens: large matrix products, memory bounded by batch_size.
 ROWS_PER_BATCH = 8
@@ -147,7 +149,9 @@ class BiLM(nn.Module):
         policy = _check_policy(policy or self._state_policy)
         if policy == "warm":
             if not self.warm_ready:
-                self.compute_warm_state()
+                with _WARMING:  # computed once, whichever thread asks first
+                    if not self.warm_ready:
+                        self.compute_warm_state()
             return LSTMState(self.warm_h.unsqueeze(2).expand(-1, -1, batch, -1),
                              self.warm_c.unsqueeze(2).expand(-1, -1, batch, -1))
         if policy == "carry" and self._carried is not None:

@@ -1,0 +1,160 @@
+"""One model, many callers: Python threads sharing a biLM or a pipeline, and spaCy's `n_process`
+(forked children) after the parent has run torch. Results must equal sequential ones exactly."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import spacy
+import torch
+
+from .component_util import read_conllu
+from .conftest import data_path
+
+THREADS, TRIALS = 4, 5
+
+
+def random_sentences(seed: int, n: int) -> list:
+    """`n` sentences of made-up words, many distinct ones. Each seed has its own vocabulary (its
+    words start with its own letter pair): a word's token layer carries the rounding of the batch
+    it was first computed in, so only with disjoint vocabularies are threaded results bound to
+    equal sequential ones to the bit."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    tag = "".join(letters[[seed // 26 % 26, seed % 26]])
+    return [[tag + "".join(rng.choice(letters, rng.integers(1, 10))) for _ in range(rng.integers(1, 25))]
+            for _ in range(n)]
+
+
+def run_threads(work, jobs):
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        return list(pool.map(work, jobs))
+
+
+def max_difference(expected, got) -> float:
+    return max(float(np.abs(a - b).max(initial=0.0)) for want, have in zip(expected, got) for a, b in zip(want, have))
+
+
+@pytest.fixture(scope="module")
+def ewt_sentences():
+    """400 real sentences: shared words, so threads hit, miss and evict the same cache rows."""
+    return [words for words, _ in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 400)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cache_size", [50_000, 300])
+def test_threads_sharing_words_get_their_own_vectors(fixture_dir, ewt_sentences, cache_size):
+    """Threads embedding sentences with shared words through one token cache (small: rows are evicted
+    while others read them). A word's vector may carry the rounding of another thread's batch
+    (< 1e-6); a wrong or unwritten row differs by whole units."""
+    from spacy_elmo import load_bilm
+
+    bilm = load_bilm(fixture_dir, state="warm", cache_size=cache_size)
+    jobs = [ewt_sentences[k::THREADS] for k in range(THREADS)]
+    expected = [bilm.embed(sents, batch_size=4) for sents in jobs]
+    for _ in range(TRIALS):
+        bilm.token_cache.clear()
+        got = run_threads(lambda sents: bilm.embed(sents, batch_size=4), jobs)
+        assert max_difference(expected, got) < 1e-5
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("torch_threads", [1, 2])
+def test_threads_equal_sequential_calls_exactly(fixture_dir, torch_threads):
+    from spacy_elmo import load_bilm
+
+    bilm = load_bilm(fixture_dir, state="warm", cache_size=5000)
+    jobs = [random_sentences(seed, 60) for seed in range(THREADS)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)  # the rounding of a product may depend on the thread count
+    try:
+        expected = [bilm.embed(sents, batch_size=4) for sents in jobs]
+        for _ in range(TRIALS):
+            bilm.token_cache.clear()
+            got = run_threads(lambda sents: bilm.embed(sents, batch_size=4), jobs)
+            assert max_difference(expected, got) == 0.0
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shared_words", [False, True])
+def test_one_pipeline_from_many_threads(fixture_dir, ewt_sentences, shared_words):
+    """`nlp.pipe` from several threads on one `nlp` (a web server's thread pool): both caches shared."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0.2, "model": {"token_cache_size": 2000}})
+    if shared_words:
+        jobs = [[" ".join(words) for words in ewt_sentences[k::THREADS]] for k in range(THREADS)]
+    else:
+        jobs = [[" ".join(words) for words in random_sentences(100 + k, 40)] for k in range(THREADS)]
+
+    def layers(texts):
+        return [doc._.elmo_layers.copy() for doc in nlp.pipe(texts, batch_size=8)]
+
+    expected = [layers(texts) for texts in jobs]
+    for _ in range(TRIALS):
+        nlp.get_pipe("elmo").bilm.token_cache.clear()
+        nlp.get_pipe("elmo").cache.clear()
+        difference = max_difference(expected, run_threads(layers, jobs))
+        assert difference < 1e-5 if shared_words else difference == 0.0
+
+
+FORK_SCRIPT = """
+import numpy as np, spacy, torch
+nlp = {make}
+texts = [f"Sentence number {{i}} is here ." for i in range(200)]
+{warm_up}
+multi = [doc._.elmo.copy() for doc in nlp.pipe(texts, n_process=2)]
+torch.set_num_threads(1)  # as in the children: the rounding of a product may depend on the thread count
+single = [doc._.elmo.copy() for doc in nlp.pipe(texts)]
+assert len(multi) == len(single)
+assert all(np.array_equal(a, b) for a, b in zip(single, multi)), "n_process=2 differs from n_process=1"
+print("ok")
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("warm_up", ['nlp("warm up .")', "nlp.initialize()"])
+def test_n_process_after_the_parent_used_torch(fixture_dir, warm_up):
+    """A forked child must not wait forever on the parent's OpenMP pool. Run in a fresh process:
+    the test process uses one torch thread, which hides the hang."""
+    make = f'spacy.blank("en")\nnlp.add_pipe("elmo", config={{"weights": {str(fixture_dir)!r}}})'
+    script = FORK_SCRIPT.format(make=make, warm_up=warm_up)
+    try:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"nlp.pipe(n_process=2) after {warm_up} hung (no result in 90 s)")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.timeout(60)
+def test_feature_cache_stays_consistent_under_threads():
+    """Gets, puts and evictions from several threads: no lost entry, the byte count stays exact."""
+    import sys
+
+    from spacy_elmo.pipeline import FeatureCache
+
+    cache = FeatureCache(max_bytes=40 * 800)
+    arrays = [np.full(100, k, dtype=np.float64) for k in range(200)]  # 800 bytes each
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for k in rng.integers(0, len(arrays), 3000):
+            value = cache.get(int(k))
+            if value is None:
+                cache.put(int(k), arrays[k])
+            else:
+                assert value[0] == k
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        run_threads(work, list(range(THREADS)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert cache.nbytes == sum(v.nbytes for v in cache.entries.values()) <= cache.max_bytes
