@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import torch
 import typer
 
 from .bilm import export_hdf5, hub, load_bilm, save_bilm
@@ -70,6 +71,8 @@ def embed_cli(
     shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "  # noqa: UP045
                                                       "the shards can run at the same time")] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "  # noqa: UP045
+                                                   "1 on a machine that other jobs share")] = None,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
@@ -95,6 +98,8 @@ def embed_cli(
     )
 
     bound_kernel_cache()
+    if threads is not None:
+        torch.set_num_threads(threads)
     with errors():
         if not input_path.is_file():
             raise FileNotFoundError(f"input not found: {input_path}")

@@ -28,6 +28,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from .bilm import BiLM, ElmoFileError, hub
+from .bilm.threads import check_threads, torch_threads
 from .bilm.weights import model_files
 from .data import ElmoDocData, install_extensions, register_pipeline, set_vector_hooks
 from .layers import get_bilm, load_weights
@@ -155,6 +156,7 @@ class Elmo(Pipe):
         max_length: int = 128,
         vector_hooks: bool = False,
         cache_mb: float = 1024,
+        threads: Optional[int] = None,
     ):
         if store not in STORE_DTYPES:
             raise ValueError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
@@ -171,6 +173,7 @@ class Elmo(Pipe):
         self.keep_layers, self.use_sents, self.max_length = keep_layers, use_sents, max_length
         self.vector_hooks = vector_hooks
         self.cache = FeatureCache(int(cache_mb * 2**20))
+        self.threads = check_threads(threads)
         self.cfg = {"store": store, "keep_layers": keep_layers, "use_sents": use_sents, "max_length": max_length}
         install_extensions()
 
@@ -185,7 +188,7 @@ class Elmo(Pipe):
                     f"the '{self.name}' component has no ELMo weights: add it with "
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
                 )
-            with _LOADING:  # threads that make the first calls at once load the weights once
+            with _LOADING, torch_threads(self.threads):  # threads that make the first calls at once load once
                 bilm = get_bilm(self.model) or load_weights(self.model, self.weights)
         return bilm
 
@@ -196,7 +199,8 @@ class Elmo(Pipe):
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
-            load_weights(self.model, self.weights)
+            with torch_threads(self.threads):
+                load_weights(self.model, self.weights)
         self.cache.clear()
         self.bilm  # raises if there are no weights at all
         if nlp is not None:
@@ -251,7 +255,11 @@ class Elmo(Pipe):
         return keep, windows_of(sents, self.max_length)
 
     def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
-        """Docs -> one `ElmoDocData` each (nothing is set on the Docs)."""
+        """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch threads."""
+        with torch_threads(self.threads):
+            return self._predict(docs)
+
+    def _predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         bilm = self.bilm
         plans = [self.windows(doc) for doc in docs]
         inputs = [[doc[int(i)].text for i in keep[w.start : w.end]]
@@ -367,17 +375,21 @@ def check_weights(weights: Optional[str], name: str) -> None:
         "max_length": 128,
         "vector_hooks": False,
         "cache_mb": 1024,
+        "threads": None,
     },
 )
 def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mix: Union[str, List[float]],
               store: str, keep_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
-              cache_mb: float) -> Elmo:
+              cache_mb: float, threads: Optional[int]) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
-    or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory)."""
+    or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory).
+    `threads`: torch threads for the biLM (null: torch's default; 1 on a shared machine or with
+    `n_process`, whose forked children always use 1)."""
     # A pipeline that spacy.load restores lists its components in the meta.json it is created with; its biLM
     # comes from the pipeline directory, so the weights path of its training run is not read (and may be gone).
     if name not in nlp._meta.get("components", ()):
         check_weights(weights, name)
     register_pipeline(nlp)  # ElmoFeatures takes the biLM's sizes from here at initialize
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
-                use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb)
+                use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
+                threads=threads)

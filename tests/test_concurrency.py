@@ -158,3 +158,31 @@ def test_feature_cache_stays_consistent_under_threads():
     finally:
         sys.setswitchinterval(interval)
     assert cache.nbytes == sum(v.nbytes for v in cache.entries.values()) <= cache.max_bytes
+
+
+def test_threads_setting_of_the_component(fixture_dir, monkeypatch):
+    """`threads` is the torch thread count while the component runs, restored after; bad values are
+    refused when the component is made."""
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "threads": 2})
+    bilm = elmo.bilm
+    seen = []
+    embed = bilm.embed
+    monkeypatch.setattr(bilm, "embed", lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed(*args, **kwargs))
+    before = torch.get_num_threads()
+    nlp("A short text .")
+    assert seen == [2] and torch.get_num_threads() == before
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            spacy.blank("en").add_pipe("elmo", config={"weights": str(fixture_dir), "threads": bad})
+
+
+def test_threads_option_of_embed(fixture_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("one line .\n")
+    script = (f"import torch, sys\nfrom spacy_elmo.cli import app\nimport spacy_elmo.cli as cli\n"
+              f"seen = []\nreal = cli.load_bilm\ncli.load_bilm = lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k)\n"
+              f"try:\n    app(['embed', {str(tmp_path / 'in.txt')!r}, {str(tmp_path / 'out.hdf5')!r}, '-w', {str(fixture_dir)!r}, "
+              f"'--threads', '1', '--no-progress'])\nexcept SystemExit as e:\n    assert not e.code, e.code\nprint(seen)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[1]"

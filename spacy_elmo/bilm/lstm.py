@@ -14,15 +14,15 @@ back to its first, and its outputs are aligned back to token positions.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache, partial
+from functools import partial
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from .threads import both_directions
 
 # Positions per input-projection chunk of the packed inference path (bounds its memory).
 PACKED_CHUNK_ROWS = 1024
@@ -212,49 +212,6 @@ class ProjectedLSTMLayer(nn.Module):
             start += rows
             t = stop
         return out
-
-
-def both_directions(run: Callable[[int], None]) -> None:
-    """`run(0)` and `run(1)` (independent work, one per direction), each on its own half of torch's
-    threads when there are at least 2: without the synchronisation of splitting every small matrix
-    product across all threads, the recurrence runs some 15% faster. Threads are restored after."""
-    threads = torch.get_num_threads()
-    if threads < 2:
-        run(0)
-        run(1)
-        return
-    grad_mode = torch.is_grad_enabled()
-    inference_mode = torch.is_inference_mode_enabled()
-
-    def task(direction: int) -> None:
-        torch.set_num_threads(threads // 2)
-        with torch.inference_mode(inference_mode), torch.set_grad_enabled(grad_mode):
-            run(direction)
-
-    try:
-        futures = [_direction_pool().submit(task, d) for d in (0, 1)]
-        for future in futures:
-            future.result()
-    finally:
-        torch.set_num_threads(threads)
-
-
-@lru_cache(maxsize=None)
-def _direction_pool() -> ThreadPoolExecutor:
-    """Two worker threads, made once per process."""
-    return ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction")
-
-
-def _after_fork_in_child() -> None:
-    """A forked child (spaCy's `n_process`, `spacy apply --n-process`) inherits the parent's thread
-    pools but not their threads. It makes its own direction pool, and runs torch on one thread:
-    the OpenMP pool of a parent that has run torch cannot be used in a forked child (a parallel
-    region there waits forever), and one thread per process is what `n_process` wants anyway."""
-    _direction_pool.cache_clear()
-    torch.set_num_threads(1)
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BiLSTMStack(nn.Module):
