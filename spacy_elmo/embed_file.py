@@ -240,7 +240,7 @@ def embed_single(bilm: BiLM, job: Job, resume: bool) -> bool:
             work.write_manifest(_manifest(job, "file", ranges))
         _run_pieces(bilm, job, work, ranges)
         try:
-            assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, reopen_every=job.block)
+            assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, partial, reopen_every=job.block)
         except OSError as err:
             raise write_error(err, out) from None
         _remove_dir(partial)

@@ -83,7 +83,8 @@ def write_error(err: OSError, path: Path) -> ElmoFileError:
 
 
 class H5Writer:
-    """An hdf5 file written under `path` + `.tmp` and made visible whole by `commit()`.
+    """An hdf5 file written under a temporary name (`path` + `.tmp`, in `tmp_dir` where given: a
+    directory on the same file system) and made visible whole by `commit()`.
 
     Space is reserved (posix_fallocate) ahead of every dataset, for its bytes and an upper bound of
     HDF5's bookkeeping, so HDF5 never meets a full disk (HDF5 trims the file to its end at close).
@@ -95,8 +96,9 @@ class H5Writer:
     Every h5py reads both.
     """
 
-    def __init__(self, path: Path, reopen_every: int):
-        self.path, self.tmp, self.reopen_every = path, path.with_name(path.name + TMP), reopen_every
+    def __init__(self, path: Path, reopen_every: int, tmp_dir: Path | None = None):
+        self.path, self.reopen_every = path, reopen_every
+        self.tmp = (tmp_dir or path.parent) / (path.name + TMP)
         self.needed, self.reserved, self.count = BASE_BYTES, 0, 0
         self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.h5: h5py.File | None = None
@@ -199,12 +201,13 @@ def write_piece(path: Path, first: int, count: int, lines: Iterable[tuple[str, n
         raise
 
 
-def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], reopen_every: int = 10_000) -> None:
+def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: Path, reopen_every: int = 10_000) -> None:
     """One file at `path` holding every dataset of `pieces` (in order) and their joined
-    `sentence_to_index`, written under a temporary name beside it and renamed when complete. A
+    `sentence_to_index`, written under a temporary name in `tmp_dir` (on `path`'s file system) and
+    renamed when complete. A
     sentence repeated across lines maps to its last line: a JSON reader keeps a key's last value
     (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files."""
-    out = H5Writer(path, reopen_every)
+    out = H5Writer(path, reopen_every, tmp_dir)
     try:
         index = bytearray(b"{")
         for piece in pieces:

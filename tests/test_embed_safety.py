@@ -73,6 +73,21 @@ def started(out: Path) -> bool:
     return out.exists() or out.with_name(out.name + ".partial").exists()
 
 
+def wait_until_writing(out: Path, proc: subprocess.Popen) -> None:
+    """Return once `proc` holds the lock of its run on `out` (it is embedding), or has ended."""
+    lock = out.with_name(out.name + ".partial") / "lock"
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with open(lock, "a+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except FileNotFoundError:
+            pass
+        except BlockingIOError:
+            return
+        time.sleep(0.01)
+
+
 @contextmanager
 def tmpfs(path: Path, size: str):
     """A tmpfs of `size` mounted at `path` (root, as in CI); skips where mounting is not allowed."""
@@ -100,17 +115,16 @@ def reference(fixture_dir, tmp_path_factory):
 # ------------------------------------------------------------------------------------------- crashes
 @pytest.mark.timeout(180)
 def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
-    """Six kill -9s at random moments of one output's runs, each followed by `--resume`: the
-    final output equals the uninterrupted run's, every dataset bit for bit."""
+    """Five kill -9s at random moments of one output's runs (while embedding, renaming a part or
+    assembling; each once the run holds its lock), each followed by `--resume`: the final output
+    equals the uninterrupted run's, every dataset bit for bit."""
     text, full = reference
     out = tmp_path / "out.hdf5"
     rng = random.Random(13)
-    for attempt in range(6):
+    for attempt in range(5):
         proc = spawn(embed_args(text, out, fixture_dir, *(["--resume"] if attempt else [])))
-        deadline = time.monotonic() + 60
-        while not started(out) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.8))
+        wait_until_writing(out, proc)
+        time.sleep(rng.uniform(0.0, 0.4))
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
@@ -147,6 +161,52 @@ def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_pa
     assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
     assert_same_output(full, out)
     assert not work.exists()
+
+
+KILL_IN_ASSEMBLY = """
+import os, signal, sys
+from spacy_elmo import embed_output
+real, calls = embed_output.H5Writer.copy_from, []
+def copy_from(self, src, name):
+    calls.append(name)
+    if len(calls) == 1000:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, src, name)
+embed_output.H5Writer.copy_from = copy_from
+from spacy_elmo.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_kill_during_assembly_keeps_the_parts(reference, fixture_dir, tmp_path, capsys):
+    """Killed (injected) while copying the 1,000th dataset into the output: every part is kept, the
+    output does not exist (only its temporary file); `--resume` assembles again."""
+    text, full = reference
+    out = tmp_path / "out.hdf5"
+    proc = spawn(embed_args(text, out, fixture_dir), script=KILL_IN_ASSEMBLY)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, err
+    work = tmp_path / "out.hdf5.partial"
+    assert sorted(p.name for p in work.glob("part-*.hdf5")) == [f"part-{i:05d}.hdf5" for i in range(6)]
+    assert not out.exists() and (work / "out.hdf5.tmp").is_file() and sorted(tmp_path.iterdir()) == [work]
+    assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
+    assert "(0 in this run)" in capsys.readouterr().err
+    assert_same_output(full, out)
+
+
+def test_kill_while_removing_the_parts(fixture_dir, tmp_path, capsys):
+    """OUTPUT complete and its work directory half removed (a kill after the final rename):
+    `--resume` says it is complete and removes the rest."""
+    text = generated(tmp_path / "in.txt", 120, seed=6)
+    out = tmp_path / "out.hdf5"
+    assert run_cli(*embed_args(text, out, fixture_dir)) == 0
+    work = tmp_path / "out.hdf5.partial"
+    work.mkdir()
+    (work / "part-00000.hdf5").write_bytes(b"left over")
+    capsys.readouterr()
+    assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
+    assert "complete already (120 lines)" in capsys.readouterr().err and not work.exists()
 
 
 # ---------------------------------------------------------------------------------------- full disk
