@@ -30,8 +30,8 @@ from thinc.api import Config, Model
 from .bilm import BiLM, ElmoFileError, hub
 from .bilm.threads import check_threads, torch_threads
 from .bilm.weights import model_files
-from .data import ElmoDocData, install_extensions, register_pipeline, set_vector_hooks
-from .layers import get_bilm, load_weights
+from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
+from .layers import get_bilm, load_weights, register_pipeline
 
 DEFAULT_MODEL_CONFIG = """
 [model]

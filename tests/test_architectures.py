@@ -8,8 +8,9 @@ from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Config
 
-from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed, mix_weights
-from spacy_elmo.data import ElmoDocData, install_extensions
+from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed
+from spacy_elmo.doc_data import ElmoDocData, install_extensions
+from spacy_elmo.layers import mix_weights
 
 N_LAYERS, WIDTH = 3, 8
 

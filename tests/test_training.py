@@ -13,7 +13,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_elmo.data import ElmoDocData
+from spacy_elmo.doc_data import ElmoDocData
 
 
 

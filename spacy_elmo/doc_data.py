@@ -1,4 +1,4 @@
-"""The ELMo data stored on each Doc, and the named getters behind `doc._.elmo` and friends.
+"""The ELMo data stored on each Doc, the named getters behind `doc._.elmo` and friends, and the vector hooks.
 
 One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
 `(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 * projection_dim)`,
@@ -9,38 +9,14 @@ carry it. The getters are module-level functions, so extensions pickle.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Optional
 
 import numpy as np
 import srsly
 from spacy.tokens import Doc, Span, Token
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
-
-# The pipelines that have an `elmo` component, by vocab, held weakly: `ElmoFeatures` looks up the biLM of
-# its pipeline where `nlp.initialize` gives it Docs that `elmo` has not annotated. A Vocab takes no weak
-# references, so the key is its id and `pipelines_of` checks that the vocab is the same object.
-_PIPELINES: Dict[int, List[weakref.ref]] = {}
-
-
-def register_pipeline(nlp) -> None:
-    """Remember `nlp` (a `spacy.Language`) under its vocab, weakly; forget pipelines that are gone."""
-    for key in list(_PIPELINES):
-        _PIPELINES[key] = [ref for ref in _PIPELINES[key] if ref() is not None]
-        if not _PIPELINES[key]:
-            del _PIPELINES[key]
-    refs = _PIPELINES.setdefault(id(nlp.vocab), [])
-    if not any(ref() is nlp for ref in refs):
-        refs.append(weakref.ref(nlp))
-
-
-def pipelines_of(vocab) -> list:
-    """The live pipelines registered under `vocab`."""
-    pipelines = (ref() for ref in _PIPELINES.get(id(vocab), []))
-    return [nlp for nlp in pipelines if nlp is not None and nlp.vocab is vocab]
-
 
 @dataclass
 class ElmoDocData:
