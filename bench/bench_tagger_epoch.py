@@ -20,25 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from common import weights_dir  # noqa: E402
 
+from spacy_elmo.corpora import read_conllu  # noqa: E402
+
 WIDTHS = {"small": 256, "medium": 512, "original": 1024}
-
-
-def ud_tagged(path: Path, limit: int):
-    import gzip
-
-    out, words, tags = [], [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line and words:
-                out.append((words, tags))
-                words, tags = [], []
-            elif line and not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():
-                    words.append(cols[1])
-                    tags.append(cols[3])
-    return out[:limit] if limit else out
 
 
 def trainer(config_name: str, sentences, overrides: dict):
@@ -61,7 +45,7 @@ def trainer(config_name: str, sentences, overrides: dict):
     annotates = list(nlp.config["training"]["annotating_components"])
 
     def examples():  # fresh Docs each epoch, like `spacy train`
-        return [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t)) for w, t in sentences]
+        return [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t)) for w, _, t in sentences]
 
     optimizer = nlp.initialize(examples)
     rng = random.Random(0)
@@ -90,8 +74,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    sentences = ud_tagged(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-train.conllu.gz", args.limit)
-    n_tokens = sum(len(w) for w, _ in sentences)
+    sentences = list(read_conllu(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-train.conllu.gz", args.limit or None))
+    n_tokens = sum(len(s.words) for s in sentences)
     run_base = trainer("tagger_base.cfg", sentences, {})
     elmo_overrides = {"paths.elmo": str(weights_dir(args.size)),
                       "components.tok2vec.model.embed.elmo.width": WIDTHS[args.size],

@@ -1,7 +1,6 @@
 """Shared helpers of the benchmarks: data and weights, machine facts, arithmetic rate, FLOPs per token."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
@@ -14,28 +13,15 @@ from typing import Any, Dict, List
 import torch
 
 from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.corpora import read_conllu
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
 
 
-def read_conllu_sentences(path: Path):
-    """CoNLL-U (gzipped) -> token texts per sentence (multiword ranges and empty nodes skipped)."""
-    sents, cur = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                if cur:
-                    sents.append(cur)
-                cur = []
-            elif not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():  # skip multiword ranges and empty nodes
-                    cur.append(cols[1])
-    if cur:
-        sents.append(cur)
-    return sents
+def read_conllu_sentences(path: Path) -> List[List[str]]:
+    """The words of every sentence of a CoNLL-U file."""
+    return [sentence.words for sentence in read_conllu(path)]
 
 
 def weights_dir(size: str) -> Path:

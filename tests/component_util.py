@@ -1,9 +1,8 @@
-"""Helpers for the component tests: UD sentences, pipelines on the fixture biLM, configs."""
+"""Helpers for the component tests: tagged examples, pipelines on the fixture biLM, configs."""
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 from spacy.tokens import Doc
 from spacy.training import Example
@@ -13,26 +12,6 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "project" / "configs"
 # The AllenNLP fixture biLM: 2 LSTM layers of projection 16 -> 3 output layers of width 32.
 FIXTURE_LAYERS, FIXTURE_WIDTH = 3, 32
-
-
-def read_conllu(path: Path, limit: int) -> List[Tuple[List[str], List[str]]]:
-    """The first `limit` sentences of a (gzipped) CoNLL-U file as (words, UPOS tags)."""
-    out, words, tags = [], [], []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                if words:
-                    out.append((words, tags))
-                    words, tags = [], []
-                    if len(out) >= limit:
-                        break
-            elif not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():
-                    words.append(cols[1])
-                    tags.append(cols[3])
-    return out
 
 
 def tagged_examples(nlp, sentences) -> List[Example]:

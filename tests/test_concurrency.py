@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,7 +11,8 @@ import pytest
 import spacy
 import torch
 
-from .component_util import read_conllu
+from spacy_elmo.corpora import read_conllu
+
 from .conftest import data_path
 
 THREADS, TRIALS = 4, 5
@@ -42,7 +42,7 @@ def max_difference(expected, got) -> float:
 @pytest.fixture(scope="module")
 def ewt_sentences():
     """400 real sentences: shared words, so threads hit, miss and evict the same cache rows."""
-    return [words for words, _ in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 400)]
+    return [s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 400)]
 
 
 @pytest.mark.timeout(120)

@@ -18,8 +18,9 @@ from thinc.api import Config
 
 from spacy_elmo import BiLMOptions
 from spacy_elmo.bilm import BiLM, export_hdf5
+from spacy_elmo.corpora import read_conllu
 
-from .component_util import CONFIGS, read_conllu
+from .component_util import CONFIGS
 from .conftest import data_path
 
 # A random biLM of sizes no published model has: 1 LSTM layer of projection 20 -> 2 output layers of width 40.
@@ -58,7 +59,7 @@ def corpus(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("corpus")
     nlp = spacy.blank("en")
     for name, file_name, n in (("train", "en_ewt-ud-train.conllu.gz", 40), ("dev", "en_ewt-ud-dev.conllu.gz", 20)):
-        docs = [Doc(nlp.vocab, words=w, tags=t) for w, t in read_conllu(folder / file_name, n)]
+        docs = [Doc(nlp.vocab, words=s.words, tags=s.tags) for s in read_conllu(folder / file_name, n)]
         DocBin(docs=docs).to_disk(out / f"{name}.spacy")
     return out
 

@@ -7,15 +7,15 @@ import random
 import numpy as np
 import pytest
 import spacy
-from .component_util import fixture_config, read_conllu, tagged_examples
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_elmo.corpora import read_conllu
 from spacy_elmo.doc_data import ElmoDocData
 
-
+from .component_util import fixture_config, tagged_examples
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def ud(fixture_dir):
     from .conftest import data_path
 
     folder = data_path("ud_english_ewt")
-    return read_conllu(folder / "en_ewt-ud-train.conllu.gz", 300), read_conllu(folder / "en_ewt-ud-dev.conllu.gz", 100)
+    return tuple([(s.words, s.tags) for s in read_conllu(folder / name, limit)]
+                 for name, limit in (("en_ewt-ud-train.conllu.gz", 300), ("en_ewt-ud-dev.conllu.gz", 100)))
 
 
 def build(fixture_dir, **overrides):

@@ -16,31 +16,11 @@ from typing import Iterator, List, Tuple
 
 import spacy
 from spacy.tokens import Doc, DocBin
-from spacy.training.iob_utils import iob_to_biluo, biluo_tags_to_spans
+from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
+
+from spacy_elmo.corpora import read_conllu
 
 Sentence = Tuple[List[str], List[bool], List[str]]  # words, spaces, tags
-
-
-def read_conllu(path: Path) -> Iterator[Sentence]:
-    """Words (multiword ranges and empty nodes skipped), SpaceAfter=No, and UPOS."""
-    words: List[str] = []
-    spaces: List[bool] = []
-    tags: List[str] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                if words:
-                    yield words, spaces, tags
-                words, spaces, tags = [], [], []
-            elif not line.startswith("#"):
-                cols = line.split("\t")
-                if cols[0].isdigit():
-                    words.append(cols[1])
-                    spaces.append("SpaceAfter=No" not in cols[9])
-                    tags.append(cols[3])
-    if words:
-        yield words, spaces, tags
 
 
 def read_columns(path: Path, word_col: int, tag_col: int, iob1: bool) -> Iterator[Sentence]:
