@@ -41,6 +41,9 @@ MANIFEST = "manifest.json"
 LOCK = "lock"
 TMP = ".tmp"  # a piece under its temporary name: `part-00002.hdf5.tmp`
 LIBVER = ("v108", "latest")  # HDF5 1.8's file format or later (see `H5Writer`)
+# Compressed: HDF5 1.10's format, whose index of a dataset stored as one chunk takes a few bytes,
+# where 1.8's B-tree takes some 3 KB per dataset, more than gzip saves on a line's array.
+LIBVER_CHUNKED = ("v110", "latest")
 # Upper bounds of what HDF5 allocates beyond the raw data (about twice what it was seen to use):
 # the superblock and root group; per dataset its object header and its link in the root group's
 # index (some 330 bytes), and for a compressed (chunked) one its chunk index (some 3 KB more).
@@ -87,7 +90,7 @@ class H5Writer:
     directory on the same file system) and made visible whole by `commit()`.
 
     Space is reserved (posix_fallocate) ahead of every dataset, for its bytes and an upper bound of
-    HDF5's bookkeeping, so HDF5 never meets a full disk (HDF5 trims the file to its end at close).
+    HDF5's bookkeeping, so HDF5 never meets a full disk; what is left is given back at each close.
     The file is closed and reopened every `reopen_every` datasets: while a file stays open HDF5
     keeps bookkeeping for every dataset written (a few hundred bytes each), which would grow
     without bound over a file of a million lines. Groups are written in the HDF5 1.8 format
@@ -96,15 +99,16 @@ class H5Writer:
     Every h5py reads both.
     """
 
-    def __init__(self, path: Path, reopen_every: int, tmp_dir: Path | None = None):
+    def __init__(self, path: Path, reopen_every: int, tmp_dir: Path | None = None, compressed: bool = False):
         self.path, self.reopen_every = path, reopen_every
+        self.libver = LIBVER_CHUNKED if compressed else LIBVER
         self.tmp = (tmp_dir or path.parent) / (path.name + TMP)
         self.needed, self.reserved, self.count = BASE_BYTES, 0, 0
         self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.h5: h5py.File | None = None
         try:
             self._reserve(0)  # before HDF5 writes its superblock
-            self.h5 = h5py.File(self.tmp, "w", libver=LIBVER)  # truncates: reserve again
+            self.h5 = h5py.File(self.tmp, "w", libver=self.libver)  # truncates: reserve again
             self.reserved = 0
             self._reserve(0)
         except BaseException:
@@ -123,8 +127,9 @@ class H5Writer:
             self.reserved = size
 
     def add(self, name: str, data: np.ndarray, compression: str | None = None) -> None:
-        """One dataset `name` holding `data`; `compression` (gzip, lzf) where it has elements."""
-        filters = {"compression": compression} if compression and data.size else {}
+        """One dataset `name` holding `data`; `compression` (gzip, lzf) where it has elements, as
+        one chunk, bytes shuffled (the exponent bytes of the floats together compress best)."""
+        filters = {"compression": compression, "shuffle": True, "chunks": data.shape} if compression and data.size else {}
         self._reserve(data.nbytes, chunked=bool(filters))
         self.h5.create_dataset(name, data=data, **filters)
         self._counted()
@@ -139,9 +144,16 @@ class H5Writer:
     def _counted(self) -> None:
         self.count += 1
         if self.count % self.reopen_every == 0:
-            self.h5.close()  # trims the file to HDF5's end: the reservation starts again from there
-            self.h5 = h5py.File(self.tmp, "r+", libver=LIBVER)
+            self._close()
+            self.h5 = h5py.File(self.tmp, "r+", libver=self.libver)
             self.reserved = os.fstat(self.fd).st_size
+
+    def _close(self) -> None:
+        """Give back the unused reservation, then close: HDF5 may count a file's whole length as
+        allocated at close, and would place the data written after a reopening beyond it."""
+        os.ftruncate(self.fd, self.h5.id.get_filesize())  # HDF5's end of allocated space, while open
+        self.h5.close()
+        self.h5 = None
 
     def finish(self, index_json: bytes, settings: dict[str, Any]) -> None:
         """Write `sentence_to_index` and the settings, then `commit()`.
@@ -157,8 +169,7 @@ class H5Writer:
 
     def commit(self) -> None:
         """Close, fsync, rename to `path`, fsync the directory: the file is visible only whole."""
-        self.h5.close()
-        self.h5 = None
+        self._close()
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
@@ -186,7 +197,7 @@ def write_piece(path: Path, first: int, count: int, lines: Iterable[tuple[str, n
                 settings: dict[str, Any], *, compression: str | None = None, reopen_every: int = 10_000) -> None:
     """Write one whole file at `path` from `(text, array)` for `count` lines, its datasets named
     `first`, `first + 1`, ...; visible only once complete (ElmoFileError where `lines` ends early)."""
-    out = H5Writer(path, reopen_every)
+    out = H5Writer(path, reopen_every, compressed=bool(compression))
     try:
         texts = []
         for text, array in lines:
@@ -207,7 +218,7 @@ def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: 
     renamed when complete. A
     sentence repeated across lines maps to its last line: a JSON reader keeps a key's last value
     (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files."""
-    out = H5Writer(path, reopen_every, tmp_dir)
+    out = H5Writer(path, reopen_every, tmp_dir, compressed=settings["compression"] != "none")
     try:
         index = bytearray(b"{")
         for piece in pieces:
