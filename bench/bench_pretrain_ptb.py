@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, matmul_gflops, read_metrics, train_flops_per_token, write_curve  # noqa: E402
 
 from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train  # noqa: E402
-from spacy_elmo.pretrain.cli import split_overrides  # noqa: E402
+from spacy_elmo.pretrain.cli import parse_overrides, split_overrides  # noqa: E402
 from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -48,11 +48,9 @@ def main() -> None:
     args = parser.parse_args(rest)
     torch.set_num_threads(args.threads)
     data, out = Path(args.data), Path(args.output)
-    from spacy.cli._util import parse_config_overrides
-
     values = {"paths.train": str(data / "ptb.train.txt.gz"), "paths.dev": str(data / "ptb.valid.txt.gz"),
               "training.max_minutes": args.minutes, "training.eval_every_minutes": args.eval_every_minutes,
-              **parse_config_overrides(overrides)}
+              **parse_overrides(overrides)}
     config = load_config(args.config, values)
     peak = matmul_gflops()
     wall = time.perf_counter()

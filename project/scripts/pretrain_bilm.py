@@ -32,8 +32,7 @@ DEV_TEXT = "wikitext2.valid.txt"
 
 def main() -> None:
     from spacy_elmo.pretrain import load_config, train
-    from spacy_elmo.pretrain.cli import split_overrides
-    from spacy.cli._util import parse_config_overrides
+    from spacy_elmo.pretrain.cli import parse_overrides, split_overrides
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
@@ -64,7 +63,7 @@ def main() -> None:
     values = {"paths.train": train_files, "paths.dev": dev_file, "corpus.tokenizer": "whitespace",
               "training.max_minutes": args.minutes, "training.max_epochs": None, "training.eval_every": None,
               "training.eval_every_minutes": max(args.minutes / 2, 0.1), **scale.pretrain_overrides,
-              **parse_config_overrides(overrides)}
+              **parse_overrides(overrides)}
     config = load_config(None, values)
     bilm_dir = out / "bilm"
     resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file() and not (bilm_dir / "model" / "training.json").is_file()

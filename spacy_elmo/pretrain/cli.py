@@ -32,11 +32,20 @@ def split_overrides(extra: List[str]) -> Tuple[List[str], List[str]]:
     return rest, overrides
 
 
+def parse_overrides(overrides: List[str]) -> Dict[str, Any]:
+    """Dotted `--section.key [value]` arguments (as `split_overrides` gives them) -> `{"section.key": value}`,
+    values read as `spacy train` reads them (JSON where they parse, else strings), SPACY_CONFIG_OVERRIDES included."""
+    from spacy.cli._util import parse_config_overrides  # private to spaCy: this is its one caller
+
+    try:
+        return parse_config_overrides(list(overrides))  # a copy: it consumes the list it is given
+    except SystemExit:
+        raise PretrainError(f"cannot parse the config overrides {' '.join(overrides)}") from None
+
+
 def parse_arguments(args: List[str], train: Optional[List[str]]) -> Tuple[Optional[str], List[str], Dict[str, Any]]:
     """The arguments typer did not take, in command-line order -> (OUTPUT_DIR or None, more training
     paths, config overrides). Paths after OUTPUT_DIR extend `--train` (`--train a.txt b.txt`)."""
-    from spacy.cli._util import parse_config_overrides
-
     rest, overrides = split_overrides(args)
     unknown = [a for a in rest if a.startswith("-") and len(a) > 1]
     if unknown:
@@ -44,11 +53,7 @@ def parse_arguments(args: List[str], train: Optional[List[str]]) -> Tuple[Option
     output, more = (rest[0] if rest else None), rest[1:]
     if more and not train:
         raise PretrainError(f"unexpected argument {more[0]!r}: pretrain takes one OUTPUT_DIR")
-    try:
-        values: Dict[str, Any] = parse_config_overrides(overrides)
-    except SystemExit:
-        raise PretrainError(f"cannot parse the config overrides {' '.join(overrides)}") from None
-    return output, more, values
+    return output, more, parse_overrides(overrides)
 
 
 def resolve_config(path: Optional[Path], values: Dict[str, Any], *, train: List[str], dev: Optional[str],
