@@ -73,6 +73,16 @@ def embed_cli(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "  # noqa: UP045
                                                    "1 on a machine that other jobs share")] = None,
+    engine: Annotated[str, typer.Option(help="local: this process; ray: the shards written by a pool of Ray "
+                                             "actors (needs --shards; pip install \"spacy_elmo[ray]\")")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "  # noqa: UP045
+                                                        "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
+                                                        "then be at the same path on every node (shared storage). "
+                                                        "Default: start Ray on this machine's CPUs")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: actors writing shards at once "  # noqa: UP045
+                                                   "(default: the cluster's CPUs / --threads-per-worker)")] = None,
+    threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "  # noqa: UP045
+                                                              "CPUs reserved) per actor (default 1)")] = None,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
@@ -80,61 +90,52 @@ def embed_cli(
     measured over a million lines). Empty lines give arrays with 0 tokens. Crash-safe: work is kept
     in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and OUTPUT_PATH
     appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
-    with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory).
+    with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory). With
+    `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on this
+    machine or on a Ray cluster (`--address`).
     """
-    import spacy
     from tqdm import tqdm
 
     from .embed_file import (
-        COMPRESSIONS,
-        DTYPES,
-        Job,
         bound_kernel_cache,
         embed_sharded,
         embed_single,
         first_missing_line,
-        parse_layer,
-        scan_input,
+        new_job,
     )
 
     bound_kernel_cache()
     if threads is not None:
         torch.set_num_threads(threads)
     with errors():
-        if not input_path.is_file():
-            raise FileNotFoundError(f"input not found: {input_path}")
-        if dtype not in DTYPES or compression not in COMPRESSIONS:
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
-                             f"{', '.join(COMPRESSIONS)}, got {dtype!r} and {compression!r}")
         only = parse_shard(shard, shards)
         shards = shards if only is None else int(shard.split("/")[1])
-        bilm = load_bilm(weights, state=state)
-        chosen = parse_layer(layer, bilm.num_output_layers)
-        if (resume or shards) and bilm.state_policy == "carry":
-            raise ValueError(f"{'--shards' if shards else '--resume'} needs a deterministic state policy (warm or "
-                             "zero): under carry a line's vectors depend on every line before it")
-        docbin = input_path.suffix == ".spacy"
-        try:
-            nlp = None if whitespace and not docbin else spacy.blank(lang)
-        except ImportError as err:
-            raise ValueError(f"--lang {lang}: not a language spaCy knows ({err})") from None
-        settings = {**scan_input(input_path), "weights": bilm.fingerprint(), "state": bilm.state_policy,
-                    "layer": layer, "batch_size": batch_size, "flush_every": flush_every, "dtype": dtype,
-                    "compression": compression, "shards": shards,
-                    "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
+        ray_run = ray_engine(engine, shards, only, address, workers, threads_per_worker)
+        if ray_run is not None:  # the weights' fingerprint as the actors will see it (see `embed_job`)
+            torch.set_num_threads(threads_per_worker or 1)
+        bilm, job = new_job(input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer,
+                            batch_size=batch_size, state=state, dtype=dtype, compression=compression,
+                            flush_every=flush_every, shards=shards, resume=resume)
+    settings = job.settings
     bar = tqdm(total=settings["lines"], unit=" lines", disable=not progress)
     tokens = 0
 
-    def on_line(n_tokens: int) -> None:
+    def on_line(n_tokens: int, lines: int = 1) -> None:
         nonlocal tokens
         tokens += n_tokens
-        bar.update(1)
+        bar.update(lines)
 
-    job = Job(input_path, output_path, settings, nlp=nlp, layer=chosen, shards=shards, on_line=on_line)
+    job.on_line = on_line
     start = time.perf_counter()
     try:
         with errors():
-            wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)
+            if ray_run is not None:
+                del bilm  # each worker loads its own
+                wrote = ray_run(job, weights, address=address, workers=workers,
+                                threads_per_worker=threads_per_worker or 1,
+                                on_shard=lambda lines, n_tokens: on_line(n_tokens, lines))
+            else:
+                wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)
     except KeyboardInterrupt:
         where = "" if shards else f" (from line {first_missing_line(job)})"
         typer.echo(f"interrupted: continue with {'the same command' if shards else '--resume'}{where}", err=True)
@@ -147,6 +148,23 @@ def embed_cli(
     seconds = time.perf_counter() - start
     typer.echo(f"wrote {output_path}: {job.lines_done + job.lines_run} lines ({job.lines_run} in this run), "
                f"{tokens} tokens in {seconds:.1f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
+
+
+def ray_engine(engine: str, shards: Optional[int], only: Optional[int], *ray_options: Any):  # noqa: UP045
+    """None for `--engine local`; for `ray`, `distributed.embed_job` (after checking the options)."""
+    if engine not in ("local", "ray"):
+        raise ValueError(f"--engine must be local or ray, got {engine!r}")
+    if engine == "local":
+        if any(option is not None for option in ray_options):
+            raise ValueError("--address, --workers and --threads-per-worker go with --engine ray")
+        return None
+    if not shards or only is not None:
+        raise ValueError("--engine ray writes every shard of --shards N: give --shards N (and not --shard I/N)")
+    try:
+        from .distributed import embed_job
+    except ModuleNotFoundError:
+        raise ValueError('--engine ray needs Ray: pip install "spacy_elmo[ray]"') from None
+    return embed_job
 
 
 def parse_shard(spec: Optional[str], shards: Optional[int]) -> Optional[int]:  # noqa: UP045

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 from spacy.language import Language
 
-from .bilm import BiLM
+from .bilm import BiLM, load_bilm
 from .bilm.errors import ElmoFileError
 from .embed_output import (
     FORMAT,
@@ -176,6 +176,36 @@ class Job:
         return self.settings["flush_every"]
 
 
+def new_job(input_path: Path, output: Path, weights: str, *, lang: str = "en", whitespace: bool = False,
+            layer: str = "all", batch_size: int = 64, state: str | None = None, dtype: str = "float32",
+            compression: str = "none", flush_every: int = 10_000, shards: int | None = None,
+            resume: bool = False) -> tuple[BiLM, Job]:
+    """Check the arguments of a run, load the biLM and scan the input: the biLM and the Job, whose
+    settings are recorded with the output (and must match when a run continues)."""
+    import spacy
+
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input not found: {input_path}")
+    if dtype not in DTYPES or compression not in COMPRESSIONS:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
+                         f"{', '.join(COMPRESSIONS)}, got {dtype!r} and {compression!r}")
+    bilm = load_bilm(weights, state=state)
+    chosen = parse_layer(layer, bilm.num_output_layers)
+    if (resume or shards) and bilm.state_policy == "carry":
+        raise ValueError(f"{'--shards' if shards else '--resume'} needs a deterministic state policy (warm or "
+                         "zero): under carry a line's vectors depend on every line before it")
+    docbin = input_path.suffix == ".spacy"
+    try:
+        nlp = None if whitespace and not docbin else spacy.blank(lang)
+    except ImportError as err:
+        raise ValueError(f"--lang {lang}: not a language spaCy knows ({err})") from None
+    settings = {**scan_input(input_path), "weights": bilm.fingerprint(), "state": bilm.state_policy,
+                "layer": layer, "batch_size": batch_size, "flush_every": flush_every, "dtype": dtype,
+                "compression": compression, "shards": shards,
+                "tokenizer": "docbin" if docbin else "whitespace" if whitespace else f"spacy:{lang}"}
+    return bilm, Job(input_path, output, settings, nlp=nlp, layer=chosen, shards=shards)
+
+
 def write_range(bilm: BiLM, job: Job, work: WorkDir, i: int, start: int, stop: int,
                 sentences: Iterable[tuple[str, list[str]]] | None = None) -> None:
     """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
@@ -253,6 +283,16 @@ def embed_sharded(bilm: BiLM, job: Job, only: int | None = None) -> bool:
     """Write `job.output` as a directory of `job.shards` shards and `manifest.json`; only shard
     `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
     whole). Returns False where every shard asked for was complete already."""
+    work, ranges, todo = start_sharded(job, only)
+    for i in todo:
+        write_shard(bilm, job, work, i, ranges[i])
+        record_complete(work, len(ranges))
+    return bool(todo)
+
+
+def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
+    """Make or check the shard directory and its manifest: the directory, every shard's line range
+    and the shards still to write (only `only` where given)."""
     out = job.output
     ours = (LOCK, MANIFEST + TMP)  # a run that made the directory and has not written its manifest yet
     if out.exists() and (not out.is_dir() or not (out / MANIFEST).is_file()
@@ -274,15 +314,23 @@ def embed_sharded(bilm: BiLM, job: Job, only: int | None = None) -> bool:
     complete = manifests.complete(len(ranges))
     todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
     job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
-    for i in todo:
-        with take_lock(out / f"{manifests.piece(i).name}.lock", out):
-            if not manifests.piece(i).is_file():
-                write_range(bilm, job, manifests, i, *ranges[i])
-        with take_lock(out / LOCK, out, wait=True):
-            manifest = manifests.manifest()
-            manifest["complete"] = manifests.complete(len(ranges))
-            manifests.write_manifest(manifest)
-    return bool(todo)
+    return manifests, ranges, todo
+
+
+def write_shard(bilm: BiLM, job: Job, work: WorkDir, i: int, lines: tuple[int, int]) -> None:
+    """Write shard `i` (input lines `lines`) whole, unless it is there already; its lock keeps a
+    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile."""
+    with take_lock(work.path / f"{work.piece(i).name}.lock", work.output):
+        if not work.piece(i).is_file():
+            write_range(bilm, job, work, i, *lines)
+
+
+def record_complete(work: WorkDir, n: int) -> None:
+    """Record in the manifest which of the `n` shards are on disk (under the directory's lock)."""
+    with take_lock(work.path / LOCK, work.output, wait=True):
+        manifest = work.manifest()
+        manifest["complete"] = work.complete(n)
+        work.write_manifest(manifest)
 
 
 def _run_pieces(bilm: BiLM, job: Job, work: WorkDir, ranges: list[tuple[int, int]]) -> None:

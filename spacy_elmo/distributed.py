@@ -1,0 +1,170 @@
+"""`embed --engine ray`: the shards of an embed output written by Ray Data actors, on this machine
+or across a Ray cluster.
+
+The driver plans the shards and keeps the manifest as `embed --shards N` does
+(`embed_file.start_sharded`, `record_complete`). Ray Data maps the shards still missing through a
+pool of actors (`map_batches` with a callable class and `ActorPoolStrategy`); each actor loads the
+biLM once and writes whole shards with `embed_file.write_shard`, the function the single-process
+path calls, so the files and the manifest are the same, bit for bit. A shard is written under a
+temporary name and renamed when complete; an actor that dies is restarted by Ray Data and its
+shard redone from the start (Ray Data's defaults: actors restarted and their tasks retried without
+limit). The dataset's rows are shards (line ranges), not lines: each actor reads
+its lines from the input with the reader every engine uses (`read_sentences`), and the corpus does
+not travel through Ray's object store. On a cluster the input, the output and the weights must be
+at the same path on every node (shared storage), and spacy_elmo installed on each.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import ray.data
+import torch
+
+from .bilm import load_bilm
+from .bilm.errors import ElmoFileError
+from .bilm.threads import torch_threads
+from .embed_file import (
+    Job,
+    bound_kernel_cache,
+    new_job,
+    record_complete,
+    start_sharded,
+    write_shard,
+)
+from .embed_output import WorkDir
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
+
+
+class ShardWriter:
+    """A Ray Data actor: loads the biLM once, then writes each shard of its batches whole. Expected
+    failures (a file it cannot write, other weights on its node) come back as the row's `error`:
+    the other shards go on, and the driver reports the first in one line."""
+
+    def __init__(self, job: Job, weights: str, lang: str | None, ranges: list[tuple[int, int]], threads: int):
+        import spacy
+
+        bound_kernel_cache()
+        torch.set_num_threads(threads)
+        self.ranges, self.tokens, self.error = ranges, 0, ""
+        self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
+        self.work = WorkDir(job.output, job.output, "shard")
+        try:
+            self.bilm = load_bilm(weights, state=job.settings["state"])
+            if self.bilm.fingerprint() != job.settings["weights"]:
+                raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
+                                    "started: every node must see the same weights")
+        except (ElmoFileError, OSError, ValueError) as err:
+            self.error = str(err)
+
+    def _count(self, n_tokens: int) -> None:
+        self.tokens += n_tokens
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows: dict[str, list] = {"shard": [], "lines": [], "tokens": [], "error": []}
+        for i in map(int, batch["shard"]):
+            self.tokens, before, error = 0, self.job.lines_run, self.error
+            if not error:
+                try:
+                    write_shard(self.bilm, self.job, self.work, i, self.ranges[i])
+                except (ElmoFileError, OSError) as err:
+                    error = str(err)
+            for key, value in zip(rows, (i, self.job.lines_run - before, self.tokens, error)):
+                rows[key].append(value)
+        return {key: np.array(values, dtype=object if key == "error" else np.int64) for key, values in rows.items()}
+
+
+def connect(address: str | None) -> bool:
+    """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
+    runs in this process already. Returns whether it started (the caller then shuts it down).
+    Ray that cannot start is a ConnectionError in one line."""
+    if ray.is_initialized():
+        return False
+    host, _, port = (address or "").rpartition(":")
+    if host and port.isdigit():  # Ray itself retries an unreachable address for minutes
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+        except OSError as err:
+            raise ConnectionError(f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
+                                  "`ray start --head`, or leave --address out to run on this machine") from None
+    try:
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING)
+        else:
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+    except Exception as err:  # noqa: BLE001 (Ray raises many kinds; each is one line here)
+        where = f"at {address}" if address else "on this machine"
+        raise ConnectionError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
+    return True
+
+
+def embed_job(job: Job, weights: str, *, address: str | None = None, workers: int | None = None,
+              threads_per_worker: int = 1, runtime_env: dict[str, Any] | None = None,
+              on_shard: Callable[[int, int], None] | None = None) -> bool:
+    """Write the missing shards of `job` (`embed_file.new_job(..., shards=N)`) with a pool of
+    `workers` Ray actors of `threads_per_worker` torch threads each (default: as many as the
+    cluster's CPUs hold, at most one per shard). `on_shard(lines, tokens)` follows each shard
+    written. `runtime_env` is the actors' (Ray's runtime environments). Returns False where every
+    shard was complete already. Make `job` on `threads_per_worker` torch threads: the biLM's warm
+    state, part of the weights' fingerprint, is computed at load and its rounding depends on the
+    thread count, so an actor checks that it loaded the weights the settings name."""
+    if not job.shards:
+        raise ValueError("--engine ray writes shards: give --shards N")
+    work, ranges, todo = start_sharded(job)
+    if not todo:
+        if work.manifest()["complete"] != work.complete(len(ranges)):  # a driver killed before recording its last shard
+            record_complete(work, len(ranges))
+        return False
+    started = connect(address)
+    failures: list[str] = []
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        size = min(len(todo), workers or max(1, cpus // threads_per_worker))
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        lang = job.nlp.lang if job.nlp is not None else None
+        shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
+        written = shards.map_batches(
+            ShardWriter, batch_size=1, batch_format="numpy",
+            fn_constructor_kwargs={"job": replace(job, nlp=None, on_line=None), "weights": weights, "lang": lang,
+                                   "ranges": ranges, "threads": threads_per_worker},
+            compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
+            num_cpus=threads_per_worker, runtime_env=runtime_env)
+        for row in written.iter_rows():
+            if row["error"]:
+                failures.append(row["error"])
+                continue
+            job.lines_run += int(row["lines"])
+            record_complete(work, len(ranges))
+            if on_shard is not None:
+                on_shard(int(row["lines"]), int(row["tokens"]))
+    finally:
+        if started:
+            ray.shutdown()
+    if failures:
+        more = f" (and {len(failures) - 1} more shard(s) failed)" if len(failures) > 1 else ""
+        raise ElmoFileError(f"{failures[0]}{more}; the complete shards are kept: run the same command again")
+    return True
+
+
+def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, weights: str, *, shards: int,
+                   address: str | None = None, workers: int | None = None, threads_per_worker: int = 1,
+                   runtime_env: dict[str, Any] | None = None, **settings: Any) -> Job:
+    """Embed `input_path` into the shard directory `output` on Ray (see the module's docstring);
+    `settings` are those of `embed_file.new_job` (lang, whitespace, layer, batch_size, state, dtype,
+    compression, flush_every). Rerunning it writes only the missing shards. Returns the Job
+    (`lines_done`: lines complete before, `lines_run`: lines written now)."""
+    with torch_threads(threads_per_worker):  # the weights' fingerprint as the actors see them (see `embed_job`)
+        bilm, job = new_job(Path(input_path), Path(output), weights, shards=shards, **settings)
+    del bilm  # each actor loads its own
+    embed_job(job, weights, address=address, workers=workers, threads_per_worker=threads_per_worker,
+              runtime_env=runtime_env)
+    return job

@@ -1,0 +1,206 @@
+"""`embed --engine ray` (spacy_elmo.distributed) on a local Ray: actor pools of 1 and 2 give the
+arrays of `bilm.embed`, bit for bit, and the files of the single-process `--shards` path; float16 is
+float32 rounded; a worker killed mid-shard is redone; a rerun redoes only missing shards; changed
+input or weights and bad input are one error line."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+
+import spacy_elmo.embed_file
+from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
+from spacy_elmo.bilm.threads import torch_threads
+from spacy_elmo.distributed import embed_with_ray
+
+from .conftest import REPO
+from .reference_bilm import TINY_OPTIONS, write_random_weights
+from .test_embed_safety import ENV, generated, one_error_line, run_cli, tmpfs
+
+SHARDS, FLUSH, BATCH = 4, 25, 8  # 300 lines: 12 blocks, 3 per shard
+SETTINGS = {"whitespace": True, "flush_every": FLUSH, "batch_size": BATCH}
+DIE_AT = "SPACY_ELMO_TEST_DIE_AT"  # set for the actors of one test only (runtime_env)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module (starting one takes seconds). Its workers run
+    `die_on_first_try_at_shard_1`, which does nothing unless a test sets `$DIE_AT` for its actors
+    (sent by value: the workers cannot import the tests)."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             runtime_env={"worker_process_setup_hook": die_on_first_try_at_shard_1})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(fixture_dir, tmp_path_factory):
+    """300 lines (blank and 150-token ones among them), the arrays `bilm.embed` gives them (block
+    by block from an empty token cache, as embed computes them, on the actors' one thread) and
+    the output of the single-process `--shards` path."""
+    tmp = tmp_path_factory.mktemp("ray")
+    text = generated(tmp / "in.txt", 292, seed=11)
+    lines = text.read_text(encoding="utf-8").splitlines()
+    for at in (3, 77, 150, 151, 298):
+        lines.insert(at, "")
+    for at in (10, 160, 250):
+        lines.insert(at, " ".join(["long"] * 100 + ["line", "of", "words"] * 50 + ["."] * 50))
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tokens = [line.split() for line in lines]
+    assert len(tokens) == 300 and sum(not t for t in tokens) >= 5 and max(map(len, tokens)) == 300
+    with torch_threads(1):
+        bilm = load_bilm(fixture_dir)
+        expected = []
+        for start in range(0, len(tokens), FLUSH):
+            bilm.token_cache.clear()
+            expected += bilm.embed(tokens[start:start + FLUSH], batch_size=BATCH)
+    local = tmp / "local"
+    assert run_cli("embed", text, local, "-w", fixture_dir, "--whitespace", "--flush-every", FLUSH, "--batch-size",
+                   BATCH, "--shards", SHARDS, "--threads", 1, "--no-progress") == 0
+    return text, expected, local
+
+
+def assert_arrays(out, expected, dtype="float32"):
+    with open_embeddings(out) as got:
+        assert len(got) == len(expected)
+        for i, (a, b) in enumerate(zip(got, expected)):
+            assert a.dtype == dtype, i
+            np.testing.assert_array_equal(a, b.astype(dtype), err_msg=f"line {i}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(local_ray, corpus, fixture_dir, tmp_path,
+                                                                    workers):
+    text, expected, local = corpus
+    out = tmp_path / "ray"
+    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=workers, **SETTINGS)
+    assert (job.lines_done, job.lines_run) == (0, 300)
+    assert_arrays(out, expected)
+    assert sorted(p.name for p in out.glob("*.hdf5")) == sorted(p.name for p in local.glob("*.hdf5"))
+    for shard in local.glob("*.hdf5"):
+        assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name
+    assert (out / "manifest.json").read_text() == (local / "manifest.json").read_text()
+    assert not list(out.glob("*.tmp"))
+
+
+def die_on_first_try_at_shard_1():
+    """An actor's setup hook: the first attempt at shard 1 is killed (SIGKILL) halfway through
+    its lines, its temporary file open; the marker file `$DIE_AT` says it happened."""
+    if DIE_AT not in os.environ:
+        return
+    real = spacy_elmo.embed_file.write_piece
+    marker = Path(os.environ[DIE_AT])
+
+    def write_piece(path, first, count, lines, *args, **kwargs):
+        if path.name == "shard-00001.hdf5" and not marker.exists():
+            def halfway(source):
+                for n, line in enumerate(source):
+                    if n == count // 2:
+                        marker.write_text(str(path.with_name(path.name + ".tmp").stat().st_size))
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    yield line
+            lines = halfway(lines)
+        return real(path, first, count, lines, *args, **kwargs)
+
+    spacy_elmo.embed_file.write_piece = write_piece
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, corpus, fixture_dir, tmp_path):
+    """float16 output, with the actor writing shard 1 killed halfway on its first try: Ray
+    restarts it and shard 1 is written whole; float16 equals float32 rounded. Then a rerun after
+    a lost shard (and a temporary file left behind) writes that shard only."""
+    text, expected, _ = corpus
+    out, marker = tmp_path / "ray16", tmp_path / "died"
+    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16",
+                         runtime_env={"env_vars": {DIE_AT: str(marker)}}, **SETTINGS)
+    assert int(marker.read_text()) > 0, "the actor was not killed mid-write"
+    assert job.lines_run == 300 and json.loads((out / "manifest.json").read_text())["complete"] == [True] * SHARDS
+    assert not list(out.glob("*.tmp"))
+    assert_arrays(out, expected, "float16")
+
+    (out / "shard-00002.hdf5").unlink()
+    (out / "shard-00002.hdf5.tmp").write_bytes(b"half a shard")
+    kept = {p.name: p.stat().st_ino for p in out.glob("*.hdf5")}
+    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
+    assert (job.lines_done, job.lines_run) == (225, 75)
+    assert {p.name: p.stat().st_ino for p in out.glob("*.hdf5") if p.name in kept} == kept
+    assert not list(out.glob("*.tmp"))
+    assert_arrays(out, expected, "float16")
+    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
+    assert (job.lines_done, job.lines_run) == (300, 0)  # complete: nothing to do
+
+
+def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_path):
+    """Checked by the driver against the manifest, before Ray is asked for anything."""
+    text, _, local = corpus
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("manifest.json", "shard-00000.hdf5"):
+        (out / name).write_bytes((local / name).read_bytes())
+    manifest = json.loads((out / "manifest.json").read_text())
+    mine = Path(manifest["settings"]["input"])
+    assert mine == text.resolve()
+    other = tmp_path / "weights"
+    write_random_weights(other, TINY_OPTIONS, seed=3)
+    with pytest.raises(ElmoFileError, match="other settings .*weights"):
+        embed_with_ray(text, out, str(other), shards=SHARDS, **SETTINGS)
+    with pytest.raises(ElmoFileError, match="other settings .*dtype: 'float32' then, 'float16' now"):
+        embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, **{**SETTINGS, "dtype": "float16"})
+    changed = tmp_path / "in.txt"
+    changed.write_text(text.read_text(encoding="utf-8").replace("cat", "dog"), encoding="utf-8")
+    manifest["settings"]["input"] = str(changed.resolve())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ElmoFileError, match="started on other content of"):
+        embed_with_ray(changed, out, str(fixture_dir), shards=SHARDS, **SETTINGS)
+
+
+def cli(text, out, fixture_dir, *extra):
+    return ["embed", str(text), str(out), "-w", str(fixture_dir), "--whitespace", "--flush-every", str(FLUSH),
+            "--no-progress", "--shards", str(SHARDS), "--engine", "ray", *map(str, extra)]
+
+
+def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
+    text, _, local = corpus
+    (tmp_path / "file").write_text("mine")
+    cases = [
+        (cli(tmp_path / "missing.txt", tmp_path / "o", fixture_dir), "input not found"),
+        (cli(text, tmp_path / "file", fixture_dir), "is not a sharded output"),
+        (cli(text, tmp_path / "o", fixture_dir, "--shard", "0/4"), "give --shards N (and not --shard I/N)"),
+        (cli(text, tmp_path / "o", fixture_dir, "--state", "carry"), "needs a deterministic state policy"),
+        (cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--workers", "2"], "go with --engine ray"),
+    ]
+    for args, words in cases:
+        assert run_cli(*args) == 1, args
+        assert words in one_error_line(capsys.readouterr().err)
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        assert run_cli(*cli(text, disk / "out", fixture_dir)) == 1
+        assert "read-only" in one_error_line(capsys.readouterr().err)
+
+
+NO_RAY = "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import main; main(sys.argv[1:])"
+
+
+@pytest.mark.timeout(120)
+def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
+    """In fresh processes: the package imports without Ray, and `--engine ray` says what to install;
+    an address where no cluster listens is one line, at once (Ray itself would retry for minutes)."""
+    text, _, _ = corpus
+    for code, extra, words in ((NO_RAY, [], 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
+                               ("from spacy_elmo.cli import main; import sys; main(sys.argv[1:])",
+                                ["--address", "127.0.0.1:1"], "error: no Ray cluster at 127.0.0.1:1")):
+        done = subprocess.run([sys.executable, "-c", code, *cli(text, tmp_path / "o", fixture_dir, *extra)], env=ENV,
+                              cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1, done.stderr
+        assert one_error_line(done.stderr).startswith(words), done.stderr
