@@ -92,7 +92,7 @@ def test_bad_input_types(bilm):
         bilm.embed([["a"]], batch_size=0)
 
 
-def test_stream_memory_is_flat(bilm):
+def test_embed_iter_reads_its_input_lazily(bilm):
     """embed_iter consumes its input lazily: it never reads more than a window ahead."""
     consumed = []
 
