@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import torch
 
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.corpora import read_conllu
+from spacy_elmo.machine import machine  # noqa: F401 (the benchmarks' records import it from here)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
@@ -32,19 +32,6 @@ def weights_dir(size: str) -> Path:
         subprocess.run([sys.executable, str(tool), size, str(out)], check=True, stdout=subprocess.DEVNULL)
     return out
 
-
-
-def machine() -> Dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:

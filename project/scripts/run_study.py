@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -25,9 +25,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from study import ROOT, SCALES, Scale, machine, metrics_dir
-
 import convert_data
+from study import ROOT, SCALES, Scale, machine_line, metrics_dir
 
 ASSETS = ROOT / "project" / "assets"
 CONFIGS = ROOT / "project" / "configs"
@@ -95,7 +94,9 @@ class Study:
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
         """(task, system, fraction, seed) of the main comparison (`main`) or the smaller fractions (`sample`)."""
-        keep = (lambda system: self.systems is None or system in self.systems)
+        def keep(system: str) -> bool:
+            return self.systems is None or system in self.systems
+
         for task in self.tasks:
             if which == "main":
                 for system in filter(keep, SYSTEMS_MAIN):
@@ -230,7 +231,7 @@ class Study:
         record = {"task": task.name, "data": task.data, "system": system, "fraction": fraction, "seed": seed,
                   "train_sentences": count_docs(self.split(task, "train", fraction, seed)),
                   "train_seconds": seconds, "dev": meta.get("performance", {}).get(task.metric),
-                  "date": time.strftime("%Y-%m-%d"), "machine": machine()}
+                  "date": time.strftime("%Y-%m-%d"), "machine": machine_line()}
         if system == "elmo":
             record["bilm_fingerprint"] = self.bilm_info[2]
         (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")

@@ -5,11 +5,11 @@ The scripts of project.yml import this module; it holds no step of its own.
 from __future__ import annotations
 
 import json
-import os
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from spacy_elmo.machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
 
@@ -70,15 +70,10 @@ def metrics_dir(scale: str) -> Path:
     return ROOT / "project" / "metrics" if scale == "full" else ROOT / "project" / "training" / scale / "metrics"
 
 
-def machine() -> str:
-    """A one-line description of this machine, for the metrics records."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{os.cpu_count()} vCPU {cpu}, {platform.system()}"
+def machine_line() -> str:
+    """This machine in one line, for the metrics records (the summary groups runs by it)."""
+    m = machine()
+    return f"{m['cores']} vCPU {m['cpu']}, {m['system']}"
 
 
 def bilm_record(model_dir: Path) -> Dict[str, Any]:
