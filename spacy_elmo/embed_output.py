@@ -155,7 +155,7 @@ class H5Writer:
         self.h5.close()
         self.h5 = None
 
-    def finish(self, index_json: bytes, settings: dict[str, Any]) -> None:
+    def finish(self, index_json: bytes | bytearray, settings: dict[str, Any]) -> None:
         """Write `sentence_to_index` and the settings, then `commit()`.
 
         The JSON is written from its buffer as one fixed-length string (`f[INDEX][0]` reads it as
@@ -229,7 +229,7 @@ def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: 
             if items:
                 index += (b", " if len(index) > 1 else b"") + items
         index += b"}"
-        out.finish(bytes(index), settings)
+        out.finish(index, settings)
     except BaseException:
         out.abort()
         raise
