@@ -29,14 +29,14 @@ def lstm_flops_per_position(opts) -> float:
     return 2 * opts.n_layers * per_layer_dir
 
 
-def stepped_positions(bilm, sentences, batch_size: int):
-    """LSTM steps per direction that `embed` computes: each compute batch (the model's regrouping
+def stepped_positions(sentences, batch_size: int):
+    """LSTM steps per direction that `embed` computes: each compute batch (`embed`'s regrouping
     by length) steps every distinct prefix of its sentences once, in each reading order."""
-    from spacy_elmo.bilm.lstm import direction_trees
+    from spacy_elmo.bilm.schedule import batches_by_length, direction_trees, word_index
 
     steps = np.zeros(2, dtype=np.int64)
-    for batch in bilm._batches_by_length(sentences, batch_size):
-        _, index = bilm._word_index([sentences[i] for i in batch])
+    for batch in batches_by_length(sentences, batch_size):
+        _, index = word_index([sentences[i] for i in batch])
         trees, _ = direction_trees(index, np.array([len(sentences[i]) for i in batch]))
         steps += [sum(tree.batch_sizes) for tree in trees]
     return int(steps[0]), int(steps[1])
@@ -99,7 +99,7 @@ def main() -> None:
 
     opts = bilm.options
     # packed rows, boundary steps computed once, shared prefixes stepped once: fewer steps than tokens
-    forward_steps, backward_steps = stepped_positions(bilm, sentences, args.batch_size)
+    forward_steps, backward_steps = stepped_positions(sentences, args.batch_size)
     misses = bilm.token_cache.lookups - bilm.token_cache.hits
     lstm_flops = (forward_steps + backward_steps) / 2 * lstm_flops_per_position(opts)
     peak = matmul_gflops()

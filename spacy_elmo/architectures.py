@@ -20,7 +20,7 @@ from spacy.util import registry
 from thinc.api import Dropout, Linear, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
-from .bilm import BiLMOptions
+from .bilm import BiLMOptions, StatePolicy
 from .doc_data import install_extensions
 from .layers import bilm_layer, elmo_mix
 
@@ -28,7 +28,7 @@ from .layers import bilm_layer, elmo_mix
 @registry.architectures("spacy_elmo.ElmoModel.v1")
 def ElmoModel(
     options: Optional[Dict[str, Any]] = None,
-    state: str = "warm",
+    state: StatePolicy = "warm",
     batch_size: int = 64,
     token_cache_size: int = 50_000,
 ) -> Model[List[List[str]], List[np.ndarray]]:
@@ -36,7 +36,8 @@ def ElmoModel(
 
     options: the biLM sizes in the bilm-tf options layout (`{"lstm": {...}, "char_cnn": {...}}`), or
         null to take them from the weights. state: the state policy ("warm", "zero", "carry").
-    batch_size: rows per compute batch (padded positions are capped at 32x this), longest first.
+    batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences and
+        256x this many tokens, regrouped by length (see `spacy_elmo.bilm.check_batch_size`).
     token_cache_size: entries of the token-layer cache.
     """
     opts = BiLMOptions.from_dict(dict(options), source="[components.elmo.model.options]") if options else None

@@ -34,9 +34,8 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, get_torch_default_de
 from thinc.types import Floats1d, Floats2d, Floats3d
 from torch import nn
 
-from .bilm import BiLM, BiLMOptions, load_bilm
+from .bilm import BiLM, BiLMOptions, StatePolicy, check_batch_size, check_state_policy, load_bilm
 from .bilm.errors import ElmoFileError
-from .bilm.model import STATE_POLICIES
 from .bilm.weights import WeightFileError, bilm_from_state_dict, read_state_dict
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
@@ -49,14 +48,11 @@ class FrozenBiLM(nn.Module):
     """The biLM as a frozen feature extractor: `forward(sentences)` -> one float32 numpy array
     `(n_layers + 1, n_tokens, 2P)` per sentence. `bilm` is None until sizes are known."""
 
-    def __init__(self, options: Optional[BiLMOptions], state: str, batch_size: int, token_cache_size: int):
+    def __init__(self, options: Optional[BiLMOptions], state: StatePolicy, batch_size: int, token_cache_size: int):
         super().__init__()
-        if state not in STATE_POLICIES:
-            raise ValueError(f"unknown state policy {state!r}; choose one of {', '.join(STATE_POLICIES)}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.configured = options
-        self.state, self.batch_size, self.token_cache_size = state, batch_size, token_cache_size
+        self.state, self.batch_size = check_state_policy(state), check_batch_size(batch_size)
+        self.token_cache_size = token_cache_size
         self.bilm: Optional[BiLM] = None
         if options is not None:
             self.bilm = BiLM(options, state=state, cache_size=token_cache_size)
@@ -166,7 +162,7 @@ class ElmoThincModel(Model):
 
 
 def bilm_layer(
-    options: Optional[BiLMOptions], state: str, batch_size: int, token_cache_size: int
+    options: Optional[BiLMOptions], state: StatePolicy, batch_size: int, token_cache_size: int
 ) -> Model[List[List[str]], List[np.ndarray]]:
     """The frozen biLM as a thinc layer: token texts -> float32 layers `(n_layers + 1, n_tokens, 2P)` per
     sequence. `options` None: sizes from the weights when they are loaded. See `ElmoModel.v1`."""

@@ -180,7 +180,7 @@ def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
 
 
 def test_prefix_tree_steps_each_distinct_prefix_once():
-    from spacy_elmo.bilm.lstm import prefix_tree
+    from spacy_elmo.bilm.schedule import prefix_tree
 
     a, b, c, d, e = range(5)
     rows = [[a, b, c], [a, b, d], [a, b], [e]]

@@ -17,11 +17,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .schedule import PrefixTree, reverse_index
 from .threads import both_directions
 
 # Positions per input-projection chunk of the packed inference path (bounds its memory).
@@ -48,63 +48,6 @@ class LSTMState(NamedTuple):
 
     h: Tensor
     c: Tensor
-
-
-class PrefixTree(NamedTuple):
-    """The distinct prefixes of a batch of rows read in one direction, depth-major: under a start
-    state shared by every row, rows that begin with the same words have the same states there, so
-    each distinct prefix is stepped once.
-
-    words `(N,)`: the word read at each node; batch_sizes: nodes per depth (never 0); parents: per
-    depth, the index of each node's parent among the previous depth's nodes `(batch_sizes[t],)`, or
-    None where node k continues node k (at depth 0: where every node starts from the shared state).
-    """
-
-    words: Tensor
-    batch_sizes: List[int]
-    parents: List[Optional[Tensor]]
-
-
-def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple[PrefixTree, np.ndarray]:
-    """word_ids `(B, T)` int64 (row b reads `word_ids[b, :lengths[b]]`), lengths `(B,)` >= 1 ->
-    the tree and `(B, T)` node of each position (-1 beyond a row's length)."""
-    B, T = word_ids.shape
-    n_words = int(word_ids.max()) + 1
-    node = np.full((B, T), -1, dtype=np.int64)
-    local = np.zeros(B, dtype=np.int64)  # each row's node among the current depth's nodes
-    words, batch_sizes, parents = [], [], []
-    offset = 0
-    for t in range(T):
-        running = np.flatnonzero(lengths > t)
-        if running.size == 0:
-            break
-        keys, inverse = np.unique(local[running] * n_words + word_ids[running, t], return_inverse=True)
-        parent = keys // n_words
-        words.append(keys % n_words)
-        batch_sizes.append(len(keys))
-        identity = t == 0 or np.array_equal(parent, np.arange(len(keys)))
-        parents.append(None if identity else torch.from_numpy(parent).to(device))
-        local[running] = inverse
-        node[running, t] = offset + inverse
-        offset += len(keys)
-    return PrefixTree(torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents), node
-
-
-def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
-    """`(B,)` lengths -> `(B, T)` index that reverses each row within its length (padding stays put)."""
-    t = torch.arange(max_len, device=lengths.device).unsqueeze(0)
-    rev = lengths.unsqueeze(1) - 1 - t
-    return torch.where(rev >= 0, rev, t)
-
-
-def direction_trees(word_ids: np.ndarray, lengths: np.ndarray,
-                    device=None) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
-    """word_ids `(B, T)` in token order, lengths `(B,)` >= 1 -> the prefix trees of the forward and
-    the backward reading order, and `(2, B, T)` the node of each token in each (-1 on padding)."""
-    back = reverse_index(torch.from_numpy(lengths), word_ids.shape[1]).numpy()  # backward step t reads token back[b, t]
-    forward, forward_node = prefix_tree(word_ids, lengths, device)
-    backward, backward_node = prefix_tree(np.take_along_axis(word_ids, back, axis=1), lengths, device)
-    return (forward, backward), np.stack([forward_node, np.take_along_axis(backward_node, back, axis=1)])
 
 
 def gather_time(x: Tensor, index: Tensor) -> Tensor:
@@ -222,7 +165,6 @@ class BiLSTMStack(nn.Module):
         super().__init__()
         self.projection_dim, self.dim = projection_dim, dim
         self.use_skip_connections = use_skip_connections
-        self.dropout = 0.0
         self.layers = nn.ModuleList(
             ProjectedLSTMLayer(projection_dim, dim, projection_dim, cell_clip, proj_clip) for _ in range(n_layers)
         )
@@ -232,28 +174,30 @@ class BiLSTMStack(nn.Module):
         return LSTMState(torch.zeros(n, 2, batch, self.projection_dim, device=device, dtype=dtype),
                          torch.zeros(n, 2, batch, self.dim, device=device, dtype=dtype))
 
-    def run_directions(self, inp: Tensor, initial_state: LSTMState,
-                       final_index: Optional[Tensor] = None) -> Tuple[List[Tensor], Optional[LSTMState]]:
+    def run_directions(self, inp: Tensor, initial_state: LSTMState, final_index: Optional[Tensor] = None,
+                       dropout: float = 0.0) -> Tuple[List[Tensor], Optional[LSTMState]]:
         """inp `(2, B, T, P)`, each direction in its own reading order -> per layer `(2, B, T, P)`
-        outputs in reading order (skip connections applied) and, with `final_index`, the state there."""
+        outputs in reading order (skip connections applied) and, with `final_index` `(B,)`, the
+        `LSTMState` at that step of each row. `dropout`: the rate applied to each layer's input in
+        training mode (the LM objective's setting; inference passes none)."""
         outputs, hs, cs = [], [], []
         for l, layer in enumerate(self.layers):
-            if self.training and self.dropout > 0:
-                inp = F.dropout(inp, self.dropout, training=True)
-            out, state = layer(inp, initial_state.h[l], initial_state.c[l], final_index)
+            if self.training and dropout > 0:
+                inp = F.dropout(inp, dropout, training=True)
+            out, last = layer(inp, initial_state.h[l], initial_state.c[l], final_index)
             if self.use_skip_connections and l > 0:
                 out = out + inp
             outputs.append(out)
-            if state is not None:
-                hs.append(state[0])
-                cs.append(state[1])
+            if last is not None:
+                hs.append(last[0])
+                cs.append(last[1])
             inp = out
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
 
     def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState) -> List[List[Tensor]]:
         """Inference on the prefix trees of a batch, one per direction in its reading order (see
-        `prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
+        `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
         (`both_directions`).
 
         words `(U, P)`: the token layer of each distinct word, which `trees[d].words` index. The

@@ -21,8 +21,9 @@ import torch
 
 from . import hub
 from .errors import ElmoFileError
+from .inference import StatePolicy, check_state_policy
 from .lstm import gates_to_internal, gates_to_tf
-from .model import STATE_POLICIES, BiLM, _check_policy
+from .model import BiLM
 from .options import BiLMConfigError, BiLMOptions, read_json
 
 OWN_CONFIG = "bilm.json"
@@ -211,7 +212,7 @@ def export_hdf5(bilm: BiLM, directory: PathLike, stem: Optional[str] = None) -> 
     return options_path, weights_path
 
 
-def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[str] = None) -> Path:
+def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[StatePolicy] = None) -> Path:
     """Save in this project's format: `bilm.json` + `weights.pt`. The warm state is computed and saved.
 
     `state` sets the default policy that `load_bilm` applies (default: the model's current one).
@@ -221,7 +222,7 @@ def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[str] = None) -> P
     if not bilm.warm_ready:
         bilm.compute_warm_state()
     config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": bilm.options.to_dict(),
-              "state": _check_policy(state or bilm.state_policy)}
+              "state": check_state_policy(state or bilm.state_policy)}
     state_dict = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
     torch.save(state_dict, directory / OWN_WEIGHTS)
     (directory / OWN_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
@@ -250,7 +251,7 @@ def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch
     return state_dict
 
 
-def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor], source: str, state: str,
+def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor], source: str, state: StatePolicy,
                          cache_size: int) -> BiLM:
     """A BiLM holding `state_dict`: names, dense float tensors, shapes and finite values are checked. The biLM is
     built only once the file stores at least 2 bytes (float16) per parameter of the options, so sizes that the
@@ -278,7 +279,7 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
     return bilm
 
 
-def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
+def _load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> BiLM:
     config_path = directory / OWN_CONFIG
     config = read_json(config_path)
     if not isinstance(config, dict):
@@ -289,9 +290,10 @@ def _load_own(directory: Path, state: Optional[str], cache_size: int) -> BiLM:
             f"got {config.get('format')!r} version {config.get('version')!r}"
         )
     opts = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
-    policy = state or config.get("state", "warm")
-    if policy not in STATE_POLICIES:
-        raise BiLMConfigError(f"{config_path}: unknown state policy {policy!r}")
+    try:
+        policy = check_state_policy(state or config.get("state", "warm"))
+    except ValueError as err:
+        raise BiLMConfigError(f"{config_path}: {err}") from None
     weights_path = directory / OWN_WEIGHTS
     if not weights_path.is_file():
         raise FileNotFoundError(f"ELMo weight file not found: {weights_path}")
@@ -369,7 +371,7 @@ def model_files(path: Union[PathLike, Tuple[PathLike, PathLike]]) -> List[Path]:
     return list(resolve_hdf5_pair(directory))
 
 
-def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Optional[str] = None,
+def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Optional[StatePolicy] = None,
               cache_size: int = 50_000) -> BiLM:
     """Load a biLM in eval mode.
 
@@ -381,7 +383,7 @@ def load_bilm(path: Union[PathLike, Tuple[PathLike, PathLike]], *, state: Option
     model keeps the policy it was saved with unless one is given.
     """
     if state is not None:
-        _check_policy(state)
+        check_state_policy(state)
     if hub.is_published(path) and not Path(path).exists():
         directory, verified = hub.resolve(path)
         bilm = load_bilm(directory, state=state, cache_size=cache_size)

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Union
 
 from thinc.api import Config
 
-from ..bilm import BiLMConfigError, BiLMOptions
+from ..bilm import BiLMConfigError, BiLMOptions, StatePolicy, check_state_policy
 from ..bilm.errors import ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
@@ -14,7 +14,6 @@ SCHEMES = ("stream", "sentences")
 SOFTMAX_TYPES = ("full", "sampled", "adaptive")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 TOKENIZERS = ("spacy", "whitespace")
-POLICIES = ("auto", "zero", "warm", "carry")
 # Default state policy of a model, by training scheme: from the README's policy table
 # (dev perplexity of models trained each way, under each inference policy).
 DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
@@ -78,7 +77,11 @@ def check_config(config: Config) -> None:
     _need(_positive_int(s["n_samples"]), "softmax.n_samples", "a positive integer", s["n_samples"])
     _need(t["scheme"] in SCHEMES, "training.scheme", f"one of {SCHEMES}", t["scheme"])
     _need(t["optimizer"] in OPTIMIZERS, "training.optimizer", f"one of {OPTIMIZERS}", t["optimizer"])
-    _need(t["state_policy"] in POLICIES, "training.state_policy", f"one of {POLICIES}", t["state_policy"])
+    if t["state_policy"] != "auto":
+        try:
+            check_state_policy(t["state_policy"])
+        except ValueError as err:
+            raise PretrainError(f"config 'training.state_policy': {err}, or auto") from None
     _need(isinstance(t["seed"], int), "training.seed", "an integer", t["seed"])
     for key in ("batch_tokens", "window", "eval_batch_size", "checkpoint_every"):
         _need(_positive_int(t[key]), f"training.{key}", "a positive integer", t[key])
@@ -113,7 +116,7 @@ def bilm_options(config: Config) -> BiLMOptions:
         raise PretrainError(str(err)) from None
 
 
-def model_policy(config: Config) -> str:
+def model_policy(config: Config) -> StatePolicy:
     """The state policy for dev perplexity and the saved model."""
     policy = config["training"]["state_policy"]
     return DEFAULT_POLICY[config["training"]["scheme"]] if policy == "auto" else policy

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from ..bilm import BiLM, LSTMState, batch_char_ids
+from ..bilm import BiLM, BiLMInference, LSTMState, StatePolicy, batch_char_ids
 from .corpus import Batch, DevSet
 
 
@@ -18,42 +18,34 @@ class BiLanguageModel(nn.Module):
     """Forward and backward LMs sharing the token encoder and the softmax `head`.
 
     `forward` reads both directions stacked, direction 1 already in its reading order (see
-    `corpus`), so that it can start from any state: zeros for single sentences, or the state
-    carried from the previous window of a packed stream. Dropout (`bilm.lstm.dropout`) is applied
-    to each LSTM layer's input, as in the core, and to the top layer before the softmax.
+    `corpus`), through the core's LSTM stack (`BiLSTMStack.run_directions`), so that it can start
+    from any state: zeros for single sentences, or the state carried from the previous window of a
+    packed stream. `dropout` is applied in training to each LSTM layer's input (by the stack) and to
+    the top layer before the softmax.
     """
 
-    def __init__(self, bilm: BiLM, head: nn.Module):
+    def __init__(self, bilm: BiLM, head: nn.Module, dropout: float = 0.0):
         super().__init__()
         self.bilm = bilm
         self.head = head
+        self.dropout = dropout
 
-    def forward(self, batch: Batch, state: Optional[LSTMState] = None) -> Tuple[Tensor, LSTMState]:
-        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `state` `h (L, 2, B, P)`,
-        `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the state at each
-        row's last masked position (detached, to carry into the next window)."""
+    def forward(self, batch: Batch, lstm_state: Optional[LSTMState] = None) -> Tuple[Tensor, LSTMState]:
+        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `lstm_state` `h (L, 2, B, P)`,
+        `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the LSTM state at
+        each row's last masked position (detached, to carry into the next window)."""
         _, B, T = batch.index.shape
         lstm = self.bilm.lstm
-        p = lstm.dropout if self.training else 0.0
         x = self.bilm.token_encoder(batch.chars)[batch.index]  # (2, B, T, P)
-        if state is None:
-            state = lstm.zero_state(B, x.device, x.dtype)
+        if lstm_state is None:
+            lstm_state = lstm.zero_state(B, x.device, x.dtype)
         final_index = batch.mask[0].sum(1) - 1  # (B,)
-        hs, cs = [], []
-        inp = x
-        for l, layer in enumerate(lstm.layers):
-            inp = F.dropout(inp, p, self.training)
-            out, (h_last, c_last) = layer(inp, state.h[l], state.c[l], final_index)
-            if lstm.use_skip_connections and l > 0:
-                out = out + inp
-            hs.append(h_last.detach())
-            cs.append(c_last.detach())
-            inp = out
-        top = F.dropout(inp, p, self.training)
+        outputs, last = lstm.run_directions(x, lstm_state, final_index, self.dropout)
+        top = F.dropout(outputs[-1], self.dropout, self.training)
         nll = self.head(top[batch.mask], batch.targets[batch.mask])  # (N,)
         direction = batch.mask.nonzero()[:, 0]
         sums = torch.zeros(2, dtype=nll.dtype, device=nll.device).index_add_(0, direction, nll)
-        return sums, LSTMState(torch.stack(hs), torch.stack(cs))
+        return sums, LSTMState(last.h.detach(), last.c.detach())
 
 
 def _length_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
@@ -71,23 +63,25 @@ def _carry_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
 
 
 @torch.no_grad()
-def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: int = 64,
+def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch_size: int = 64,
             progress: bool = False) -> Tensor:
     """Summed NLL `(2,)` (forward, backward) of `dev` through `bilm.forward`, as at inference.
 
     Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
-    the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). `policy`: "zero" or "warm" start every
-    sentence from that state (batches sorted by length); "carry" reads the sentences in order,
-    row k of each batch starting where row k of the previous batch ended. `progress`: a progress bar.
+    the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). Start states follow `policy`, as
+    `BiLMInference` applies it: "zero" or "warm" (the warm state of the weights as they are now)
+    start every sentence from that state (batches sorted by length); "carry" reads the sentences in
+    order, row k of each batch starting where row k of the previous batch ended. `progress`: a
+    progress bar.
     """
     was_training = bilm.training, head.training
     bilm.eval()
     head.eval()
     if policy == "warm":
         bilm.compute_warm_state()
+    inference = BiLMInference(bilm, state=policy, cache_size=0)
     P = bilm.options.projection_dim
     totals = torch.zeros(2, dtype=torch.float64)
-    carried: Optional[LSTMState] = None
     batches = _carry_batches(dev, batch_size) if policy == "carry" else _length_batches(dev, batch_size)
     bar = tqdm(total=len(dev.sentences), desc="dev perplexity", unit=" sentences", leave=False, disable=not progress)
     for rows in batches:
@@ -98,14 +92,7 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: str, batch_size: i
         for row, i in enumerate(rows):
             targets[row, : len(dev.ids[i])] = dev.ids[i]
         targets_t = torch.from_numpy(targets).to(bilm.device)
-        if policy == "carry":
-            init = bilm.lstm.zero_state(B, bilm.device)
-            if carried is not None:
-                init = LSTMState(carried.h[:, :, :B].clone(), carried.c[:, :, :B].clone())
-        else:
-            init = bilm.initial_state(B, policy)
-        out = bilm.forward(ids, initial_state=init, return_state=policy == "carry")
-        carried = out.state
+        out = inference.forward(ids)
         top = out.layers[-1]  # (B, T, 2P)
         valid = out.mask[:, 1:]  # position t + 1 is a real token
         fwd = head(top[:, :-1, :P][valid], targets_t[:, 1:][valid])

@@ -132,7 +132,6 @@ class Trainer:
         torch.manual_seed(t["seed"])
         bilm = load_bilm(init_dir) if init_dir else BiLM(bilm_options(config))
         bilm.state_policy = self.policy
-        bilm.lstm.dropout = t["dropout"]
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         s = config["softmax"]
         try:
@@ -142,11 +141,11 @@ class Trainer:
             raise PretrainError(str(err)) from None
         if init_dir and (init_dir / HEAD_FILE).is_file():
             self._load_head(head, init_dir / HEAD_FILE)
-        self.model = BiLanguageModel(bilm, head).to(self.device)
+        self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(t["optimizer"], self.params, t["learning_rate"])
         self.progress = Progress()
-        self.state: Optional[LSTMState] = None
+        self.lstm_state: Optional[LSTMState] = None  # carried between windows of the stream scheme
         self.last_dev: Optional[Dict[str, Any]] = None
         if resume:
             self._load_checkpoint()
@@ -232,7 +231,7 @@ class Trainer:
         self._barrier()
         directory = checkpoint.step_dir(self.ckpt_dir, step)
         own = {"step": step, "torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
-               "state": None if self.state is None else tuple(s.cpu() for s in self.state)}
+               "state": None if self.lstm_state is None else tuple(s.cpu() for s in self.lstm_state)}
         checkpoint.save_part(own, directory / checkpoint.rank_part(self.rank))
         if self.rank == 0:
             shared = {"step": step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -252,7 +251,7 @@ class Trainer:
             self.progress = Progress(**shared["progress"])
             torch.set_rng_state(own["torch_rng"])
             self.head_rng.set_state(own["head_rng"])
-            self.state = None if own["state"] is None else LSTMState(*(s.to(self.device) for s in own["state"]))
+            self.lstm_state = None if own["state"] is None else LSTMState(*(s.to(self.device) for s in own["state"]))
         except (RuntimeError, KeyError, TypeError, ValueError) as err:
             raise ElmoFileError(f"--resume: the checkpoint in {self.ckpt_dir} does not fit this run's model "
                                 f"({type(err).__name__}: {err})") from None
@@ -334,7 +333,7 @@ class Trainer:
             n_global = int(flags[0])
 
             batch = type(batch)(*(x.to(self.device) for x in batch))
-            nll, state = self.model(batch, self.state if carry else None)
+            nll, lstm_state = self.model(batch, self.lstm_state if carry else None)
             loss = nll.sum() / (2 * n_global)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -343,7 +342,7 @@ class Trainer:
             self.optimizer.step()
             self.model.bilm.invalidate()
             if carry:
-                self.state = state
+                self.lstm_state = lstm_state
 
             p.step += 1
             p.tokens += n_global

@@ -1,0 +1,98 @@
+"""What the packed inference path computes together: compute batches regrouped by length, the
+distinct words of a batch, and the prefix trees that let each direction step every distinct
+prefix once."""
+from __future__ import annotations
+
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# Compute batches (packed, so without padding) hold up to `batch_size * ROWS_PER_BATCH` sentences
+# and `batch_size * TOKENS_PER_BATCH` tokens: large matrix products, memory bounded by batch_size.
+ROWS_PER_BATCH = 8
+TOKENS_PER_BATCH = 256
+
+
+def batches_by_length(sentences: Sequence[Sequence[str]], batch_size: int) -> Iterator[List[int]]:
+    """Indices of non-empty sentences, longest first, in groups of at most
+    `batch_size * ROWS_PER_BATCH` sentences and `batch_size * TOKENS_PER_BATCH` tokens."""
+    order = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: -len(sentences[i]))
+    max_rows, max_tokens = batch_size * ROWS_PER_BATCH, batch_size * TOKENS_PER_BATCH
+    batch: List[int] = []
+    tokens = 0
+    for i in order:
+        if batch and (len(batch) == max_rows or tokens + len(sentences[i]) > max_tokens):
+            yield batch
+            batch, tokens = [], 0
+        batch.append(i)
+        tokens += len(sentences[i])
+    if batch:
+        yield batch
+
+
+def word_index(sentences: Sequence[Sequence[str]]) -> Tuple[List[str], np.ndarray]:
+    """Non-empty sentences -> their distinct words and a `(B, T)` int64 index into them (0-padded)."""
+    vocab: dict = {}
+    index = np.zeros((len(sentences), max(len(s) for s in sentences)), dtype=np.int64)
+    for row, sent in enumerate(sentences):
+        index[row, : len(sent)] = [vocab.setdefault(w, len(vocab)) for w in sent]
+    return list(vocab), index
+
+
+class PrefixTree(NamedTuple):
+    """The distinct prefixes of a batch of rows read in one direction, depth-major: under a start
+    state shared by every row, rows that begin with the same words have the same states there, so
+    each distinct prefix is stepped once.
+
+    words `(N,)`: the word read at each node; batch_sizes: nodes per depth (never 0); parents: per
+    depth, the index of each node's parent among the previous depth's nodes `(batch_sizes[t],)`, or
+    None where node k continues node k (at depth 0: where every node starts from the shared state).
+    """
+
+    words: Tensor
+    batch_sizes: List[int]
+    parents: List[Optional[Tensor]]
+
+
+def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple[PrefixTree, np.ndarray]:
+    """word_ids `(B, T)` int64 (row b reads `word_ids[b, :lengths[b]]`), lengths `(B,)` >= 1 ->
+    the tree and `(B, T)` node of each position (-1 beyond a row's length)."""
+    B, T = word_ids.shape
+    n_words = int(word_ids.max()) + 1
+    node = np.full((B, T), -1, dtype=np.int64)
+    local = np.zeros(B, dtype=np.int64)  # each row's node among the current depth's nodes
+    words, batch_sizes, parents = [], [], []
+    offset = 0
+    for t in range(T):
+        running = np.flatnonzero(lengths > t)
+        if running.size == 0:
+            break
+        keys, inverse = np.unique(local[running] * n_words + word_ids[running, t], return_inverse=True)
+        parent = keys // n_words
+        words.append(keys % n_words)
+        batch_sizes.append(len(keys))
+        identity = t == 0 or np.array_equal(parent, np.arange(len(keys)))
+        parents.append(None if identity else torch.from_numpy(parent).to(device))
+        local[running] = inverse
+        node[running, t] = offset + inverse
+        offset += len(keys)
+    return PrefixTree(torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents), node
+
+
+def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
+    """`(B,)` lengths -> `(B, T)` index that reverses each row within its length (padding stays put)."""
+    t = torch.arange(max_len, device=lengths.device).unsqueeze(0)
+    rev = lengths.unsqueeze(1) - 1 - t
+    return torch.where(rev >= 0, rev, t)
+
+
+def direction_trees(word_ids: np.ndarray, lengths: np.ndarray,
+                    device=None) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
+    """word_ids `(B, T)` in token order, lengths `(B,)` >= 1 -> the prefix trees of the forward and
+    the backward reading order, and `(2, B, T)` the node of each token in each (-1 on padding)."""
+    back = reverse_index(torch.from_numpy(lengths), word_ids.shape[1]).numpy()  # backward step t reads token back[b, t]
+    forward, forward_node = prefix_tree(word_ids, lengths, device)
+    backward, backward_node = prefix_tree(np.take_along_axis(word_ids, back, axis=1), lengths, device)
+    return (forward, backward), np.stack([forward_node, np.take_along_axis(backward_node, back, axis=1)])
