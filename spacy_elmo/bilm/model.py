@@ -34,6 +34,7 @@ class BiLMOutput(NamedTuple):
 
 
 def _weights_loaded(module: "BiLM", incompatible_keys) -> None:
+    """`load_state_dict` post-hook (also when a parent module loads): new weights."""
     module.invalidate()
 
 
