@@ -34,7 +34,8 @@ def main() -> None:
     from spacy_elmo import load_bilm
 
     torch.set_num_threads(args.threads)
-    sentences = read_conllu_sentences(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")[: args.limit or None]
+    test_file = Path(args.data) / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz"
+    sentences = read_conllu_sentences(test_file)[: args.limit or None]
     n_tokens = sum(map(len, sentences))
     path = weights_dir(args.size)
 

@@ -20,7 +20,8 @@ from .bilm import export_hdf5, hub, load_bilm, save_bilm
 from .bilm.errors import ElmoFileError
 from .bilm.weights import OWN_CONFIG, model_files, read_state_dict
 
-app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False,
+                  pretty_exceptions_enable=False,
                   help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
                        "pretrain a biLM.")
 EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
@@ -183,7 +184,8 @@ def convert_cli(
     src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
     dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
     to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,  # noqa: UP045
-    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, `elmo_<stem>_weights.hdf5`")] = None,  # noqa: UP045
+    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, "
+                                                     "`elmo_<stem>_weights.hdf5`")] = None,  # noqa: UP045
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
 
@@ -279,7 +281,8 @@ def info_cli(
     msg.divider("Widths")
     msg.table(report["widths"])
     msg.divider("Parameters")
-    rows = [(k, f"{v:,}") for k, v in report["parameters_by_part"].items()] + [("biLM total", f"{report['parameters']:,}")]
+    rows = [(k, f"{v:,}") for k, v in report["parameters_by_part"].items()]
+    rows.append(("biLM total", f"{report['parameters']:,}"))
     if report["softmax_parameters"] is not None:
         rows.append(("softmax (lm_head.pt)", f"{report['softmax_parameters']:,}"))
     msg.table(rows, aligns=("l", "r"))

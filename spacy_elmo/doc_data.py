@@ -72,7 +72,8 @@ def deserialize_elmo_data(obj, chain=None):
 
 # ---------------------------------------------------------------------- getters
 def get_doc_elmo(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None before `elmo` ran."""
+    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None before
+    `elmo` ran."""
     data = doc._.elmo_data
     return None if data is None else data.mix()
 

@@ -202,7 +202,7 @@ class Elmo(Pipe):
             with torch_threads(self.threads):
                 load_weights(self.model, self.weights)
         self.cache.clear()
-        self.bilm  # raises if there are no weights at all
+        _ = self.bilm  # raises if there are no weights at all
         if nlp is not None:
             self._check_wiring(nlp)
 
@@ -327,7 +327,7 @@ class Elmo(Pipe):
 
     # ------------------------------------------------------------------ serialization
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        self.bilm  # load the weights if they are not yet
+        _ = self.bilm  # load the weights if they are not yet
         serialize = {"cfg": lambda: srsly.json_dumps(self.cfg), "model": lambda: self.model.to_bytes()}
         return util.to_bytes(serialize, exclude)
 
@@ -339,7 +339,7 @@ class Elmo(Pipe):
 
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
         """Write the biLM into the pipeline directory (`model`), so loading needs nothing else."""
-        self.bilm
+        _ = self.bilm  # load the weights if they are not yet
         serialize = {"cfg": lambda p: srsly.write_json(p, self.cfg), "model": lambda p: self.model.to_disk(p)}
         util.to_disk(path, serialize, exclude)
 

@@ -29,7 +29,10 @@ def write_random_weights(directory: Path, options: dict, seed: int = 0) -> Path:
     """A bilm-tf layout options.json + weights.hdf5 with random values (small scales, like trained ones)."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    r = lambda *shape, scale=0.3: (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def r(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
     cnn, lstm = options["char_cnn"], options["lstm"]
     E, F = cnn["embedding"]["dim"], sum(n for _, n in cnn["filters"])
     P, D = lstm["projection_dim"], lstm["dim"]
@@ -69,7 +72,8 @@ class ReferenceBiLM:
         self.opts = json.loads(Path(options_path).read_text())
         with h5py.File(weights_path, "r") as f:
             self.w = {}
-            f.visititems(lambda n, o: self.w.__setitem__(n, o[...].astype(np.float64)) if isinstance(o, h5py.Dataset) else None)
+            f.visititems(lambda n, o: self.w.__setitem__(n, o[...].astype(np.float64))
+                         if isinstance(o, h5py.Dataset) else None)
         self.n_layers = self.opts["lstm"]["n_layers"]
         self.P = self.opts["lstm"]["projection_dim"]
         self.D = self.opts["lstm"]["dim"]
@@ -82,7 +86,7 @@ class ReferenceBiLM:
         for word in words:
             e = table[char_ids(word)]  # (50, E)
             feats = []
-            for i, (width, n) in enumerate(cnn["filters"]):
+            for i, (width, _) in enumerate(cnn["filters"]):
                 W, b = self.w[f"CNN/W_cnn_{i}"][0], self.w[f"CNN/b_cnn_{i}"]  # (width, E, n)
                 conv = np.stack([np.einsum("we,wen->n", e[p : p + width], W) for p in range(50 - width + 1)]) + b
                 feats.append(act(conv.max(axis=0)))

@@ -52,7 +52,8 @@ def loss_and_grads(model, docs, target):
     dY = [y - t for y, t in zip(Y, target)]
     backprop(dY)
     mix = mix_layer(model)
-    loss = sum(float(((y - t) ** 2).sum()) / 2 for y, t in zip(Y, target)) + mix.attrs["l2"] * float((mix.get_param("s") ** 2).sum())
+    loss = (sum(float(((y - t) ** 2).sum()) / 2 for y, t in zip(Y, target))
+            + mix.attrs["l2"] * float((mix.get_param("s") ** 2).sum()))
     return loss, mix.get_grad("s").copy(), mix.get_grad("gamma").copy()
 
 

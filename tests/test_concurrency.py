@@ -168,7 +168,8 @@ def test_threads_setting_of_the_component(fixture_dir, monkeypatch):
     bilm = elmo.bilm
     seen = []
     embed = bilm.embed
-    monkeypatch.setattr(bilm, "embed", lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed(*args, **kwargs))
+    monkeypatch.setattr(bilm, "embed",
+                        lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed(*args, **kwargs))
     before = torch.get_num_threads()
     nlp("A short text .")
     assert seen == [2] and torch.get_num_threads() == before

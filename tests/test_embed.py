@@ -2,7 +2,6 @@
 input, resume after an interruption or a kill (crash safety in depth: test_embed_safety.py)."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -34,7 +34,8 @@ RANDOM_OPTIONS = {
 SMALL_OPTIONS = {
     "lstm": {"dim": 1024, "projection_dim": 128, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
              "use_skip_connections": True},
-    "char_cnn": {"embedding": {"dim": 16}, "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+    "char_cnn": {"embedding": {"dim": 16},
+                 "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
                  "n_highway": 1, "activation": "relu", "n_characters": 262, "max_characters_per_token": 50},
 }
 OVERRIDE = "--components.tok2vec.model.embed.elmo.width"
@@ -282,7 +283,8 @@ def test_a_failed_download_leaves_no_empty_directory(tmp_path, monkeypatch, caps
     monkeypatch.setattr(download_module, "_fetch", partial)
     with pytest.raises(SystemExit):
         main(["download", "small", "--no-progress"])
-    assert [p.name for p in (tmp_path / "cache" / "small").iterdir()] == ["elmo_2x1024_128_2048cnn_1xhighway_options.json.part"]
+    assert [p.name for p in (tmp_path / "cache" / "small").iterdir()] == [
+        "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"]
 
 
 def test_float16_similarity_is_summed_in_float32(fixture_dir):

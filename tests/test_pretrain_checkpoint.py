@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 from spacy_elmo import ElmoFileError
 from spacy_elmo.bilm.hub import sha256_file
 from spacy_elmo.cli import main
 from spacy_elmo.pretrain import train
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 
 from .conftest import REPO
 

@@ -8,10 +8,10 @@ import re
 import pytest
 import typer
 
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 from spacy_elmo.cli import app, main
 from spacy_elmo.pretrain import train
 from spacy_elmo.pretrain.cli import split_overrides
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 
 
 def run(args, capsys, stream="err"):

@@ -9,10 +9,8 @@ import sys
 import pytest
 import torch
 
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 from spacy_elmo.pretrain import train
-
-
+from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 
 
 @pytest.mark.slow

@@ -4,9 +4,8 @@ import json
 import sys
 
 import pytest
-from spacy.tokens import DocBin
-
 import spacy
+from spacy.tokens import DocBin
 
 from .conftest import REPO, data_path
 

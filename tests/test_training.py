@@ -54,7 +54,8 @@ def test_features_matter(fixture_dir, ud):
     """The fixture biLM is tiny, so the hash embedding is cut to NORM alone: the tagger has to lean on ELMo."""
     train, dev = ud
     spacy.util.fix_random_seed(0)
-    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.003, "components.tok2vec.model.embed.attrs": ["NORM"],
+    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.003,
+                                "components.tok2vec.model.embed.attrs": ["NORM"],
                                 "components.tok2vec.model.embed.rows": [1000]})
     examples = tagged_examples(nlp, train)
     optimizer = nlp.initialize(lambda: examples)
@@ -176,7 +177,8 @@ def test_tagger_and_ner_learn_their_own_mix(fixture_dir, ud):
     assert not np.allclose(mixes[0], mixes[1], atol=1e-3)
 
 
-@pytest.mark.parametrize("name,frozen", [("tagger_elmo.cfg", False), ("ner_elmo.cfg", False), ("tagger_elmo.cfg", True)])
+@pytest.mark.parametrize("name,frozen",
+                         [("tagger_elmo.cfg", False), ("ner_elmo.cfg", False), ("tagger_elmo.cfg", True)])
 def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, frozen):
     """The shipped configs as they are (n_layers and width null) on the fixture biLM (3 layers of 32);
     with `elmo` frozen, `nlp.initialize` skips it and ElmoFeatures loads its weights."""

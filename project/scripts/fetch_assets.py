@@ -72,7 +72,8 @@ def main(argv=None) -> None:
     parser.add_argument("--conll-dir", type=lambda s: Path(s) if s else None, default=None,
                         help="a directory with your CoNLL-2003 copy (eng.train, eng.testa, eng.testb, optionally .gz)")
     parser.add_argument("--out", type=Path, default=PROJECT / "assets")
-    parser.add_argument("--only", nargs="*", default=None, help="destination folders to fetch (ud, uner, conll2003, lm)")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="destination folders to fetch (ud, uner, conll2003, lm)")
     args = parser.parse_args(argv)
     manifest = json.loads((PROJECT / "assets.json").read_text())["assets"]
     for asset in manifest:

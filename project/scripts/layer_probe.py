@@ -16,9 +16,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-
-from study import ROOT, SCALES
 from run_study import Study
+from study import ROOT, SCALES
 
 L2 = 1e-4
 LBFGS_STEPS = 100
@@ -61,7 +60,8 @@ def fit(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool) -> Tuple[to
         return loss
 
     optimizer.step(closure)
-    extra = {"mix_weights": [float(w) for w in torch.softmax(s.detach(), 0)], "gamma": float(gamma.detach())} if mix else {}
+    extra = ({"mix_weights": [float(w) for w in torch.softmax(s.detach(), 0)], "gamma": float(gamma.detach())}
+             if mix else {})
     return logits, extra
 
 

@@ -10,9 +10,9 @@ punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (se
 `--section.key value` overrides may follow. An interrupted run continues from its checkpoint.
 
 Writes project/training/<scale>/bilm/model (the biLM the later steps use) and bilm.json in the
-scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when trained here, its training
-record (config, seed, corpus sha256s, time, dev perplexity). With --weights nothing is trained:
-bilm.json points at the given weights.
+scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when trained
+here, its training record (config, seed, corpus sha256s, time, dev perplexity). With --weights nothing is
+trained: bilm.json points at the given weights.
 """
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def main() -> None:
               **parse_overrides(overrides)}
     config = load_config(None, values)
     bilm_dir = out / "bilm"
-    resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file() and not (bilm_dir / "model" / "training.json").is_file()
+    trained = (bilm_dir / "model" / "training.json").is_file()
+    resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file() and not trained
     if (bilm_dir / "model" / "training.json").is_file():
         print(f"{bilm_dir / 'model'} is already trained")
     else:

@@ -159,7 +159,8 @@ def render(m: Metrics) -> str:
         for system in systems:
             group = [r for r in runs if r["task"] == task and r["system"] == system and r["fraction"] == 1.0]
             if group:
-                lines.append(f"| {task} | {SYSTEM_NAMES[system]} | {statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
+                lines.append(f"| {task} | {SYSTEM_NAMES[system]} | "
+                             f"{statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
                              f"{statistics.fmean(r['pipeline_mb'] for r in group):.1f} | "
                              f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} |")
     pretraining = []
@@ -188,7 +189,8 @@ def learned_weights(runs: List[Dict]) -> Dict[str, List[float]]:
     """Mean learned layer weights softmax(s) per task, over the ELMo runs on 100% of the data."""
     out = {}
     for task in ("pos", "ner"):
-        group = [r["layer_weights"] for r in runs if r["task"] == task and r.get("layer_weights") and r["fraction"] == 1.0]
+        group = [r["layer_weights"] for r in runs
+                 if r["task"] == task and r.get("layer_weights") and r["fraction"] == 1.0]
         if group:
             out[task] = [statistics.fmean(ws) for ws in zip(*group)]
     return out
@@ -206,7 +208,8 @@ def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
         layers = sorted(probe["layers"], key=int)
         best = max(layers, key=lambda j: probe["layers"][j])
         lines += ["", f"Linear POS probe on one frozen layer ({probe['train_tokens']:,} training tokens, "
-                  f"{probe['test_tokens']:,} test tokens, state `{probe['state_policy']}`); best single layer: {best}.", "",
+                  f"{probe['test_tokens']:,} test tokens, state `{probe['state_policy']}`); "
+                  f"best single layer: {best}.", "",
                   "| features | " + " | ".join(f"layer {j}" for j in layers) + " | learned mix |",
                   "| --- | " + " | ".join("---" for _ in layers) + " | --- |",
                   "| UPOS accuracy (%) | " + " | ".join(f"{100 * probe['layers'][j]:.2f}" for j in layers)

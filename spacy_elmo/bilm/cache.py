@@ -89,4 +89,5 @@ class TokenLayerCache:
                 keep.append(k)
                 rows.append(row)
             if rows:
-                self.table[torch.tensor(rows, device=self.table.device)] = vectors[torch.tensor(keep, device=vectors.device)]
+                kept = vectors[torch.tensor(keep, device=vectors.device)]
+                self.table[torch.tensor(rows, device=self.table.device)] = kept

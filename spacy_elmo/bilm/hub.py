@@ -83,7 +83,8 @@ def read_manifest(directory: Path) -> dict[str, dict]:
     except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ChecksumError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
     if not isinstance(files, dict) or not all(
-            isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str) for e in files.values()):
+            isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str)
+            for e in files.values()):
         raise ChecksumError(f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
                             "delete it to record the files again")
     return files

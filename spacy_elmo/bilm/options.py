@@ -101,7 +101,8 @@ class BiLMOptions:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise BiLMConfigError(f"{source}: '{where}' must be an integer, got {value!r}")
             if not low <= value <= high:
-                raise BiLMConfigError(f"{source}: '{where}' = {value!r} is out of range: it must be from {low} to {high}")
+                raise BiLMConfigError(f"{source}: '{where}' = {value!r} is out of range: "
+                                      f"it must be from {low} to {high}")
             return value
 
         def boolean(value: Any, where: str) -> bool:
@@ -116,8 +117,8 @@ class BiLMOptions:
                 or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in raw_filters)):
             raise BiLMConfigError(f"{source}: 'char_cnn.filters' must be a list of 1 to {MAX_FILTERS} "
                                   f"[width, count] pairs, got {raw_filters!r}")
-        filters = tuple((integer(w, "char_cnn.filters width", 1, MAX_DIM), integer(n, "char_cnn.filters count", 1, MAX_DIM))
-                        for w, n in raw_filters)
+        filters = tuple((integer(w, "char_cnn.filters width", 1, MAX_DIM),
+                         integer(n, "char_cnn.filters count", 1, MAX_DIM)) for w, n in raw_filters)
         if max(w for w, _ in filters) > max_chars:
             raise BiLMConfigError(f"{source}: a filter is wider than max_characters_per_token={max_chars}")
         n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)

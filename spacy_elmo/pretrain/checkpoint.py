@@ -60,7 +60,8 @@ def torch_load(path: Path, keys: Tuple[str, ...] = ()) -> Dict[str, Any]:
                             f"run code") from None
     except Exception as err:  # torch raises RuntimeError, EOFError, ... for truncated or foreign files
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise ElmoFileError(f"{path}: cannot read it as a torch file of tensors ({type(err).__name__}: {reason})") from None
+        raise ElmoFileError(f"{path}: cannot read it as a torch file of tensors "
+                            f"({type(err).__name__}: {reason})") from None
     if not isinstance(data, dict):
         raise ElmoFileError(f"{path}: expected a dict of tensors, got {type(data).__name__}")
     missing = [k for k in keys if k not in data]

@@ -285,7 +285,8 @@ class TrainingCorpus:
             if self.n_tokens <= MAX_CACHED_TOKENS:
                 kept.append(f)
         if self.n_tokens == 0:
-            raise PretrainError(f"the training corpus {', '.join(map(str, self.files))} is empty (no tokens in {len(self.files)} file(s))")
+            raise PretrainError(f"the training corpus {', '.join(map(str, self.files))} is empty "
+                                f"(no tokens in {len(self.files)} file(s))")
         self.pool: Optional[TokenizedFile] = merge_files(kept) if self.n_tokens <= MAX_CACHED_TOKENS else None
 
     @property
