@@ -233,7 +233,9 @@ NO_SIZES = (
 )
 
 
-def elmo_mix(n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False) -> Model[List[Doc], List[Floats2d]]:
+def elmo_mix(
+    n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False
+) -> Model[List[Doc], List[Floats2d]]:
     """Docs -> `gamma * sum_j softmax(s)_j h_j`, `(n_tokens, width)` per Doc; params `s` `(n_layers,)`, `gamma` `(1,)`.
     Null sizes are set by `mix_init`."""
     return Model("elmo_mix", mix_forward, init=mix_init, dims={"nL": n_layers, "nO": width},
@@ -295,7 +297,8 @@ def feature_paths(section: dict, prefix: str) -> List[str]:
 
 
 def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[str]) -> None:
-    """Set the null sizes of an `elmo_mix`; raise one line naming both sizes and the override where a set one differs."""
+    """Set the null sizes of an `elmo_mix`; raise one line naming both sizes and the override where a set one
+    differs."""
     wrong = []
     for dim, setting, value in (("nL", "n_layers", n_layers), ("nO", "width", width)):
         configured = model.maybe_get_dim(dim)
