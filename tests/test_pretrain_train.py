@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.pretrain_helpers import tiny_config, toy_sentences, write_corpus
 from spacy_elmo import BiLM, load_bilm
 from spacy_elmo.bilm import batch_char_ids
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
 from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
-
-
+from tests.pretrain_helpers import tiny_config, toy_sentences, write_corpus
 
 
 @pytest.fixture(scope="module")
