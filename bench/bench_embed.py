@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, matmul_gflops, read_conllu_sentences, weights_dir  # noqa: E402
+from common import DATA, machine, matmul_gflops, read_conllu_sentences, weights_dir  # noqa: E402
 
 
 def lstm_flops_per_position(opts) -> float:
@@ -132,7 +131,7 @@ def main() -> None:
         "encoder_mflop_per_token": round(encoder_flops_per_token(opts) / 1e6, 1),
         "max_abs_diff_vs_exact_fp32": max_diff, "fp32_noise_floor": noise,
         "max_abs_diff_vs_exact_fp64": max_diff64,
-        "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+        "machine": machine(),
     }
     print(json.dumps(result))
     if max_diff64 > 1e-5 or max_diff > max(1e-5, 2 * noise):
