@@ -88,7 +88,7 @@ def connect(address: str | None) -> bool:
     Ray that cannot start is a ConnectionError in one line."""
     if ray.is_initialized():
         return False
-    host, _, port = (address or "").rpartition(":")
+    host, _, port = (address or "").split("://")[-1].rpartition(":")
     if host and port.isdigit():  # Ray itself retries an unreachable address for minutes
         try:
             socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
@@ -125,11 +125,13 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
         return False
     started = connect(address)
     failures: list[str] = []
+    context, log = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
+    bars, level = context.enable_progress_bars, log.level
+    context.enable_progress_bars = False  # the caller reports progress (on_shard)
+    log.setLevel(logging.ERROR)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         size = min(len(todo), workers or max(1, cpus // threads_per_worker))
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
         lang = job.nlp.lang if job.nlp is not None else None
         shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
         written = shards.map_batches(
@@ -147,6 +149,8 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
             if on_shard is not None:
                 on_shard(int(row["lines"]), int(row["tokens"]))
     finally:
+        context.enable_progress_bars = bars
+        log.setLevel(level)
         if started:
             ray.shutdown()
     if failures:
