@@ -133,11 +133,13 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
         cpus = int(ray.cluster_resources().get("CPU", 1))
         size = min(len(todo), workers or max(1, cpus // threads_per_worker))
         lang = job.nlp.lang if job.nlp is not None else None
+        weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # else a published name
         shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
         written = shards.map_batches(
             ShardWriter, batch_size=1, batch_format="numpy",
-            fn_constructor_kwargs={"job": replace(job, nlp=None, on_line=None), "weights": weights, "lang": lang,
-                                   "ranges": ranges, "threads": threads_per_worker},
+            fn_constructor_kwargs={"job": replace(job, input_path=job.input_path.resolve(), output=job.output.resolve(),
+                                                  nlp=None, on_line=None),  # a node's working directory is not ours
+                                   "weights": weights, "lang": lang, "ranges": ranges, "threads": threads_per_worker},
             compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
             num_cpus=threads_per_worker, runtime_env=runtime_env)
         for row in written.iter_rows():
