@@ -104,3 +104,19 @@ def test_derived_state_follows_the_weights(fixture_dir):
         fresh.token_encoder.b_proj.add_(0.5)
     fresh.invalidate()
     np.testing.assert_allclose(fresh.embed([TARGET])[0], after, atol=1e-6)
+
+
+def test_warm_state_and_fingerprint_do_not_depend_on_the_thread_count(fixture_dir):
+    """The warm state is part of the model (saved with it, in its fingerprint): it must be the same
+    bits whatever torch's thread count when it is computed, so that runs on 1 and on N threads
+    (sharded or Ray embed runs, their resumes) agree on the model."""
+    from spacy_elmo.bilm.threads import torch_threads
+
+    states = []
+    for threads in (1, 2):
+        with torch_threads(threads):
+            bilm = load_bilm(fixture_dir, state="warm")
+            bilm.compute_warm_state()
+            states.append((bilm.warm_h.clone(), bilm.warm_c.clone(), bilm.fingerprint()))
+    assert torch.equal(states[0][0], states[1][0]) and torch.equal(states[0][1], states[1][1])
+    assert states[0][2] == states[1][2]

@@ -19,6 +19,7 @@ from .encoder import TokenEncoder
 from .inference import BiLMInference, StatePolicy
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
+from .threads import torch_threads
 from .warmup import WARMUP_SENTENCES
 
 _WARMING = threading.Lock()
@@ -125,14 +126,17 @@ class BiLM(nn.Module):
         """Read `sentences` in one row with carried state from zeros; keep the final state.
 
         The result is the state between two sentences of running text: deterministic, and
-        in distribution for models trained on packed streams with carried state.
+        in distribution for models trained on packed streams with carried state. Computed on one
+        torch thread: the rounding of a product can depend on the thread count, and the warm state
+        is part of the model (its fingerprint), the same bits wherever it is computed.
         """
         was_training = self.training
         self.eval()
         lstm_state = self.lstm.zero_state(1, self.device, self.warm_h.dtype)
-        for sent in sentences:
-            ids = torch.from_numpy(batch_char_ids([list(sent)], self.options.max_characters_per_token))
-            lstm_state = self.forward(ids.to(self.device), initial_state=lstm_state, return_state=True).lstm_state
+        with torch_threads(1):
+            for sent in sentences:
+                ids = torch.from_numpy(batch_char_ids([list(sent)], self.options.max_characters_per_token))
+                lstm_state = self.forward(ids.to(self.device), initial_state=lstm_state, return_state=True).lstm_state
         self.warm_h.copy_(lstm_state.h[:, :, 0])
         self.warm_c.copy_(lstm_state.c[:, :, 0])
         self.warm_ready = True
