@@ -307,11 +307,14 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
     _new_dir(out, exist_ok=True)
     manifests = WorkDir(out, out, "shard")
     with take_lock(out / LOCK, out, wait=True):
+        complete = manifests.complete(len(ranges))
         if (out / MANIFEST).is_file():
-            check_settings(out, manifests.manifest()["settings"], job.settings)
+            manifest = manifests.manifest()
+            check_settings(out, manifest["settings"], job.settings)
+            if manifest["complete"] != complete:  # killed between a shard's rename and the manifest's update
+                manifests.write_manifest({**manifest, "complete": complete})
         else:
             manifests.write_manifest({**_manifest(job, "shards", ranges), "complete": [False] * len(ranges)})
-    complete = manifests.complete(len(ranges))
     todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
     job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
     return manifests, ranges, todo

@@ -168,3 +168,16 @@ def test_open_embeddings_of_a_single_file(single):
         assert sum(1 for _ in reader) == 600
         with pytest.raises(IndexError):
             reader[-601]
+
+
+def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun(single, fixture_dir, tmp_path):
+    """Killed after the last shard's rename and before the manifest records it: the same command
+    again records it (nothing to embed), and the directory reads."""
+    text, one = single
+    out = tmp_path / "sharded"
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "complete": [True, True, False]}))
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
+    assert json.loads((out / "manifest.json").read_text())["complete"] == [True] * 3
+    assert_same_lines(one, out)
