@@ -382,7 +382,7 @@ def _remove_dir(path: Path) -> None:
 def bound_kernel_cache(capacity: int = 16) -> None:
     """Keep at most `capacity` oneDNN kernels (default 1024), unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
     says otherwise. oneDNN keeps one per convolution shape, and a long file brings ever new shapes
-    (words per encoder call, longest word): a full cache holds some 100 MB. oneDNN reads the setting
+    (words per encoder call, longest word), so an unbounded cache grows with the file. oneDNN reads the setting
     when it makes its first kernel, so call this before the biLM runs."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
