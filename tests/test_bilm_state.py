@@ -120,3 +120,16 @@ def test_warm_state_and_fingerprint_do_not_depend_on_the_thread_count(fixture_di
             states.append((bilm.warm_h.clone(), bilm.warm_c.clone(), bilm.fingerprint()))
     assert torch.equal(states[0][0], states[1][0]) and torch.equal(states[0][1], states[1][1])
     assert states[0][2] == states[1][2]
+
+
+def test_embed_iter_leaves_the_callers_code_out_of_inference_mode(fixture_dir):
+    """Between the arrays it yields, and when abandoned half way, `embed_iter` must not leave the
+    caller in torch's inference mode (tensors made there cannot join autograd later)."""
+    bilm = load_bilm(fixture_dir, state="warm")
+    stream = bilm.embed_iter(([w] * 3 for w in "abcdefghij"), batch_size=1)
+    next(stream)
+    assert not torch.is_inference_mode_enabled()
+    weight = torch.ones(2, requires_grad=True)
+    (weight * 2).sum().backward()  # autograd works while the stream is open
+    del stream
+    assert not torch.is_inference_mode_enabled()

@@ -249,18 +249,19 @@ class BiLMInference:
         size = batch_size if carry else batch_size * WINDOW_BATCHES
         it = iter(sentences)
         count = 0
-        with torch.inference_mode():
-            while True:
-                window = [_check_sentence(s, count + k) for k, s in enumerate(islice(it, size))]
-                if not window:
-                    return
-                count += len(window)
-                self._check_eval()
-                self._follow_weights()
+        while True:
+            window = [_check_sentence(s, count + k) for k, s in enumerate(islice(it, size))]
+            if not window:
+                return
+            count += len(window)
+            self._check_eval()
+            self._follow_weights()
+            with torch.inference_mode():  # not across the yields: the caller's code runs in its own mode
                 if carry:
-                    yield from self._embed_carry(window, as_tensor)
+                    arrays = self._embed_carry(window, as_tensor)
                 else:
-                    yield from self._embed_window(window, batch_size, as_tensor)
+                    arrays = self._embed_window(window, batch_size, as_tensor)
+            yield from arrays
 
     def embed(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> List[np.ndarray]:
         """See `BiLM.embed`."""
