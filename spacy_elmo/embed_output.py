@@ -33,6 +33,7 @@ import h5py
 import numpy as np
 
 from .bilm.errors import ElmoFileError
+from .bilm.files import fsync_dir, write_atomic
 
 FORMAT = "spacy_elmo.embed/1"
 SETTINGS = "spacy_elmo.settings"
@@ -52,24 +53,9 @@ OBJECT_BYTES = 1024
 CHUNKED_BYTES = 8192
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the renames and removals in directory `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON to `path` whole: temporary name, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + TMP)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def write_error(err: OSError, path: Path) -> ElmoFileError:

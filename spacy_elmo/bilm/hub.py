@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from .errors import ElmoFileError
+from .files import write_atomic
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -91,9 +92,7 @@ def read_manifest(directory: Path) -> dict[str, dict]:
 
 
 def write_manifest(directory: Path, name: str, files: dict[str, dict]) -> None:
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"name": name, "files": files}, indent=2), encoding="utf-8")
-    tmp.replace(directory / MANIFEST)
+    write_atomic(directory / MANIFEST, json.dumps({"name": name, "files": files}, indent=2))
 
 
 def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dict]:

@@ -21,6 +21,7 @@ import torch
 
 from . import hub
 from .errors import ElmoFileError
+from .files import atomic_path, write_atomic
 from .inference import StatePolicy, check_state_policy
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM
@@ -224,8 +225,9 @@ def save_bilm(bilm: BiLM, directory: PathLike, state: Optional[StatePolicy] = No
     config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": bilm.options.to_dict(),
               "state": check_state_policy(state or bilm.state_policy)}
     state_dict = {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
-    torch.save(state_dict, directory / OWN_WEIGHTS)
-    (directory / OWN_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
+    with atomic_path(directory / OWN_WEIGHTS) as tmp:  # each file whole, never half written
+        torch.save(state_dict, tmp)
+    write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
     return directory
 
 

@@ -15,37 +15,17 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple
 
 import torch
 
 from ..bilm.errors import ElmoFileError
+from ..bilm.files import fsync_dir, write_atomic
 from ..bilm.hub import sha256_file
 
 MANIFEST = "checkpoint.json"
 MODEL_PART = "model.pt"
 STEP_PREFIX = "step-"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the directory entries of `path` (new, renamed or removed files) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: Union[str, bytes]) -> None:
-    """Write `data` to `path` so that readers see the old file or the whole new one, even after a crash."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def torch_load(path: Path, keys: Tuple[str, ...] = ()) -> Dict[str, Any]:
