@@ -60,29 +60,29 @@ def embed_cli(
     whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
     layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
     batch_size: Annotated[int, typer.Option(min=1, help="sentences per biLM batch")] = 64,
-    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,  # noqa: UP045
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,
     dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
     compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
     resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
                                               "redoes the rest (the input and every setting must be the same)")] = False,
     flush_every: Annotated[int, typer.Option(min=1, help="lines per part: a kill loses at most the part being "
                                                          "written; a shard is made of whole parts")] = 10_000,
-    shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "  # noqa: UP045
+    shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "
                                                              "+ manifest.json; rerun the command to redo missing shards")] = None,
-    shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "  # noqa: UP045
+    shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "
                                                       "the shards can run at the same time")] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "  # noqa: UP045
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "
                                                    "1 on a machine that other jobs share")] = None,
     engine: Annotated[str, typer.Option(help="local: this process; ray: the shards written by a pool of Ray "
                                              "actors (needs --shards; pip install \"spacy_elmo[ray]\")")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "  # noqa: UP045
+    address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "
                                                         "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
                                                         "then be at the same path on every node (shared storage). "
                                                         "Default: start Ray on this machine's CPUs")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: actors writing shards at once "  # noqa: UP045
+    workers: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: actors writing shards at once "
                                                    "(default: the cluster's CPUs / --threads-per-worker)")] = None,
-    threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "  # noqa: UP045
+    threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "
                                                               "CPUs reserved) per actor (default 1)")] = None,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
@@ -151,7 +151,7 @@ def embed_cli(
                f"{tokens} tokens in {seconds:.1f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
 
 
-def ray_engine(engine: str, shards: Optional[int], only: Optional[int], *ray_options: Any):  # noqa: UP045
+def ray_engine(engine: str, shards: Optional[int], only: Optional[int], *ray_options: Any):
     """None for `--engine local`; for `ray`, `distributed.embed_job` (after checking the options)."""
     if engine not in ("local", "ray"):
         raise ValueError(f"--engine must be local or ray, got {engine!r}")
@@ -168,7 +168,7 @@ def ray_engine(engine: str, shards: Optional[int], only: Optional[int], *ray_opt
     return embed_job
 
 
-def parse_shard(spec: Optional[str], shards: Optional[int]) -> Optional[int]:  # noqa: UP045
+def parse_shard(spec: Optional[str], shards: Optional[int]) -> Optional[int]:
     """`--shard I/N` -> I, checked against `--shards`; None without it."""
     if spec is None:
         return None
@@ -183,9 +183,9 @@ def parse_shard(spec: Optional[str], shards: Optional[int]) -> Optional[int]:  #
 def convert_cli(
     src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
     dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
-    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,  # noqa: UP045
+    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,
     stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, "
-                                                     "`elmo_<stem>_weights.hdf5`")] = None,  # noqa: UP045
+                                                     "`elmo_<stem>_weights.hdf5`")] = None,
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
 
@@ -259,7 +259,7 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
 @app.command("info")
 def info_cli(
     model: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
-    state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,  # noqa: UP045
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ):
     """Architecture, parameters per part, layer widths and the sha256 of each file of a biLM."""
@@ -320,19 +320,19 @@ def download_cli(
 @app.command("pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def pretrain_cli(
     ctx: typer.Context,
-    output: Annotated[Optional[str], typer.Argument(  # noqa: UP045
+    output: Annotated[Optional[str], typer.Argument(
         metavar="OUTPUT_DIR", show_default=False,
         help="directory for the model, checkpoints and metrics (not needed with --show-config)")] = None,
-    config: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+    config: Annotated[Optional[Path], typer.Option(
         help="a .cfg file (default: the built-in config, a small English biLM; see --show-config)")] = None,
-    train: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+    train: Annotated[Optional[list[str]], typer.Option(
         help="training text, one sentence per line: a file or a directory, optionally gzipped (sets "
              "paths.train); repeat it, or list more paths after OUTPUT_DIR")] = None,
-    dev: Annotated[Optional[str], typer.Option(help="dev text for perplexity (sets paths.dev)")] = None,  # noqa: UP045
-    lang: Annotated[Optional[str], typer.Option(  # noqa: UP045
+    dev: Annotated[Optional[str], typer.Option(help="dev text for perplexity (sets paths.dev)")] = None,
+    lang: Annotated[Optional[str], typer.Option(
         help="tokenize with this spaCy language's tokenizer (sets corpus.tokenizer and corpus.lang)")] = None,
     whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
-    init_from: Annotated[Optional[str], typer.Option(  # noqa: UP045
+    init_from: Annotated[Optional[str], typer.Option(
         help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 weights, or a "
              "published model's name (from the cache that `download` fills)")] = None,
     resume: Annotated[bool, typer.Option(
@@ -341,7 +341,7 @@ def pretrain_cli(
     export_hdf5: Annotated[bool, typer.Option(help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout")] = False,
     device: Annotated[str, typer.Option(
         help="torch device: cpu, cuda or cuda:N (under torchrun each process takes cuda:LOCAL_RANK)")] = "cpu",
-    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads per process (default: torch's)")] = None,  # noqa: UP045
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads per process (default: torch's)")] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar (--no-progress: log lines only)")] = True,
     show_config: Annotated[bool, typer.Option(help="print the resolved config and exit")] = False,
 ):

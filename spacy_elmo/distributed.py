@@ -100,7 +100,7 @@ def connect(address: str | None) -> bool:
             ray.init(address=address, logging_level=logging.WARNING)
         else:
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
-    except Exception as err:  # noqa: BLE001 (Ray raises many kinds; each is one line here)
+    except Exception as err:  # Ray raises many kinds; each is one line here
         where = f"at {address}" if address else "on this machine"
         raise ConnectionError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
     return True

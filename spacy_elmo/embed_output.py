@@ -225,7 +225,7 @@ def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
     """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
     another process holds it; the lock lasts until the returned file is closed."""
     try:
-        file = open(path, "a+")  # noqa: SIM115 (the caller holds it open)
+        file = open(path, "a+")  # the caller holds it open
     except OSError as err:
         raise write_error(err, path) from None
     try:

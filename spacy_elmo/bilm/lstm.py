@@ -209,7 +209,10 @@ class BiLSTMStack(nn.Module):
         def run(d: int) -> None:
             tree = trees[d]
             word_gates = self.layers[0].project_packed(d, words, 0, words.shape[0])  # (U, 4D)
-            gates: Callable[[int, int], Tensor] = lambda start, rows: word_gates[tree.words[start : start + rows]]
+
+            def gates(start: int, rows: int) -> Tensor:  # (rows, 4D): each node's word's gate inputs
+                return word_gates[tree.words[start : start + rows]]
+
             for l, layer in enumerate(self.layers):
                 out = layer.forward_packed(d, gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
                                            initial_state.c[l, d], outputs[l][d])
