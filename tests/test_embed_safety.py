@@ -129,11 +129,13 @@ def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
     assert_same_output(full, out)
 
 
-KILL_AT_RENAME = """
+def kill_at_rename(name: str) -> str:
+    """A script running the CLI that kills itself (SIGKILL) when it renames a file to `name`."""
+    return f"""
 import os, signal, sys
 real = os.replace
 def replace(src, dst, *a, **k):
-    if str(dst).endswith("part-00002.hdf5"):
+    if str(dst).endswith({name!r}):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(src, dst, *a, **k)
 os.replace = replace
@@ -148,7 +150,7 @@ def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_pa
     its temporary name, never renamed. `--resume` ignores it, redoes part 2, and gets the same output."""
     text, full = reference
     out = tmp_path / "out.hdf5"
-    proc = spawn(embed_args(text, out, fixture_dir), script=KILL_AT_RENAME)
+    proc = spawn(embed_args(text, out, fixture_dir), script=kill_at_rename("part-00002.hdf5"))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL, err
     work = tmp_path / "out.hdf5.partial"

@@ -16,7 +16,7 @@ from spacy_elmo import ElmoFileError, open_embeddings
 
 from .conftest import REPO
 from .reference_bilm import TINY_OPTIONS, write_random_weights
-from .test_embed_safety import ENV, generated, one_error_line, read_output, run_cli
+from .test_embed_safety import ENV, generated, kill_at_rename, one_error_line, read_output, run_cli
 
 
 def args(text, out, weights, *extra):
@@ -81,25 +81,15 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
 
 
-KILL_AT_RENAME = """
-import os, signal, sys
-real = os.replace
-def replace(src, dst, *a, **k):
-    if str(dst).endswith("shard-00002.hdf5"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(src, dst, *a, **k)
-os.replace = replace
-from spacy_elmo.cli import main
-main(sys.argv[1:])
-"""
 
 
 @pytest.mark.timeout(120)
 def test_a_killed_shard_is_redone_and_the_others_kept(single, fixture_dir, tmp_path):
     text, one = single
     out = tmp_path / "sharded"
-    killed = subprocess.run([sys.executable, "-c", KILL_AT_RENAME, *args(text, out, fixture_dir, "--shards", 4)],
-                            env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    script = kill_at_rename("shard-00002.hdf5")
+    killed = subprocess.run([sys.executable, "-c", script, *args(text, out, fixture_dir, "--shards", 4)], env=ENV,
+                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (out / "shard-00002.hdf5.tmp").is_file() and not (out / "shard-00002.hdf5").exists()
     kept = {i: (out / f"shard-{i:05d}.hdf5").stat().st_ino for i in (0, 1)}
