@@ -131,13 +131,19 @@ def test_huge_sizes_fail_fast_without_allocating(fixture_dir, tmp_path, kind, ke
     assert seconds < 5 and key in message and named in message and str(value) in message
 
 
-@pytest.mark.timeout(300)
-def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir, tmp_path):
-    """Options within the bounds (805M parameters, 3.2 GB) beside the fixture's small weights.pt."""
-    path = own_model(fixture_dir, tmp_path / "m")
+def oversized_own_model(fixture_dir, directory):
+    """The fixture in this project's format, its options grown to 805M parameters (within the bounds)."""
+    path = own_model(fixture_dir, directory)
     config = json.loads((path / "bilm.json").read_text())
     config["options"]["char_cnn"].update(filters=[[1, 8192]], n_highway=6)
     (path / "bilm.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir, tmp_path):
+    """Options within the bounds (805M parameters, 3.2 GB) beside the fixture's small weights.pt."""
+    path = oversized_own_model(fixture_dir, tmp_path / "m")
     seconds, message = load_in_3gb("bilm", path)
     assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
 
@@ -145,10 +151,7 @@ def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir
 @pytest.mark.timeout(300)
 def test_views_of_one_storage_do_not_count_as_weights(fixture_dir, tmp_path):
     """1000 entries viewing one 4 MB storage look like 10**9 values, but only 4 MB is stored."""
-    path = own_model(fixture_dir, tmp_path / "m")
-    config = json.loads((path / "bilm.json").read_text())
-    config["options"]["char_cnn"].update(filters=[[1, 8192]], n_highway=6)
-    (path / "bilm.json").write_text(json.dumps(config))
+    path = oversized_own_model(fixture_dir, tmp_path / "m")
     state = torch.load(path / "weights.pt", weights_only=True)
     shared = torch.zeros(2**20)
     state.update({f"view_{i}": shared[:] for i in range(1000)})
