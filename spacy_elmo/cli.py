@@ -17,7 +17,7 @@ import torch
 import typer
 
 from .bilm import export_hdf5, hub, load_bilm, save_bilm
-from .bilm.errors import ElmoFileError
+from .errors import ElmoFileError
 from .bilm.weights import OWN_CONFIG, model_files, read_state_dict
 
 app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False,

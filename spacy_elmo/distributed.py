@@ -29,7 +29,7 @@ import ray.data
 import torch
 
 from .bilm import load_bilm
-from .bilm.errors import ElmoFileError
+from .errors import ElmoFileError
 from .bilm.threads import torch_threads
 from .embed_file import (
     Job,

@@ -26,7 +26,7 @@ import numpy as np
 from spacy.language import Language
 
 from .bilm import BiLM, load_bilm
-from .bilm.errors import ElmoFileError
+from .errors import ElmoFileError
 from .embed_output import (
     FORMAT,
     LOCK,

@@ -32,7 +32,7 @@ from typing import IO, Any
 import h5py
 import numpy as np
 
-from .bilm.errors import ElmoFileError
+from .errors import ElmoFileError
 from .bilm.files import fsync_dir, write_atomic
 
 FORMAT = "spacy_elmo.embed/1"

@@ -35,7 +35,7 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 from torch import nn
 
 from .bilm import BiLM, BiLMOptions, StatePolicy, check_batch_size, check_state_policy, load_bilm
-from .bilm.errors import ElmoFileError
+from .errors import ElmoFileError
 from .bilm.weights import WeightFileError, bilm_from_state_dict, read_state_dict
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"

@@ -1,6 +1,6 @@
 """The biLM core: torch and numpy only (no spaCy)."""
 from .chars import batch_char_ids, word_char_ids, words_char_ids
-from .errors import ElmoFileError
+from ..errors import ElmoFileError
 from .inference import STATE_POLICIES, BiLMInference, StatePolicy, check_batch_size, check_state_policy
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput

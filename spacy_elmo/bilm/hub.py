@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import ElmoFileError
+from ..errors import ElmoFileError
 from .files import write_atomic
 
 PUBLISHED = {

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from .errors import ElmoFileError
+from ..errors import ElmoFileError
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models

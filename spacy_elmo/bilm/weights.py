@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import hub
-from .errors import ElmoFileError
+from ..errors import ElmoFileError
 from .files import atomic_path, write_atomic
 from .inference import StatePolicy, check_state_policy
 from .lstm import gates_to_internal, gates_to_tf

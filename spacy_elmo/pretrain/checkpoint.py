@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..bilm.errors import ElmoFileError
+from ..errors import ElmoFileError
 from ..bilm.files import fsync_dir, write_atomic
 from ..bilm.hub import sha256_file
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Union
 from thinc.api import Config
 
 from ..bilm import BiLMConfigError, BiLMOptions, StatePolicy, check_state_policy
-from ..bilm.errors import ElmoFileError
+from ..errors import ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
 SCHEMES = ("stream", "sentences")

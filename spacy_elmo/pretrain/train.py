@@ -26,7 +26,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, export_hdf5, hub, load_bilm, save_bilm
-from ..bilm.errors import ElmoFileError
+from ..errors import ElmoFileError
 from ..bilm.hub import sha256_file
 from . import checkpoint
 from .config import PretrainError, bilm_options, default_vocab_size, model_policy
