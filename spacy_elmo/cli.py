@@ -16,9 +16,8 @@ from typing import Annotated, Any, Optional
 import torch
 import typer
 
-from .bilm import export_hdf5, hub, load_bilm, save_bilm
+from .bilm import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
 from .errors import ElmoFileError
-from .bilm.weights import OWN_CONFIG, model_files, read_state_dict
 
 app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False,
                   pretty_exceptions_enable=False,
@@ -195,7 +194,7 @@ def convert_cli(
     """
     with errors():
         bilm = load_bilm(src)
-        target = to or ("hdf5" if model_files(src)[0].name == OWN_CONFIG else "own")
+        target = to or ("hdf5" if locate(src).kind == "own" else "own")
         if target not in ("own", "hdf5"):
             raise ValueError(f"--to must be own or hdf5, got {target!r}")
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -210,7 +209,7 @@ def convert_cli(
                 typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
                            f"state={bilm.state_policy!r} to get the same outputs", err=True)
         else:
-            paths = model_files(save_bilm(bilm, dest))
+            paths = locate(save_bilm(bilm, dest)).paths
         for extra in extras:
             paths.append(Path(shutil.copy2(extra, dest / extra.name)))
     typer.echo("wrote " + " ".join(str(p) for p in paths))
@@ -238,7 +237,7 @@ def parameter_counts(bilm) -> dict[str, int]:
 def describe(model: str, state: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
     bilm = load_bilm(model, state=state)
-    files = model_files(model)
+    files = locate(model).paths
     extra = [files[0].parent / name for name in EXTRA_FILES if (files[0].parent / name).is_file()]
     softmax = None
     if extra and extra[0].name == "lm_head.pt":
@@ -247,7 +246,7 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
     return {
         "model": model, "state_policy": bilm.state_policy,
         "parameters": sum(p.numel() for p in bilm.parameters()),
-        "parameters_by_part": parameter_counts(bilm), "softmax_parameters": softmax,
+        "parameters_by_part": parameter_counts(bilm.bilm), "softmax_parameters": softmax,
         "widths": {"char embedding": o.char_dim, "char CNN filters": o.n_filters, "token layer": o.projection_dim,
                    "LSTM cell": o.lstm_dim, "LSTM projection": o.projection_dim, "ELMo layers": bilm.output_dim},
         "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,

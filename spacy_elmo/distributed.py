@@ -29,7 +29,6 @@ import ray.data
 import torch
 
 from .bilm import load_bilm
-from .errors import ElmoFileError
 from .bilm.threads import torch_threads
 from .embed_file import (
     Job,
@@ -40,6 +39,7 @@ from .embed_file import (
     write_shard,
 )
 from .embed_output import WorkDir
+from .errors import ElmoFileError
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
 

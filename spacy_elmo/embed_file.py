@@ -26,7 +26,6 @@ import numpy as np
 from spacy.language import Language
 
 from .bilm import BiLM, load_bilm
-from .errors import ElmoFileError
 from .embed_output import (
     FORMAT,
     LOCK,
@@ -42,6 +41,7 @@ from .embed_output import (
     write_error,
     write_piece,
 )
+from .errors import ElmoFileError
 
 DTYPES = ("float32", "float16")
 COMPRESSIONS = ("none", "gzip", "lzf")

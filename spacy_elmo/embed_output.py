@@ -32,8 +32,8 @@ from typing import IO, Any
 import h5py
 import numpy as np
 
-from .errors import ElmoFileError
 from .bilm.files import fsync_dir, write_atomic
+from .errors import ElmoFileError
 
 FORMAT = "spacy_elmo.embed/1"
 SETTINGS = "spacy_elmo.settings"

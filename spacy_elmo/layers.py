@@ -34,9 +34,18 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, get_torch_default_de
 from thinc.types import Floats1d, Floats2d, Floats3d
 from torch import nn
 
-from .bilm import BiLM, BiLMOptions, StatePolicy, check_batch_size, check_state_policy, load_bilm
+from .bilm import (
+    BiLM,
+    BiLMOptions,
+    ElmoEmbedder,
+    StatePolicy,
+    bilm_from_state_dict,
+    check_batch_size,
+    check_state_policy,
+    load_bilm,
+    read_state_dict,
+)
 from .errors import ElmoFileError
-from .bilm.weights import WeightFileError, bilm_from_state_dict, read_state_dict
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
@@ -55,17 +64,12 @@ class FrozenBiLM(nn.Module):
         self.token_cache_size = token_cache_size
         self.bilm: Optional[BiLM] = None
         if options is not None:
-            self.bilm = BiLM(options, state=state, cache_size=token_cache_size)
+            self.bilm = ElmoEmbedder(BiLM(options), state=state, cache_size=token_cache_size)
         self.has_weights = False
 
     def train(self, mode: bool = True) -> "FrozenBiLM":
         """Frozen: the biLM stays in eval mode (and keeps its token cache)."""
         return self
-
-    def _apply(self, fn, *args, **kwargs):
-        if self.bilm is not None:
-            self.bilm.invalidate()  # the token cache lives on the old device
-        return super()._apply(fn, *args, **kwargs)
 
     def set_bilm(self, bilm: BiLM, source: str) -> None:
         """Adopt a loaded biLM, after checking its sizes against the configured ones."""
@@ -87,13 +91,13 @@ class FrozenBiLM(nn.Module):
 
 
 def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: str) -> None:
-    """Raise a WeightFileError naming every size where the config and the weights disagree."""
+    """Raise a ElmoFileError naming every size where the config and the weights disagree."""
     if configured is None:
         return
     want, got = configured.sizes(), actual.sizes()
     diff = [f"{k}: config {want[k]!r}, weights {got[k]!r}" for k in want if want[k] != got.get(k)]
     if diff:
-        raise WeightFileError(
+        raise ElmoFileError(
             f"the ELMo sizes in the config disagree with the weights from {source} ({'; '.join(diff)}). "
             "Set [components.elmo.model.options] to the weights' options, or to null to take them from the weights."
         )
@@ -112,7 +116,7 @@ def serialize_bilm(module: FrozenBiLM) -> bytes:
     if module.bilm is None or not module.has_weights:
         raise ValueError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
     buf = BytesIO()
-    torch.save({k: v.detach().cpu().contiguous() for k, v in module.bilm.state_dict().items()}, buf)
+    torch.save({k: v.detach().cpu().contiguous() for k, v in module.bilm.bilm.state_dict().items()}, buf)
     return srsly.msgpack_dumps({"format": SERIAL_FORMAT, "version": SERIAL_VERSION,
                                 "options": json.dumps(module.bilm.options.to_dict()), "state_dict": buf.getvalue()})
 
@@ -122,13 +126,13 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
     source = _SOURCE.get()
     msg = srsly.msgpack_loads(data)  # corrupt data: ElmoThincModel names the file
     if not isinstance(msg, dict) or msg.get("format") != SERIAL_FORMAT or msg.get("version") != SERIAL_VERSION:
-        raise WeightFileError(f"{source}: not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
+        raise ElmoFileError(f"{source}: not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
     if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
-        raise WeightFileError(f"{source}: the serialized model lacks its options or its weights")
+        raise ElmoFileError(f"{source}: the serialized model lacks its options or its weights")
     try:
         options = json.loads(msg["options"])
     except json.JSONDecodeError as err:
-        raise WeightFileError(f"{source}: its options are not valid JSON ({err})") from None
+        raise ElmoFileError(f"{source}: its options are not valid JSON ({err})") from None
     options = BiLMOptions.from_dict(options, source=source)
     state_dict = read_state_dict(BytesIO(msg["state_dict"]), source)
     bilm = bilm_from_state_dict(options, state_dict, source, module.state, module.token_cache_size)

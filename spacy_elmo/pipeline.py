@@ -27,9 +27,8 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from .bilm import BiLM, ElmoFileError, hub
+from .bilm import BiLM, ElmoFileError, hub, locate
 from .bilm.threads import check_threads, torch_threads
-from .bilm.weights import model_files
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
 from .layers import get_bilm, load_weights, register_pipeline
 
@@ -355,9 +354,10 @@ def check_weights(weights: Optional[str], name: str) -> None:
     if weights is None:
         return
     if hub.is_published(weights) and not Path(weights).exists():
-        files = model_files(weights)
-        if not all(f.is_file() for f in files):
-            raise ElmoFileError(f"[components.{name}] weights: {hub.missing_message(weights, files[0].parent)}")
+        try:
+            locate(weights)
+        except ElmoFileError as err:
+            raise ElmoFileError(f"[components.{name}] weights: {err}") from None
     elif not Path(weights).exists():
         raise ElmoFileError(f"[components.{name}] weights: ELMo weights not found: {weights}")
 

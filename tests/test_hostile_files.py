@@ -19,7 +19,7 @@ import spacy
 import srsly
 import torch
 
-from spacy_elmo import ElmoFileError, load_bilm, save_bilm
+from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.cli import main
 
@@ -168,7 +168,7 @@ def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
     (directory / "options.json").write_text(json.dumps(opts))
-    from spacy_elmo.bilm.weights import expected_shapes
+    from spacy_elmo.bilm.hdf5_format import expected_shapes
 
     with h5py.File(directory / "weights.hdf5", "w") as f:
         for name, shape in expected_shapes(BiLMOptions.from_dict(fixture_options(fixture_dir))).items():
@@ -296,7 +296,8 @@ def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(h5py.Dataset, "read_direct", no_memory)
     monkeypatch.setattr(h5py.Dataset, "__getitem__", no_memory)
-    refused(directory, "weights.hdf5", "memory")
+    with pytest.raises(ElmoResourceError, match="weights.hdf5: not enough memory"):
+        load_bilm(directory)
 
 
 @pytest.mark.parametrize("damage", [lambda b: b + b"xx", lambda b: b[: len(b) // 2], lambda b: b"\x93garbage" * 5])
@@ -348,7 +349,7 @@ def test_sentences_json_is_not_an_options_file(fixture_dir, tmp_path):
     directory.mkdir()
     shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
     shutil.copy(fixture_dir / "sentences.json", directory / "sentences.json")
-    with pytest.raises(FileNotFoundError, match="no options file found") as err:
+    with pytest.raises(ElmoFileError, match="no options file found") as err:
         load_bilm(directory)
     assert "sentences.json" in str(err.value)
 

@@ -16,7 +16,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config
 
-from spacy_elmo import BiLMOptions
+from spacy_elmo import BiLMOptions, ElmoResourceError
 from spacy_elmo.bilm import BiLM, export_hdf5
 from spacy_elmo.corpora import read_conllu
 
@@ -278,7 +278,7 @@ def test_a_failed_download_leaves_no_empty_directory(tmp_path, monkeypatch, caps
 
     def partial(url, target, *args):  # what a resumed download continues from is kept
         target.with_name(target.name + ".part").write_bytes(b"partial")
-        raise download_module.DownloadError(f"{url}: incomplete")
+        raise ElmoResourceError(f"{url}: incomplete")
 
     monkeypatch.setattr(download_module, "_fetch", partial)
     with pytest.raises(SystemExit):

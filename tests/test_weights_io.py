@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import export_hdf5, load_bilm, save_bilm
-from spacy_elmo.bilm import BiLMConfigError, BiLMOptions, WeightFileError
-from spacy_elmo.bilm.weights import iter_hdf5_datasets
+from spacy_elmo import ElmoFileError, export_hdf5, load_bilm, save_bilm
+from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.bilm.hdf5_format import iter_hdf5_datasets
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 
@@ -63,17 +63,17 @@ def test_own_format_is_not_unpickled(fixture_dir, tmp_path):
             return (print, ("pwned",))
 
     torch.save({"x": Evil()}, tmp_path / "weights.pt")
-    with pytest.raises(WeightFileError, match="weights.pt"):
+    with pytest.raises(ElmoFileError, match="weights.pt"):
         load_bilm(tmp_path)
 
 
 def test_missing_files(tmp_path, fixture_dir):
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(ElmoFileError, match="nowhere"):
         load_bilm(tmp_path / "nowhere")
     shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
-    with pytest.raises(FileNotFoundError, match="hdf5"):
+    with pytest.raises(ElmoFileError, match="hdf5"):
         load_bilm(tmp_path)
-    with pytest.raises(FileNotFoundError, match="weights.hdf5"):
+    with pytest.raises(ElmoFileError, match="weights.hdf5"):
         load_bilm((tmp_path / "options.json", tmp_path / "weights.hdf5"))
 
 
@@ -82,7 +82,7 @@ def test_mismatched_options_name_dataset_and_shapes(fixture_dir, tmp_path):
     opts["lstm"]["dim"] = 32
     (tmp_path / "options.json").write_text(json.dumps(opts))
     shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
-    with pytest.raises(WeightFileError) as err:
+    with pytest.raises(ElmoFileError) as err:
         load_bilm(tmp_path)
     msg = str(err.value)
     assert "W_0" in msg and "(32, 256)" in msg and "(32, 128)" in msg and "weights.hdf5" in msg
@@ -93,7 +93,7 @@ def test_missing_dataset(fixture_dir, tmp_path):
     with h5py.File(fixture_dir / "lm_weights.hdf5", "r") as src, h5py.File(tmp_path / "weights.hdf5", "w") as dst:
         for name in ("char_embed", "CNN"):
             src.copy(name, dst)
-    with pytest.raises(WeightFileError, match="CNN_high_0/W_transform.*missing"):
+    with pytest.raises(ElmoFileError, match="CNN_high_0/W_transform.*missing"):
         load_bilm(tmp_path)
 
 
@@ -101,10 +101,10 @@ def test_truncated_and_corrupt_hdf5(fixture_dir, tmp_path):
     shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
     data = (fixture_dir / "lm_weights.hdf5").read_bytes()
     (tmp_path / "weights.hdf5").write_bytes(data[: len(data) // 2])
-    with pytest.raises(WeightFileError, match="weights.hdf5.*(truncated|corrupt)"):
+    with pytest.raises(ElmoFileError, match="weights.hdf5.*(truncated|corrupt)"):
         load_bilm(tmp_path)
     (tmp_path / "weights.hdf5").write_bytes(b"not an hdf5 file at all" * 10)
-    with pytest.raises(WeightFileError, match="weights.hdf5"):
+    with pytest.raises(ElmoFileError, match="weights.hdf5"):
         load_bilm(tmp_path)
 
 
@@ -113,7 +113,7 @@ def test_nan_weights_refused(fixture_dir, tmp_path):
     shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
     with h5py.File(tmp_path / "weights.hdf5", "r+") as f:
         f["CNN_proj/b_proj"][0] = np.nan
-    with pytest.raises(WeightFileError, match="CNN_proj/b_proj.*NaN"):
+    with pytest.raises(ElmoFileError, match="CNN_proj/b_proj.*NaN"):
         load_bilm(tmp_path)
 
 
@@ -133,7 +133,7 @@ def test_unsupported_options(fixture_dir, tmp_path, edit, message):
     edit(opts)
     (tmp_path / "options.json").write_text(json.dumps(opts))
     shutil.copy(fixture_dir / "lm_weights.hdf5", tmp_path / "weights.hdf5")
-    with pytest.raises(BiLMConfigError, match=message) as err:
+    with pytest.raises(ElmoFileError, match=message) as err:
         load_bilm(tmp_path)
     assert "options.json" in str(err.value)
 

@@ -1,14 +1,30 @@
 """The biLM core: torch and numpy only (no spaCy)."""
-from .chars import batch_char_ids, word_char_ids, words_char_ids
+import warnings
+
 from ..errors import ElmoFileError
-from .inference import STATE_POLICIES, BiLMInference, StatePolicy, check_batch_size, check_state_policy
+from .chars import batch_char_ids, word_char_ids, words_char_ids
+from .embedder import ElmoEmbedder, check_batch_size
+from .hdf5_format import export_hdf5
+from .load import load_bilm
+from .locate import ModelFiles, locate
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
-from .options import BiLMConfigError, BiLMOptions
-from .weights import WeightFileError, export_hdf5, load_bilm, save_bilm
+from .options import STATE_POLICIES, BiLMOptions, StatePolicy, check_state_policy
+from .own_format import bilm_from_state_dict, read_state_dict, save_bilm
 
 __all__ = [
-    "BiLM", "BiLMInference", "BiLMOutput", "BiLMOptions", "BiLMConfigError", "ElmoFileError", "LSTMState",
-    "STATE_POLICIES", "StatePolicy", "WeightFileError", "batch_char_ids", "check_batch_size", "check_state_policy",
-    "export_hdf5", "load_bilm", "save_bilm", "word_char_ids", "words_char_ids",
+    "BiLM", "BiLMOutput", "BiLMOptions", "ElmoEmbedder", "LSTMState", "ModelFiles", "STATE_POLICIES", "StatePolicy",
+    "batch_char_ids", "bilm_from_state_dict", "check_batch_size", "check_state_policy", "export_hdf5", "load_bilm",
+    "locate", "read_state_dict", "save_bilm", "word_char_ids", "words_char_ids",
 ]
+
+_RENAMED = {"WeightFileError": "ElmoFileError", "BiLMConfigError": "ElmoFileError"}
+
+
+def __getattr__(name: str):
+    """Old names of the error types, kept working with a DeprecationWarning."""
+    if name in _RENAMED:
+        warnings.warn(f"spacy_elmo.bilm.{name} is deprecated; use spacy_elmo.{_RENAMED[name]}", DeprecationWarning,
+                      stacklevel=2)
+        return ElmoFileError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,16 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ElmoError, ElmoResourceError
 from . import hub
-from .weights import load_bilm
+from .load import load_bilm
 
 # tqdm-like: progress(description, total_bytes, initial_bytes) -> an object with .update(n) and .close()
 Progress = Callable[[str, int, int], Any]
 CHUNK = 1 << 20
-
-
-class DownloadError(OSError):
-    """A download that cannot complete: no network, a server error, or files that do not load."""
 
 
 def download(name: str, *, cache: str | Path | None = None, base_url: str | None = None,
@@ -44,18 +41,18 @@ def download(name: str, *, cache: str | Path | None = None, base_url: str | None
                 continue
             try:
                 _fetch(url, target, progress, attempts, timeout)
-            except urllib.error.URLError as err:  # no network (HTTP errors became DownloadError)
-                raise DownloadError(
+            except urllib.error.URLError as err:  # no network (HTTP errors became ElmoResourceError)
+                raise ElmoResourceError(
                     f"could not reach {url} ({err.reason}). Without network access, fetch "
                     f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
                 ) from None
             fetched.append(target)
         try:
             load_bilm(directory, state="zero")
-        except (ValueError, OSError) as err:
+        except (ElmoError, OSError) as err:
             for path in fetched:
                 path.unlink()
-            raise DownloadError(f"model '{name}' does not load, so the download is corrupt: {err} (removed "
+            raise ElmoResourceError(f"model '{name}' does not load, so the download is corrupt: {err} (removed "
                                 f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)") from None
     except BaseException:
         if created and not any(directory.iterdir()):  # nothing to resume from: leave the cache as it was
@@ -81,7 +78,7 @@ def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, tim
                 part.unlink()
                 problem = "the server refused to continue the partial file"
                 continue
-            raise DownloadError(f"{url}: the server answered {err.code} {err.reason}") from None
+            raise ElmoResourceError(f"{url}: the server answered {err.code} {err.reason}") from None
         except urllib.error.URLError:
             raise
         except (OSError, http.client.HTTPException) as err:  # connection dropped or timed out: continue
@@ -94,7 +91,7 @@ def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, tim
         if size > total:
             part.unlink()
         problem = f"received {size} of {total} bytes"
-    raise DownloadError(f"{url}: incomplete after {attempts} attempts ({problem}); "
+    raise ElmoResourceError(f"{url}: incomplete after {attempts} attempts ({problem}); "
                         "run the download again to continue where it stopped")
 
 
@@ -102,15 +99,15 @@ def _expected(response, offset: int, url: str):
     """`(offset, total_size)` for a response: a 206 continues at `offset`, a 200 starts from 0."""
     length = response.headers.get("Content-Length")
     if length is None:
-        raise DownloadError(f"{url}: the server sent no Content-Length, so a complete download cannot be told apart")
+        raise ElmoResourceError(f"{url}: the server sent no Content-Length, so a complete download cannot be told apart")
     if response.status == 206:
         content_range = response.headers.get("Content-Range", "")  # bytes START-END/TOTAL
         try:
             start, total = int(content_range.split()[1].split("-")[0]), int(content_range.rsplit("/", 1)[1])
         except (IndexError, ValueError):
-            raise DownloadError(f"{url}: unreadable Content-Range {content_range!r}") from None
+            raise ElmoResourceError(f"{url}: unreadable Content-Range {content_range!r}") from None
         if start != offset:
-            raise DownloadError(f"{url}: asked for bytes from {offset}, the server sent them from {start}")
+            raise ElmoResourceError(f"{url}: asked for bytes from {offset}, the server sent them from {start}")
         return offset, total
     return 0, int(length)
 

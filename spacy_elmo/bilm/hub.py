@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 from .files import write_atomic
 
 PUBLISHED = {
@@ -26,21 +26,13 @@ BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 MANIFEST = "manifest.json"
 
 
-class ModelNotCachedError(FileNotFoundError):
-    """A published model's files are not in the cache."""
-
-
-class ChecksumError(ElmoFileError):
-    """A cached file no longer matches the sha256 recorded for it, or its manifest cannot be read."""
-
-
 def is_published(name: object) -> bool:
     return isinstance(name, str) and name in PUBLISHED
 
 
 def check_name(name: str) -> str:
     if not is_published(name):
-        raise ValueError(f"unknown model name {name!r}; the published models are {', '.join(PUBLISHED)}")
+        raise ElmoConfigError(f"unknown model name {name!r}; the published models are {', '.join(PUBLISHED)}")
     return name
 
 
@@ -82,11 +74,11 @@ def read_manifest(directory: Path) -> dict[str, dict]:
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
     except (ValueError, KeyError, TypeError, RecursionError) as err:
-        raise ChecksumError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
+        raise ElmoFileError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
     if not isinstance(files, dict) or not all(
             isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str)
             for e in files.values()):
-        raise ChecksumError(f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
+        raise ElmoFileError(f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
                             "delete it to record the files again")
     return files
 
@@ -111,7 +103,7 @@ def missing_message(name: str, directory: Path) -> str:
 
 def verify(directory: Path, name: str) -> bool:
     """Check the files of `name` in `directory` against the manifest. Returns False where there is
-    no manifest yet (files placed by hand); raises ChecksumError naming a file that changed."""
+    no manifest yet (files placed by hand); raises ElmoFileError naming a file that changed."""
     recorded = read_manifest(directory)
     if not recorded:
         return False
@@ -119,9 +111,9 @@ def verify(directory: Path, name: str) -> bool:
         entry = recorded.get(file_name)
         path = directory / file_name
         if entry is None:
-            raise ChecksumError(f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files again")
+            raise ElmoFileError(f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files again")
         if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
-            raise ChecksumError(
+            raise ElmoFileError(
                 f"{path}: sha256 differs from the one recorded when it was stored ({entry['sha256']}): the file is "
                 f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download {name}` again"
             )
@@ -134,5 +126,5 @@ def resolve(name: str, cache: str | Path | None = None) -> tuple[Path, bool]:
     directory = model_dir(name, cache)
     for file_name, _ in published_files(name):
         if not (directory / file_name).is_file():
-            raise ModelNotCachedError(missing_message(name, directory))
+            raise ElmoFileError(missing_message(name, directory))
     return directory, verify(directory, name)

@@ -1,12 +1,12 @@
-"""The biLM's sizes, read from and written to the bilm-tf / AllenNLP options JSON."""
+"""The biLM's sizes, read from and written to the bilm-tf / AllenNLP options JSON, and its state policies."""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Literal, Tuple, get_args
 
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models
@@ -19,19 +19,26 @@ MAX_PARAMETERS = 2**30
 MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 
 
-class BiLMConfigError(ElmoFileError):
-    """An options file or dict that this package cannot build a biLM from."""
+StatePolicy = Literal["warm", "zero", "carry"]
+STATE_POLICIES: Tuple[str, ...] = get_args(StatePolicy)
+
+
+def check_state_policy(state: str) -> StatePolicy:
+    """`state` if it names a state policy ("warm", "zero", "carry"), else ElmoConfigError."""
+    if state not in STATE_POLICIES:
+        raise ElmoConfigError(f"unknown state policy {state!r}; choose one of {', '.join(STATE_POLICIES)}")
+    return state  # type: ignore[return-value]
 
 
 def read_json(path: Path) -> Any:
-    """A small JSON file (an options file or `bilm.json`); too large, not UTF-8 or not JSON -> BiLMConfigError."""
+    """A small JSON file (an options file or `bilm.json`); too large, not UTF-8 or not JSON -> ElmoFileError."""
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
-        raise BiLMConfigError(f"{path}: {size:,} bytes is too large for an options file (at most {MAX_JSON_BYTES:,})")
+        raise ElmoFileError(f"{path}: {size:,} bytes is too large for an options file (at most {MAX_JSON_BYTES:,})")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise BiLMConfigError(f"{path}: not a valid JSON options file ({type(err).__name__}: {err})") from None
+        raise ElmoFileError(f"{path}: not a valid JSON options file ({type(err).__name__}: {err})") from None
 
 
 @dataclass(frozen=True)
@@ -71,43 +78,43 @@ class BiLMOptions:
     @classmethod
     def from_dict(cls, opts: Dict[str, Any], source: str = "options") -> "BiLMOptions":
         """Validate a bilm-tf options dict: types (ints and bools are never coerced) and sizes (bounded, so
-        that nothing huge is allocated from a mistyped or hostile file). Raises BiLMConfigError naming
+        that nothing huge is allocated from a mistyped or hostile file). Raises ElmoFileError naming
         `source` and the key."""
         if not isinstance(opts, dict):
-            raise BiLMConfigError(f"{source}: expected a JSON object, got {type(opts).__name__}")
+            raise ElmoFileError(f"{source}: expected a JSON object, got {type(opts).__name__}")
         if "char_cnn" not in opts:
-            raise BiLMConfigError(
+            raise ElmoFileError(
                 f"{source}: no 'char_cnn' section. Only character-input biLMs are supported "
                 "(models with a word-embedding input layer are not)."
             )
         if "lstm" not in opts:
-            raise BiLMConfigError(f"{source}: no 'lstm' section")
+            raise ElmoFileError(f"{source}: no 'lstm' section")
 
         def as_object(value: Any, where: str) -> Dict[str, Any]:
             if not isinstance(value, dict):
-                raise BiLMConfigError(f"{source}: '{where}' must be a JSON object, got {type(value).__name__}")
+                raise ElmoFileError(f"{source}: '{where}' must be a JSON object, got {type(value).__name__}")
             return value
 
         cnn, lstm = as_object(opts["char_cnn"], "char_cnn"), as_object(opts["lstm"], "lstm")
         if opts.get("bidirectional", True) is not True:
-            raise BiLMConfigError(f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported")
+            raise ElmoFileError(f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported")
 
         def need(section: Dict[str, Any], key: str, where: str) -> Any:
             if key not in section:
-                raise BiLMConfigError(f"{source}: missing '{where}.{key}'")
+                raise ElmoFileError(f"{source}: missing '{where}.{key}'")
             return section[key]
 
         def integer(value: Any, where: str, low: int, high: int) -> int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise BiLMConfigError(f"{source}: '{where}' must be an integer, got {value!r}")
+                raise ElmoFileError(f"{source}: '{where}' must be an integer, got {value!r}")
             if not low <= value <= high:
-                raise BiLMConfigError(f"{source}: '{where}' = {value!r} is out of range: "
+                raise ElmoFileError(f"{source}: '{where}' = {value!r} is out of range: "
                                       f"it must be from {low} to {high}")
             return value
 
         def boolean(value: Any, where: str) -> bool:
             if not isinstance(value, bool):
-                raise BiLMConfigError(f"{source}: '{where}' must be true or false, got {value!r}")
+                raise ElmoFileError(f"{source}: '{where}' must be true or false, got {value!r}")
             return value
 
         max_chars = integer(cnn.get("max_characters_per_token", 50), "char_cnn.max_characters_per_token",
@@ -115,16 +122,16 @@ class BiLMOptions:
         raw_filters = need(cnn, "filters", "char_cnn")
         if (not isinstance(raw_filters, (list, tuple)) or not 0 < len(raw_filters) <= MAX_FILTERS
                 or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in raw_filters)):
-            raise BiLMConfigError(f"{source}: 'char_cnn.filters' must be a list of 1 to {MAX_FILTERS} "
+            raise ElmoFileError(f"{source}: 'char_cnn.filters' must be a list of 1 to {MAX_FILTERS} "
                                   f"[width, count] pairs, got {raw_filters!r}")
         filters = tuple((integer(w, "char_cnn.filters width", 1, MAX_DIM),
                          integer(n, "char_cnn.filters count", 1, MAX_DIM)) for w, n in raw_filters)
         if max(w for w, _ in filters) > max_chars:
-            raise BiLMConfigError(f"{source}: a filter is wider than max_characters_per_token={max_chars}")
+            raise ElmoFileError(f"{source}: a filter is wider than max_characters_per_token={max_chars}")
         n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)
         activation = cnn.get("activation", "relu")
         if activation not in ACTIVATIONS:
-            raise BiLMConfigError(
+            raise ElmoFileError(
                 f"{source}: unsupported 'char_cnn.activation' {activation!r}; supported: {', '.join(ACTIVATIONS)}"
             )
         clips = {}
@@ -135,7 +142,7 @@ class BiLMOptions:
             elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
                 clips[key] = float(value)
             else:
-                raise BiLMConfigError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
+                raise ElmoFileError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
         embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
         options = cls(
@@ -154,7 +161,7 @@ class BiLMOptions:
             extra={k: v for k, v in opts.items() if k not in known},
         )
         if options.n_parameters > MAX_PARAMETERS:
-            raise BiLMConfigError(f"{source}: these sizes make {options.n_parameters:,} parameters, more than the "
+            raise ElmoFileError(f"{source}: these sizes make {options.n_parameters:,} parameters, more than the "
                                   f"{MAX_PARAMETERS:,} this package loads (check 'lstm.dim', 'lstm.projection_dim', "
                                   "'char_cnn.filters' and 'char_cnn.n_highway')")
         return options
@@ -163,7 +170,7 @@ class BiLMOptions:
     def from_file(cls, path: Path) -> "BiLMOptions":
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"ELMo options file not found: {path}")
+            raise ElmoFileError(f"ELMo options file not found: {path}")
         return cls.from_dict(read_json(path), source=str(path))
 
     def to_dict(self) -> Dict[str, Any]:

@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..errors import ElmoFileError
 from ..bilm.files import fsync_dir, write_atomic
 from ..bilm.hub import sha256_file
+from ..errors import ElmoFileError
 
 MANIFEST = "checkpoint.json"
 MODEL_PART = "model.pt"

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Union
 
 from thinc.api import Config
 
-from ..bilm import BiLMConfigError, BiLMOptions, StatePolicy, check_state_policy
+from ..bilm import BiLMOptions, StatePolicy, check_state_policy
 from ..errors import ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
@@ -112,7 +112,7 @@ def bilm_options(config: Config) -> BiLMOptions:
             "char_cnn": {"embedding": {"dim": m["char_dim"]}, "filters": m["filters"], "n_highway": m["n_highway"],
                          "activation": m["activation"], "n_characters": 262, "max_characters_per_token": 50},
         }, source="config [model]")
-    except (BiLMConfigError, KeyError) as err:
+    except (ElmoFileError, KeyError) as err:
         raise PretrainError(str(err)) from None
 
 

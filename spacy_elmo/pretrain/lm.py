@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMInference, LSTMState, StatePolicy, batch_char_ids
+from ..bilm import BiLM, ElmoEmbedder, LSTMState, StatePolicy, batch_char_ids
 from .corpus import Batch, DevSet
 
 
@@ -69,7 +69,7 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch
 
     Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
     the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). Start states follow `policy`, as
-    `BiLMInference` applies it: "zero" or "warm" (the warm state of the weights as they are now)
+    `ElmoEmbedder` applies it: "zero" or "warm" (the warm state of the weights as they are now)
     start every sentence from that state (batches sorted by length); "carry" reads the sentences in
     order, row k of each batch starting where row k of the previous batch ended. `progress`: a
     progress bar.
@@ -79,7 +79,7 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch
     head.eval()
     if policy == "warm":
         bilm.compute_warm_state()
-    inference = BiLMInference(bilm, state=policy, cache_size=0)
+    inference = ElmoEmbedder(bilm, state=policy, cache_size=0)
     P = bilm.options.projection_dim
     totals = torch.zeros(2, dtype=torch.float64)
     batches = _carry_batches(dev, batch_size) if policy == "carry" else _length_batches(dev, batch_size)

@@ -25,9 +25,9 @@ import torch.distributed as dist
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..bilm import BiLM, LSTMState, export_hdf5, hub, load_bilm, save_bilm
-from ..errors import ElmoFileError
+from ..bilm import BiLM, ElmoEmbedder, LSTMState, export_hdf5, hub, load_bilm, save_bilm
 from ..bilm.hub import sha256_file
+from ..errors import ElmoFileError
 from . import checkpoint
 from .config import PretrainError, bilm_options, default_vocab_size, model_policy
 from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
@@ -93,7 +93,7 @@ def resolve_init(path: str) -> Path:
     if hub.is_published(path) and not p.exists():
         try:
             return hub.resolve(path)[0]
-        except (hub.ModelNotCachedError, hub.ChecksumError) as err:
+        except ElmoFileError as err:
             raise PretrainError(f"--init-from {path}: {err}") from None
     if not p.exists():
         raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
@@ -130,8 +130,7 @@ class Trainer:
             self.dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], self.vocab, self.unk)
 
         torch.manual_seed(t["seed"])
-        bilm = load_bilm(init_dir) if init_dir else BiLM(bilm_options(config))
-        bilm.state_policy = self.policy
+        bilm = load_bilm(init_dir).bilm if init_dir else BiLM(bilm_options(config))
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         s = config["softmax"]
         try:
@@ -391,7 +390,7 @@ class Trainer:
             "tokens_per_s": self.progress.tokens / max(self.progress.train_seconds, 1e-9),
             "corpus": self.corpus_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]), "dev": dev,
-            "weights_sha256": sha256_file(model_dir / "weights.pt"), "fingerprint": bilm.fingerprint(),
+            "weights_sha256": sha256_file(model_dir / "weights.pt"), "fingerprint": ElmoEmbedder(bilm, self.policy).fingerprint(),
         }
         (model_dir / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
         if self.t["export_hdf5"]:

@@ -1,53 +1,43 @@
-"""Inference on a `BiLM`: the state policy, the carried state, the token cache, regrouping by length
-and the packed path.
+"""Token texts -> ELMo layers: a `BiLM` network run under a state policy, with its caches.
 
-`BiLMInference` takes the module and holds everything derived from its weights (token cache, the
-state after the boundary steps, the fingerprint) and the state carried between calls. What is
-derived is dropped when `BiLM.weights_key()` or `BiLM.warm_key` changes, so it follows loads,
-`invalidate()` and moves between devices and dtypes without hooking into torch.
+`ElmoEmbedder` is what `load_bilm` returns. It owns the network (`.bilm`) and everything inference
+derives from it: the token-layer cache, the state after the boundary steps, the fingerprint and the
+state carried between calls. What is derived is dropped when `BiLM.state_key()` changes (new weights,
+a warm state recomputed, another device or dtype).
 """
 from __future__ import annotations
 
 import hashlib
 from itertools import islice
-from typing import TYPE_CHECKING, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple, Union, get_args
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..errors import ElmoConfigError
 from .cache import TokenLayerCache
 from .chars import BOS_TOKEN, EOS_TOKEN, batch_char_ids, words_char_ids
 from .lstm import LSTMState
+from .model import BiLM, BiLMOutput
+from .options import BiLMOptions, StatePolicy, check_state_policy
 from .schedule import batches_by_length, direction_trees, word_index
 
-if TYPE_CHECKING:
-    from .model import BiLM, BiLMOutput
-
-StatePolicy = Literal["warm", "zero", "carry"]
-STATE_POLICIES: Tuple[str, ...] = get_args(StatePolicy)
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
 
 
-def check_state_policy(state: str) -> StatePolicy:
-    """`state` if it names a state policy ("warm", "zero", "carry"), else a ValueError."""
-    if state not in STATE_POLICIES:
-        raise ValueError(f"unknown state policy {state!r}; choose one of {', '.join(STATE_POLICIES)}")
-    return state  # type: ignore[return-value]
-
-
 def check_batch_size(batch_size: int) -> int:
-    """`batch_size` if it is a positive int, else a ValueError.
+    """`batch_size` if it is a positive int, else ElmoConfigError.
 
-    It bounds memory, not the result: a compute batch holds at most `8 * batch_size` sentences and
-    `256 * batch_size` tokens (packed, no padding), and `embed_iter` regroups sentences by length
-    within windows of `8 * batch_size`. Under "carry" it is the number of rows (bilm-tf's batch).
+    A memory bound, not a setting of the result: a compute batch holds at most `8 * batch_size`
+    sentences and `256 * batch_size` tokens (packed, no padding), and `embed_iter` regroups sentences
+    by length within windows of `8 * batch_size`. Under "carry" it is the number of rows (bilm-tf's batch).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
 
 
@@ -61,25 +51,43 @@ def _check_sentence(sent, i: int) -> List[str]:
     return sent
 
 
-class BiLMInference:
-    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence through `bilm`, under a state policy.
+class ElmoEmbedder(nn.Module):
+    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence through `bilm`, under `state_policy`.
 
-    "warm" starts every sentence from the module's warm state, "zero" from zeros: outputs then do
-    not depend on neighbours, so sentences are regrouped by length, packed, their token layers
-    cached and shared prefixes stepped once. "carry" is bilm-tf's stateful mode: row i of a call
-    starts where row i of the previous call ended (exact parity: rows as given, no cache).
+    "warm" starts every sentence from the network's warm state, "zero" from zeros: outputs then do not
+    depend on neighbours, so sentences are regrouped by length, packed, their token layers cached and
+    shared prefixes stepped once. "carry" is bilm-tf's stateful mode: row i of a call starts where row i
+    of the previous call ended (exact parity: rows and batches as given, no cache).
     """
 
-    def __init__(self, bilm: BiLM, state: str = "warm", cache_size: int = 50_000):
+    def __init__(self, bilm: BiLM, state: StatePolicy = "warm", cache_size: int = 50_000):
+        super().__init__()
         self.bilm = bilm
         self._state_policy = check_state_policy(state)
         self.token_cache = TokenLayerCache(cache_size, bilm.options.projection_dim)
         self._carried: Optional[LSTMState] = None
         self._after_boundary: dict = {}
         self._fingerprint: Optional[str] = None
-        self._derived_from = (bilm.weights_key(), bilm.warm_key)
+        self._derived_from = bilm.state_key()
 
-    # ------------------------------------------------------------------ state
+    @property
+    def options(self) -> BiLMOptions:
+        return self.bilm.options
+
+    @property
+    def num_output_layers(self) -> int:
+        """`n_layers + 1`: the token layer and each LSTM layer."""
+        return self.bilm.num_output_layers
+
+    @property
+    def output_dim(self) -> int:
+        """`2 * projection_dim`, the width of every output layer."""
+        return self.bilm.output_dim
+
+    @property
+    def device(self) -> torch.device:
+        return self.bilm.device
+
     @property
     def state_policy(self) -> StatePolicy:
         return self._state_policy
@@ -93,28 +101,21 @@ class BiLMInference:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
         self._carried = None
 
-    def clear(self) -> None:
-        """Drop everything derived from the weights, and the carried state."""
-        self.token_cache.clear()
-        self._carried = None
-        self._after_boundary = {}
-        self._fingerprint = None
-
     def _follow_weights(self) -> None:
-        """Drop what was derived from other weights (or another device or dtype), or another warm state."""
-        weights, warm = self.bilm.weights_key(), self.bilm.warm_key
-        if weights != self._derived_from[0]:
-            self.clear()
-        elif warm != self._derived_from[1]:
+        """Drop what was derived from other weights, another warm state, device or dtype."""
+        key = self.bilm.state_key()
+        if key != self._derived_from:
+            self.token_cache.clear()
+            self._carried = None
             self._after_boundary = {}
             self._fingerprint = None
-        self._derived_from = (weights, warm)
+            self._derived_from = key
 
     def fingerprint(self) -> str:
-        """sha256 over the options and every parameter and buffer: identifies the model's outputs."""
+        """sha256 over the options and every parameter and buffer of the network: identifies its outputs."""
         self._follow_weights()
         if self._fingerprint is None:
-            h = hashlib.sha256(repr(sorted(self.bilm.options.sizes().items())).encode())
+            h = hashlib.sha256(repr(sorted(self.options.sizes().items())).encode())
             for name, t in self.bilm.state_dict().items():
                 h.update(name.encode())
                 h.update(t.detach().cpu().contiguous().numpy().tobytes())
@@ -122,13 +123,13 @@ class BiLMInference:
         return self._fingerprint
 
     def initial_state(self, batch: int, policy: Optional[str] = None) -> LSTMState:
-        """The start state of a batch of `batch` rows under `policy` (default: this one's):
+        """The start state of `batch` rows under `policy` (default: this one's):
         `h (n_layers, 2, batch, P)`, `c (n_layers, 2, batch, D)`."""
-        self._follow_weights()
         policy = check_state_policy(policy or self._state_policy)
         bilm = self.bilm
         if policy == "warm":
             return bilm.warm_state(batch)
+        self._follow_weights()
         if policy == "carry" and self._carried is not None:
             h, c = self._carried
             zero = bilm.lstm.zero_state(batch, bilm.device, h.dtype)
@@ -143,7 +144,7 @@ class BiLMInference:
         under "carry" the final state is kept for the next call (rows beyond a smaller batch keep
         theirs, AllenNLP's semantics)."""
         carry = self._state_policy == "carry"
-        out = self.bilm.forward(char_ids, mask, self.initial_state(char_ids.shape[0]), return_state=carry)
+        out = self.bilm(char_ids, mask, self.initial_state(char_ids.shape[0]), return_state=carry)
         if carry:
             self._carried = self._merge_carried(out.lstm_state)
         return out
@@ -158,10 +159,9 @@ class BiLMInference:
         c[:, :, :n] = lstm_state.c
         return LSTMState(h, c)
 
-    # ------------------------------------------------------------------ token texts
     def _encode_words(self, words: List[str]) -> Tensor:
         """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
-        encoder, options, device = self.bilm.token_encoder, self.bilm.options, self.bilm.device
+        encoder, options, device = self.bilm.token_encoder, self.options, self.device
         if not words:
             return encoder.w_proj.new_zeros(0, options.projection_dim)
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
@@ -177,22 +177,20 @@ class BiLMInference:
         return self.token_cache.lookup(words, self._encode_words)
 
     def _boundary_step(self, policy: str) -> LSTMState:
-        """The state after the first step of each direction (over `<S>` forward, over `</S>`
-        backward): under a fixed start state it is the same for every sentence, so it is computed
-        once per policy. Batch size 1."""
+        """The state after the first step of each direction (over `<S>` forward, over `</S>` backward):
+        under a fixed start state the same for every sentence, so computed once per policy. Batch 1."""
         if policy not in self._after_boundary:
             x = self._token_layer_of([BOS_TOKEN, EOS_TOKEN])  # (2, P)
-            first = torch.zeros(1, dtype=torch.long, device=self.bilm.device)
+            first = torch.zeros(1, dtype=torch.long, device=self.device)
             _, lstm_state = self.bilm.lstm.run_directions(x.view(2, 1, 1, -1), self.initial_state(1, policy), first)
             self._after_boundary[policy] = lstm_state
         return self._after_boundary[policy]
 
     def _run_packed(self, sentences: Sequence[Sequence[str]]) -> List[Tensor]:
-        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens,
-        through the packed recurrence from the state after the boundary steps. That state is the
-        same for every sentence, so each direction steps each distinct prefix (in its reading order)
-        once: shared first words forward, shared last words backward, repeated sentences."""
-        device = self.bilm.device
+        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens, through
+        the packed recurrence from the state after the boundary steps. That state is the same for every
+        sentence, so each direction steps each distinct prefix (in its reading order) once."""
+        device = self.device
         lengths = np.array([len(s) for s in sentences])
         words, index = word_index(sentences)  # index (B, T)
         trees, nodes = direction_trees(index, lengths, device)
@@ -211,15 +209,15 @@ class BiLMInference:
 
     def _run_carry(self, sentences: Sequence[Sequence[str]]) -> Tensor:
         """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`."""
-        device = self.bilm.device
+        device = self.device
         lengths = torch.tensor([len(s) + 2 for s in sentences], device=device)
         mask = torch.arange(int(lengths.max()), device=device).unsqueeze(0) < lengths.unsqueeze(1)
-        ids = torch.from_numpy(batch_char_ids(sentences, self.bilm.options.max_characters_per_token))
+        ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
         return self.forward(ids.to(device), mask).layers
 
     def _empty(self, as_tensor: bool):
-        shape = (self.bilm.num_output_layers, 0, self.bilm.output_dim)
-        return torch.zeros(shape, device=self.bilm.device) if as_tensor else np.zeros(shape, dtype=np.float32)
+        shape = (self.num_output_layers, 0, self.output_dim)
+        return torch.zeros(shape, device=self.device) if as_tensor else np.zeros(shape, dtype=np.float32)
 
     @staticmethod
     def _convert(layers: Tensor, as_tensor: bool):
@@ -239,11 +237,14 @@ class BiLMInference:
 
     def _check_eval(self) -> None:
         if self.bilm.training:
-            raise RuntimeError("embed needs eval mode: call bilm.eval() first")
+            raise RuntimeError("embed needs eval mode: call .eval() first")
 
     def embed_iter(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
                    as_tensor: bool = False) -> Iterator[Union[np.ndarray, Tensor]]:
-        """See `BiLM.embed_iter`."""
+        """Lazily embed a stream of token lists, in input order: one array per sentence,
+        `(n_layers + 1, n_tokens, 2 * projection_dim)` float32 (numpy, or torch on the model's device
+        with `as_tensor=True`). `batch_size`: see `check_batch_size`. Raises TypeError for a sentence
+        that is not a list of str."""
         check_batch_size(batch_size)
         carry = self._state_policy == "carry"
         size = batch_size if carry else batch_size * WINDOW_BATCHES
@@ -264,7 +265,8 @@ class BiLMInference:
             yield from arrays
 
     def embed(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> List[np.ndarray]:
-        """See `BiLM.embed`."""
+        """Embed token lists: one float32 array `(n_layers + 1, n_tokens, 2 * projection_dim)` each;
+        sentence boundaries removed, layer 0 the token layer written twice, `[x; x]`."""
         sentences = [_check_sentence(s, i) for i, s in enumerate(sentences)]
         if self._state_policy == "carry" or not sentences:
             return list(self.embed_iter(sentences, batch_size))

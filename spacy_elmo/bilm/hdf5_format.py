@@ -1,0 +1,205 @@
+"""The bilm-tf / AllenNLP weight file layout (`dump_weights`): read, checked, converted, written.
+
+Files are untrusted: every dataset is checked from its metadata (float, the shape the options imply,
+stored in this file, written) before any is read, and values must be finite. What cannot be read is
+one ElmoFileError naming the file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Iterator, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..errors import ElmoFileError
+from .embedder import ElmoEmbedder
+from .lstm import gates_to_internal, gates_to_tf
+from .model import BiLM
+from .options import BiLMOptions
+
+PathLike = Union[str, Path]
+
+
+def _cell(d: int, l: int) -> str:
+    return f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+
+
+def expected_shapes(opts: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
+    """Every dataset of a bilm-tf weight file for `opts`, with its shape."""
+    F, P, D, E = opts.n_filters, opts.projection_dim, opts.lstm_dim, opts.char_dim
+    shapes: Dict[str, Tuple[int, ...]] = {"char_embed": (261, E)}
+    for i, (w, n) in enumerate(opts.filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, w, E, n)
+        shapes[f"CNN/b_cnn_{i}"] = (n,)
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            shapes[f"CNN_high_{k}/W_{m}"] = (F, F)
+            shapes[f"CNN_high_{k}/b_{m}"] = (F,)
+    shapes["CNN_proj/W_proj"] = (F, P)
+    shapes["CNN_proj/b_proj"] = (P,)
+    for d in range(2):
+        for l in range(opts.n_layers):
+            shapes[f"{_cell(d, l)}/W_0"] = (2 * P, 4 * D)
+            shapes[f"{_cell(d, l)}/B"] = (4 * D,)
+            shapes[f"{_cell(d, l)}/W_P_0"] = (D, P)
+    return shapes
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency
+        raise ImportError("reading bilm-tf weight files needs h5py: pip install h5py") from None
+    return h5py
+
+
+def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str) -> None:
+    """Refuse NaN or infinite weights: the one check every weight source goes through."""
+    if not bool(torch.isfinite(torch.as_tensor(values)).all()):
+        raise ElmoFileError(f"{source}: '{name}' holds NaN or infinite values")
+
+
+def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str):
+    """The dataset `name` of the open file `f`, checked from its metadata alone (nothing is read): reached
+    through hard links only, float16/32/64, of `shape`, stored in this file and written."""
+    h5py = _h5py()
+    node = f
+    for part in name.split("/"):
+        link = node.get(part, getlink=True)
+        if link is None:
+            raise ElmoFileError(f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})")
+        if not isinstance(link, h5py.HardLink):
+            # a soft link may dangle or lead through an external one: weight files hold their datasets themselves
+            target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else getattr(link, "path", "?")
+            raise ElmoFileError(f"{path}: '{name}' is reached through a {type(link).__name__} to {target} "
+                                  "(dangling, or external to the file); a weight file must hold its datasets itself")
+        node = node[part]
+    if not isinstance(node, h5py.Dataset):
+        raise ElmoFileError(f"{path}: '{name}' is a {type(node).__name__}, not a dataset")
+    if node.dtype.kind != "f" or node.dtype.itemsize not in (2, 4, 8):
+        raise ElmoFileError(f"{path}: dataset '{name}' has dtype {node.dtype}; weights must be float16, float32 or float64")
+    if tuple(node.shape) != shape:
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' has shape {tuple(node.shape)} but {options_path} implies {shape}; "
+            "the options file and the weights do not belong together"
+        )
+    plist = node.id.get_create_plist()
+    if node.is_virtual or plist.get_external_count():
+        raise ElmoFileError(f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
+                              "storage); a weight file must not read other files")
+    stored = node.id.get_storage_size()
+    if stored < node.nbytes and (stored == 0 or plist.get_nfilters() == 0):
+        raise ElmoFileError(f"{path}: dataset '{name}' is declared with shape {shape} but never written "
+                              f"({stored} of {node.nbytes} bytes stored)")
+    return node
+
+
+def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
+    """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is read."""
+    h5py = _h5py()
+    if not path.is_file():
+        raise ElmoFileError(f"ELMo weight file not found: {path}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as err:
+        raise ElmoFileError(f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})") from None
+    arrays: Dict[str, np.ndarray] = {}
+    with f:
+        name = "/"
+        try:  # h5py raises KeyError, RuntimeError, OSError, ... for a corrupt file
+            datasets = {}
+            for name, shape in expected_shapes(opts).items():
+                datasets[name] = _dataset(f, name, path, shape, options_path)
+            for name, ds in datasets.items():
+                arrays[name] = np.asarray(ds[...], dtype=np.float32)
+        except ElmoFileError:
+            raise
+        except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+            raise ElmoFileError(f"{path}: '{name}' cannot be read, truncated or corrupt? "
+                                  f"({type(err).__name__}: {err})") from None
+    for name, arr in arrays.items():
+        check_finite(arr, str(path), name)
+    return arrays
+
+
+def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[str, torch.Tensor]:
+    t = torch.from_numpy
+    P = opts.projection_dim
+    sd: Dict[str, torch.Tensor] = {
+        "token_encoder.char_embedding.weight": t(np.concatenate([np.zeros_like(arrays["char_embed"][:1]),
+                                                                  arrays["char_embed"]])),
+        "token_encoder.w_proj": t(arrays["CNN_proj/W_proj"]),
+        "token_encoder.b_proj": t(arrays["CNN_proj/b_proj"]),
+    }
+    for i in range(len(opts.filters)):
+        sd[f"token_encoder.convs.{i}.weight"] = t(np.ascontiguousarray(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)))
+        sd[f"token_encoder.convs.{i}.bias"] = t(arrays[f"CNN/b_cnn_{i}"])
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            sd[f"token_encoder.highways.{k}.w_{m}"] = t(arrays[f"CNN_high_{k}/W_{m}"])
+            sd[f"token_encoder.highways.{k}.b_{m}"] = t(arrays[f"CNN_high_{k}/b_{m}"])
+    for l in range(opts.n_layers):
+        w0 = np.stack([arrays[f"{_cell(d, l)}/W_0"] for d in range(2)])
+        D = opts.lstm_dim
+        sd[f"lstm.layers.{l}.w_input"] = gates_to_internal(t(w0[:, :P]), D).contiguous()
+        sd[f"lstm.layers.{l}.w_hidden"] = gates_to_internal(t(w0[:, P:]), D).contiguous()
+        sd[f"lstm.layers.{l}.bias"] = gates_to_internal(t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)])), D)
+        sd[f"lstm.layers.{l}.w_proj"] = t(np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)]))
+    return sd
+
+
+def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
+    opts = bilm.options
+    sd = {k: v.detach().cpu().float() for k, v in bilm.state_dict().items()}
+    for l in range(opts.n_layers):
+        for name in ("w_input", "w_hidden", "bias"):
+            key = f"lstm.layers.{l}.{name}"
+            sd[key] = gates_to_tf(sd[key], opts.lstm_dim)
+    sd = {k: v.numpy() for k, v in sd.items()}
+    out: Dict[str, np.ndarray] = {
+        "char_embed": sd["token_encoder.char_embedding.weight"][1:],
+        "CNN_proj/W_proj": sd["token_encoder.w_proj"],
+        "CNN_proj/b_proj": sd["token_encoder.b_proj"],
+    }
+    for i in range(len(opts.filters)):
+        out[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
+        out[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
+    for k in range(opts.n_highway):
+        for m in ("transform", "carry"):
+            out[f"CNN_high_{k}/W_{m}"] = sd[f"token_encoder.highways.{k}.w_{m}"]
+            out[f"CNN_high_{k}/b_{m}"] = sd[f"token_encoder.highways.{k}.b_{m}"]
+    for l in range(opts.n_layers):
+        for d in range(2):
+            out[f"{_cell(d, l)}/W_0"] = np.concatenate([sd[f"lstm.layers.{l}.w_input"][d],
+                                                        sd[f"lstm.layers.{l}.w_hidden"][d]])
+            out[f"{_cell(d, l)}/B"] = sd[f"lstm.layers.{l}.bias"][d]
+            out[f"{_cell(d, l)}/W_P_0"] = sd[f"lstm.layers.{l}.w_proj"][d]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def export_hdf5(model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None) -> Tuple[Path, Path]:
+    """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
+    AllenNLP and bilm-tf load; returns the two paths."""
+    bilm = model.bilm if isinstance(model, ElmoEmbedder) else model
+    h5py = _h5py()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
+    weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
+    options_path.write_text(json.dumps(bilm.options.to_dict(), indent=2), encoding="utf-8")
+    with h5py.File(weights_path, "w") as f:
+        for name, arr in _state_dict_to_tf(bilm).items():
+            f.create_dataset(name, data=arr)
+    return options_path, weights_path
+
+
+def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
+    """Every dataset of an hdf5 file as `(name, array)` (for comparisons and `info`)."""
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        names = []
+        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in sorted(names):
+            yield name, f[name][...]

@@ -1,0 +1,53 @@
+"""`load_bilm`: a published name, a directory or a file pair -> an `ElmoEmbedder` in eval mode."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ElmoResourceError
+from . import hub
+from .embedder import ElmoEmbedder
+from .hdf5_format import read_hdf5, tf_to_state_dict
+from .locate import ModelPath, locate
+from .model import BiLM
+from .options import BiLMOptions, StatePolicy, check_state_policy
+from .own_format import load_own
+
+
+def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_size: int = 50_000) -> ElmoEmbedder:
+    """Load a biLM for inference (eval mode).
+
+    `path`: anything `locate` takes: a directory with an options JSON and one `.hdf5` weight file
+    (bilm-tf / AllenNLP layout, published or plain names), an `(options_file, weight_file)` pair, a
+    directory saved by `save_bilm`, or the name of a published model (`small`, `medium`, `original`,
+    `original-5.5b`) stored in the cache by `python -m spacy_elmo download NAME`. `state`: "warm"
+    (default for hdf5 weights), "zero" or "carry"; a saved model keeps its policy unless one is given.
+    `cache_size`: rows of the token-layer cache. Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
+    """
+    if state is not None:
+        check_state_policy(state)
+    files = locate(path, verify=True)
+    with _memory(files.weights):
+        if files.kind == "own":
+            embedder = load_own(files.config.parent, state, cache_size)
+        else:
+            options = BiLMOptions.from_file(files.config)
+            arrays = read_hdf5(files.weights, options, str(files.config))
+            bilm = BiLM(options)
+            bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
+            embedder = ElmoEmbedder(bilm, state or "warm", cache_size)
+            if embedder.state_policy == "warm":
+                bilm.compute_warm_state()
+    if files.published and not files.verified:  # files placed by hand: trusted now that they load, checked from now on
+        hub.record(files.config.parent, files.published, {f: "placed by hand" for f, _ in hub.published_files(files.published)})
+    return embedder
+
+
+@contextmanager
+def _memory(source: Path):
+    """MemoryError while loading -> ElmoResourceError naming the file."""
+    try:
+        yield
+    except MemoryError:
+        raise ElmoResourceError(f"{source}: not enough memory to load this biLM") from None

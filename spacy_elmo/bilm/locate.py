@@ -1,0 +1,118 @@
+"""Where a model's files are: `locate` turns anything `load_bilm` accepts (a published name, a directory
+in either format, an `(options, weights)` pair) into a `ModelFiles`, reading nothing but directory
+listings (and, where asked, the cache manifest's checksums). Every entry point finds files through it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+from ..errors import ElmoConfigError, ElmoFileError
+from . import hub
+from .options import read_json
+from .own_format import OWN_CONFIG, OWN_WEIGHTS
+
+ModelPath = Union[str, Path, Tuple[Union[str, Path], Union[str, Path]]]
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """One model's files: `kind` "own" (`bilm.json` + `weights.pt`) or "hdf5" (options JSON + bilm-tf
+    weights); `published`: the name it was found under, with `verified` False while its files were placed
+    by hand and not yet recorded in the cache manifest."""
+
+    kind: str
+    config: Path
+    weights: Path
+    published: Optional[str] = None
+    verified: bool = True
+
+    @property
+    def paths(self) -> List[Path]:
+        """The config (options) file, then the weights."""
+        return [self.config, self.weights]
+
+
+def _listing(directory: Path) -> List[Path]:
+    """The files in `directory`, sorted; an unlistable directory says so (a glob would report it empty)."""
+    try:
+        return sorted(p for p in directory.iterdir() if p.is_file())
+    except PermissionError:
+        raise ElmoFileError(f"{directory}: permission denied: the directory cannot be listed") from None
+
+
+def _stem(name: str, suffix: str) -> Optional[str]:
+    """`<stem>` of a published file name `elmo_<stem><suffix>`, else None."""
+    return name[len("elmo_"): -len(suffix)] if name.startswith("elmo_") and name.endswith(suffix) else None
+
+
+def _looks_like_options(path: Path) -> bool:
+    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections."""
+    if fnmatch(path.name, "*options*.json"):
+        return True
+    try:
+        opts = read_json(path)
+    except ElmoFileError:
+        return False
+    return isinstance(opts, dict) and "lstm" in opts and "char_cnn" in opts
+
+
+def _one(found: Sequence[Path], directory: Path, what: str) -> Optional[Path]:
+    if len(found) > 1:
+        raise ElmoFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
+                              "ambiguous; pass an (options_file, weight_file) pair")
+    return found[0] if found else None
+
+
+def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
+    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair.
+
+    Exactly one file must look like an options file; published names must agree on their stem."""
+    files = _listing(directory)
+    jsons = [p for p in files if p.suffix == ".json"]
+    options = _one([p for p in jsons if _looks_like_options(p)], directory, "options JSON")
+    if options is None:
+        looked = f" (looked at {', '.join(p.name for p in jsons)}: none has 'lstm' and 'char_cnn')" if jsons else ""
+        raise ElmoFileError(f"{directory}: no options file found{looked}")
+    stem = _stem(options.name, "_options.json")
+    published = [p for p in files if fnmatch(p.name, "elmo_*_weights.hdf5")]
+    if stem is not None and published:
+        weights = next((p for p in published if _stem(p.name, "_weights.hdf5") == stem), None)
+        if weights is None:
+            raise ElmoFileError(f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
+                                  f"{', '.join(p.name for p in published)} (mismatched stems); "
+                                  "pass an (options_file, weight_file) pair")
+        return options, weights
+    for pattern in ("elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"):
+        weights = _one([p for p in files if fnmatch(p.name, pattern)], directory, "hdf5 weight")
+        if weights is not None:
+            return options, weights
+    raise ElmoFileError(f"{directory}: no hdf5 weight file found (looked for *.hdf5)")
+
+
+def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
+    """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here), a
+    directory (this project's format, or an options JSON + one `.hdf5`, published or plain names) or an
+    `(options_file, weight_file)` pair. `verify`: check a cached model's files against the manifest's sha256.
+    Raises ElmoFileError (missing, ambiguous, changed files) or ElmoConfigError (not a path or a pair)."""
+    if hub.is_published(path) and not Path(path).exists():
+        directory = hub.model_dir(path)
+        names = [f for f, _ in hub.published_files(path)]
+        if not all((directory / f).is_file() for f in names):
+            raise ElmoFileError(hub.missing_message(path, directory))
+        verified = hub.verify(directory, path) if verify else True
+        return ModelFiles("hdf5", directory / names[0], directory / names[1], published=path, verified=verified)
+    if isinstance(path, (tuple, list)):
+        if len(path) != 2:
+            raise ElmoConfigError(f"pass (options_file, weight_file), got {len(path)} paths")
+        return ModelFiles("hdf5", Path(path[0]), Path(path[1]))
+    directory = Path(path)
+    if not directory.exists():
+        raise ElmoFileError(f"ELMo weights not found: {directory}")
+    if not directory.is_dir():
+        raise ElmoConfigError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
+    if (directory / OWN_CONFIG).is_file():
+        return ModelFiles("own", directory / OWN_CONFIG, directory / OWN_WEIGHTS)
+    return ModelFiles("hdf5", *resolve_hdf5_pair(directory))

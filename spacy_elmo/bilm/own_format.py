@@ -1,0 +1,118 @@
+"""This project's own model format: a directory with `bilm.json` (options, default state policy) and
+`weights.pt`, a plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling of code).
+
+Sizes are checked against what the file holds before the network is built, names, dtypes, shapes and
+values after; what cannot be read is one ElmoFileError naming the file.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import BinaryIO, Dict, Optional, Union
+
+import torch
+
+from ..errors import ElmoFileError
+from .embedder import ElmoEmbedder
+from .files import atomic_path, write_atomic
+from .hdf5_format import check_finite
+from .model import BiLM
+from .options import BiLMOptions, StatePolicy, check_state_policy, read_json
+
+OWN_CONFIG = "bilm.json"
+OWN_WEIGHTS = "weights.pt"
+OWN_FORMAT = "spacy_elmo.bilm"
+OWN_VERSION = 1
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], state: Optional[StatePolicy] = None) -> Path:
+    """Save in this project's format: `bilm.json` + `weights.pt`, each file written whole; the warm state
+    is computed if needed and saved. `state` sets the policy `load_bilm` applies (default: the embedder's
+    current one, "warm" for a bare network)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    network = model.bilm if isinstance(model, ElmoEmbedder) else model
+    network.warm_state(1)  # computed unless current
+    policy = state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
+    config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": network.options.to_dict(),
+              "state": check_state_policy(policy)}
+    state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
+    with atomic_path(directory / OWN_WEIGHTS) as tmp:  # each file whole, never half written
+        torch.save(state_dict, tmp)
+    write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
+    return directory
+
+
+def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch.Tensor]:
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`).
+    Anything else -> ElmoFileError naming `source`."""
+    try:
+        state_dict = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
+        # torch's message spans lines and suggests weights_only=False (never do that): keep its cause only
+        cause = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", str(err), re.S)
+        detail = " ".join(cause.group(1).split()) if cause else str(err).strip().split("\n")[0]
+        if "Unsupported global" in detail:
+            raise ElmoFileError(f"{source}: refused: it holds Python objects other than tensors, and this "
+                                  f"package never unpickles them ({detail})") from None
+        raise ElmoFileError(f"{source}: not a readable torch state dict ({type(err).__name__}: {detail})") from None
+    if not isinstance(state_dict, dict):
+        raise ElmoFileError(f"{source}: expected a dict of tensors, got {type(state_dict).__name__}")
+    for name, tensor in state_dict.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            kind = f"{tensor.layout} tensor" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ElmoFileError(f"{source}: entry {name!r} is a {kind}, not a named dense tensor")
+    return state_dict
+
+
+def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor], source: str, state: StatePolicy,
+                         cache_size: int) -> ElmoEmbedder:
+    """An embedder whose network holds `state_dict`: names, dense float tensors, shapes and finite values are checked. The biLM is
+    built only once the file stores at least 2 bytes (float16) per parameter of the options, so sizes that the
+    weights do not have allocate nothing (tensors that view one storage count it once)."""
+    stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state_dict.values()}.values())
+    if stored < 2 * opts.n_parameters:
+        raise ElmoFileError(f"{source}: stores {stored:,} bytes of weights, too few for the {opts.n_parameters:,} "
+                              "parameters its options imply; the options and the weights do not belong together")
+    bilm = BiLM(opts)
+    own = bilm.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    if missing or unexpected:
+        raise ElmoFileError(f"{source}: tensors missing {missing[:5]} / unexpected {unexpected[:5]}")
+    for name, tensor in state_dict.items():
+        if tensor.dtype not in FLOAT_DTYPES:
+            raise ElmoFileError(f"{source}: '{name}' is a {tensor.dtype} tensor; weights must be float")
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise ElmoFileError(
+                f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the options imply {tuple(own[name].shape)}"
+            )
+        check_finite(tensor, source, name)
+    bilm.load_state_dict(state_dict)
+    bilm.mark_warm_state_current()
+    return ElmoEmbedder(bilm, state, cache_size)
+
+
+def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
+    """A directory written by `save_bilm` -> an embedder (`state`: None keeps the saved policy)."""
+    config_path = directory / OWN_CONFIG
+    config = read_json(config_path)
+    if not isinstance(config, dict):
+        raise ElmoFileError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
+    if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
+        raise ElmoFileError(
+            f"{config_path}: expected format {OWN_FORMAT!r} version {OWN_VERSION}, "
+            f"got {config.get('format')!r} version {config.get('version')!r}"
+        )
+    opts = BiLMOptions.from_dict(config.get("options"), source=str(config_path))
+    try:
+        policy = check_state_policy(state or config.get("state", "warm"))
+    except ValueError as err:
+        raise ElmoFileError(f"{config_path}: {err}") from None
+    weights_path = directory / OWN_WEIGHTS
+    if not weights_path.is_file():
+        raise ElmoFileError(f"ELMo weight file not found: {weights_path}")
+    return bilm_from_state_dict(opts, read_state_dict(weights_path, str(weights_path)), str(weights_path), policy,
+                                cache_size)
