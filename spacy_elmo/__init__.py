@@ -1,10 +1,10 @@
 """ELMo for spaCy: a PyTorch biLM that loads the published weights, and spaCy components on it."""
-from .bilm import BiLM, BiLMOptions, export_hdf5, load_bilm, save_bilm
+from .bilm import BiLM, BiLMOptions, ElmoEmbedder, export_hdf5, load_bilm, save_bilm
 from .embed_output import open_embeddings
 from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError, ElmoResumeError
 
 __version__ = "0.1.0"
 __all__ = [
-    "BiLM", "BiLMOptions", "ElmoConfigError", "ElmoError", "ElmoFileError", "ElmoResourceError", "ElmoResumeError",
-    "export_hdf5", "load_bilm", "open_embeddings", "save_bilm", "__version__",
+    "BiLM", "BiLMOptions", "ElmoConfigError", "ElmoEmbedder", "ElmoError", "ElmoFileError", "ElmoResourceError",
+    "ElmoResumeError", "export_hdf5", "load_bilm", "open_embeddings", "save_bilm", "__version__",
 ]
