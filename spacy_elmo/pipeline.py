@@ -13,9 +13,8 @@ the key covers it): the biLM is frozen, so a training corpus is embedded once, n
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import srsly
@@ -27,10 +26,13 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from .bilm import BiLM, ElmoFileError, hub, locate
+from .bilm import ElmoEmbedder, hub, locate
 from .bilm.threads import check_threads, torch_threads
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
-from .layers import get_bilm, load_weights, register_pipeline
+from .errors import ElmoFileError
+from .feature_cache import FeatureCache
+from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
+from .windows import Window, rule_sentences, windows_of
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -43,98 +45,8 @@ token_cache_size = 50000
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
-SENTENCE_END = frozenset(".!?\u2026")
-CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb"])
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
-
-
-class Window(NamedTuple):
-    """One biLM input over a Doc's non-whitespace tokens: positions `[start, end)`; the outputs
-    at `[keep_start, keep_end)` are kept (the rest is context shared with the neighbouring windows)."""
-
-    start: int
-    end: int
-    keep_start: int
-    keep_end: int
-
-
-def rule_sentences(texts: Sequence[str]) -> List[Tuple[int, int]]:
-    """`[start, end)` ranges that end after sentence-final punctuation (and any closing quotes)."""
-    out, start, i, n = [], 0, 0, len(texts)
-    while i < n:
-        text = texts[i]
-        i += 1
-        if text and all(c in SENTENCE_END for c in text):
-            while i < n and texts[i] in CLOSING:
-                i += 1
-            out.append((start, i))
-            start = i
-    if start < n:
-        out.append((start, n))
-    return out
-
-
-def windows_of(sentences: Iterable[Tuple[int, int]], max_length: int) -> List[Window]:
-    """Sentences -> biLM inputs of at most `max_length` tokens; a longer sentence becomes overlapping
-    windows with `max_length // 4` tokens of context on each side of the part that is kept."""
-    context = max_length // 4
-    step = max_length - 2 * context
-    out = []
-    for a, b in sentences:
-        if b - a <= max_length:
-            out.append(Window(a, b, a, b))
-            continue
-        k = a
-        while k < b:
-            keep_end = min(k + step, b)
-            start, end = max(a, k - context), min(b, keep_end + context)
-            if start == a:
-                end = min(b, a + max_length)
-            if end == b:
-                start = max(a, b - max_length)
-            out.append(Window(start, end, k, keep_end))
-            k = keep_end
-    return out
-
-
-class FeatureCache:
-    """An LRU cache of read-only arrays bounded by their total size in bytes (0 disables it).
-    Safe to share between threads: every change happens under a lock."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.entries: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
-        self.nbytes = 0
-        self.hits = self.misses = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def get(self, key: Hashable) -> Optional[np.ndarray]:
-        with self._lock:
-            value = self.entries.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self.entries.move_to_end(key)
-            self.hits += 1
-            return value
-
-    def put(self, key: Hashable, value: np.ndarray) -> None:
-        with self._lock:
-            if value.nbytes > self.max_bytes or key in self.entries:
-                return
-            while self.nbytes + value.nbytes > self.max_bytes:
-                self.nbytes -= self.entries.popitem(last=False)[1].nbytes
-            self.entries[key] = value
-            self.nbytes += value.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self.entries.clear()
-            self.nbytes = 0
 
 
 class Elmo(Pipe):
@@ -174,13 +86,14 @@ class Elmo(Pipe):
         self.cache = FeatureCache(int(cache_mb * 2**20))
         self.threads = check_threads(threads)
         self.cfg = {"store": store, "keep_layers": keep_layers, "use_sents": use_sents, "max_length": max_length}
+        self.listener_map: Dict[str, List[Model]] = {}
         install_extensions()
 
     # ------------------------------------------------------------------ weights
     @property
-    def bilm(self) -> BiLM:
-        """The biLM, its weights loaded on first use from `weights` unless already initialized or loaded."""
-        bilm = get_bilm(self.model)
+    def bilm(self) -> ElmoEmbedder:
+        """The biLM's embedder, its weights loaded on first use from `weights` unless already initialized or loaded."""
+        bilm = get_embedder(self.model)
         if bilm is None:
             if self.weights is None:
                 raise ValueError(
@@ -188,22 +101,66 @@ class Elmo(Pipe):
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
                 )
             with _LOADING, torch_threads(self.threads):  # threads that make the first calls at once load once
-                bilm = get_bilm(self.model) or load_weights(self.model, self.weights)
+                bilm = get_embedder(self.model) or load_weights(self.model, self.weights)
         return bilm
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None,
                    weights: Optional[str] = None) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that was
-        loaded from disk keeps its own), and check the training wiring when `nlp` is given."""
+        loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen to this
+        component, and check the training wiring when `nlp` is given."""
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
             with torch_threads(self.threads):
                 load_weights(self.model, self.weights)
         self.cache.clear()
-        _ = self.bilm  # raises if there are no weights at all
+        bilm = self.bilm  # raises if there are no weights at all
+        for component, mixes in self.listener_map.items():
+            section = nlp.config["components"].get(component, {}) if nlp is not None else {}
+            paths = feature_paths(section, f"components.{component}")
+            for mix in mixes:
+                set_sizes(mix, bilm.num_output_layers, bilm.output_dim, self.sizes_source(), paths)
         if nlp is not None:
             self._check_wiring(nlp)
+
+    # ------------------------------------------------------------------ listeners (spaCy's protocol)
+    @property
+    def listening_components(self) -> List[str]:
+        """The components whose `ElmoFeatures` read this component's layers."""
+        return list(self.listener_map)
+
+    @property
+    def listeners(self) -> List[Model]:
+        """The `elmo_mix` layers of the listening components."""
+        return [mix for component in self.listening_components for mix in self.listener_map[component]]
+
+    def add_listener(self, listener: Model, component_name: str) -> None:
+        """Register an `elmo_mix` of `component_name`, which then takes null sizes from this component's biLM."""
+        mixes = self.listener_map.setdefault(component_name, [])
+        if listener not in mixes:
+            mixes.append(listener)
+        listener.attrs["upstream"] = Upstream(self)
+
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
+        mixes = self.listener_map.get(component_name, [])
+        if listener not in mixes:
+            return False
+        mixes.remove(listener)
+        if not mixes:
+            del self.listener_map[component_name]
+        return True
+
+    def find_listeners(self, component) -> None:
+        """Called by spaCy for each component after this one: register its `ElmoFeatures` mixes."""
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if node.name == MIX_NAME:
+                    self.add_listener(node, component.name)
+
+    def sizes_source(self) -> str:
+        """How errors about sizes name this component's biLM."""
+        return f"the biLM of '{self.name}' ({self.weights or 'loaded with the pipeline'})"
 
     def _check_wiring(self, nlp: Language) -> None:
         """Training and evaluation must give a Doc the same sentences: a sentence setter before `elmo`
@@ -283,7 +240,7 @@ class Elmo(Pipe):
                 out.append(ElmoDocData(layers=None, mixed=mixed, weights=weights))
         return out
 
-    def _embed(self, bilm: BiLM, inputs: List[List[str]]) -> List[np.ndarray]:
+    def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:
         """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
         if self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: exact parity, no reuse
             return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
@@ -389,7 +346,6 @@ def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mi
     # comes from the pipeline directory, so the weights path of its training run is not read (and may be gone).
     if name not in nlp._meta.get("components", ()):
         check_weights(weights, name)
-    register_pipeline(nlp)  # ElmoFeatures takes the biLM's sizes from here at initialize
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
                 use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
                 threads=threads)

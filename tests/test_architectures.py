@@ -10,7 +10,7 @@ from thinc.api import Config
 
 from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed
 from spacy_elmo.doc_data import ElmoDocData, install_extensions
-from spacy_elmo.layers import mix_weights
+from spacy_elmo.layers import learned_mix
 
 N_LAYERS, WIDTH = 3, 8
 
@@ -44,7 +44,7 @@ def test_mix_values():
     assert [y.shape for y in Y] == [(4, WIDTH), (0, WIDTH), (6, WIDTH)]
     for doc, y in zip(docs, Y):
         np.testing.assert_allclose(y, 2.0 * np.tensordot(w, doc._.elmo_data.layers, 1), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(mix_weights(model), w, rtol=1e-6)
+    np.testing.assert_allclose(learned_mix(model), w, rtol=1e-6)
 
 
 def loss_and_grads(model, docs, target):

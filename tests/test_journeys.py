@@ -229,7 +229,7 @@ def test_convert_help_shows_the_file_names():
 
 def test_a_bad_weights_path_is_an_error_at_add_pipe(fixture_dir, tmp_path, monkeypatch):
     from spacy_elmo import ElmoFileError
-    from spacy_elmo.layers import get_bilm
+    from spacy_elmo.layers import get_embedder
 
     nlp = spacy.blank("en")
     missing = tmp_path / "no_such_weights"
@@ -241,7 +241,7 @@ def test_a_bad_weights_path_is_an_error_at_add_pipe(fixture_dir, tmp_path, monke
         nlp.add_pipe("elmo", config={"weights": "small"})
     assert nlp.pipe_names == []
     elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
-    assert get_bilm(elmo.model) is None  # still loaded on first use
+    assert get_embedder(elmo.model) is None  # still loaded on first use
     assert nlp("A cat .")._.elmo.shape == (3, 32)
 
 

@@ -217,15 +217,15 @@ def test_memory_zone_keeps_memory_flat(nlp):
 def test_weights_load_lazily_and_on_initialize(fixture_dir):
     nlp = spacy.blank("en")
     elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
-    from spacy_elmo.layers import get_bilm
+    from spacy_elmo.layers import get_embedder
 
-    assert get_bilm(elmo.model) is None  # the factory builds from sizes alone
+    assert get_embedder(elmo.model) is None  # the factory builds from sizes alone
     nlp("Lazy loading works .")
-    assert get_bilm(elmo.model) is not None
+    assert get_embedder(elmo.model) is not None
     nlp2 = spacy.blank("en")
     elmo2 = nlp2.add_pipe("elmo", config={"weights": str(fixture_dir)})
     nlp2.initialize()
-    assert get_bilm(elmo2.model) is not None
+    assert get_embedder(elmo2.model) is not None
 
 
 def test_clear_errors(fixture_dir):

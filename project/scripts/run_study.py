@@ -327,9 +327,9 @@ def evaluate(model_dir: Path, test_path: Path, metric: str) -> Dict:
     size = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())
     record = {"test": keep, "words_per_s": scores["speed"], "pipeline_mb": size / 2**20}
     if "elmo" in nlp.pipe_names:
-        from spacy_elmo.layers import mix_weights
+        from spacy_elmo.layers import learned_mix
 
-        record["layer_weights"] = [float(w) for w in mix_weights(nlp.get_pipe("tok2vec").model)]
+        record["layer_weights"] = [float(w) for w in learned_mix(nlp.get_pipe("tok2vec").model)]
     return record
 
 

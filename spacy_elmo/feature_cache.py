@@ -1,0 +1,47 @@
+"""The `elmo` component's cache of biLM outputs per input sequence: an LRU bounded in bytes."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Hashable, Optional
+
+import numpy as np
+
+
+class FeatureCache:
+    """An LRU cache of read-only arrays bounded by their total size in bytes (0 disables it).
+    Safe to share between threads: every change happens under a lock."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.entries: "OrderedDict[Hashable, np.ndarray]" = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: Hashable) -> Optional[np.ndarray]:
+        with self._lock:
+            value = self.entries.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.entries.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, value: np.ndarray) -> None:
+        with self._lock:
+            if value.nbytes > self.max_bytes or key in self.entries:
+                return
+            while self.nbytes + value.nbytes > self.max_bytes:
+                self.nbytes -= self.entries.popitem(last=False)[1].nbytes
+            self.entries[key] = value
+            self.nbytes += value.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+            self.nbytes = 0

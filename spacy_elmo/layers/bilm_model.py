@@ -1,0 +1,175 @@
+"""The frozen biLM as a thinc layer (`spacy_elmo.ElmoModel.v1`), token texts -> layers:
+
+    List[List[str]] (one list per biLM input sequence) -> List[np.ndarray (n_layers + 1, n_tokens, 2P)]
+
+float32, on the CPU (ready to be stored on Docs). Regrouping by length and the token-layer cache live in
+the embedder (`ElmoEmbedder.embed`). Frozen: the network stays in eval mode whatever thinc asks, runs under
+inference mode and returns no gradient. Sizes come from the config (`options`, the bilm-tf options layout)
+or, when `options` is null, from the weights when they are loaded. Serialized through thinc with a safe
+format: msgpack holding the options JSON and a torch state dict read with `torch.load(..., weights_only=True)`.
+"""
+from __future__ import annotations
+
+import json
+from io import BytesIO
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple, Union
+
+import numpy as np
+import srsly
+import torch
+from thinc.api import Model, PyTorchShim, get_torch_default_device
+from torch import nn
+
+from ..bilm import (
+    BiLM,
+    BiLMOptions,
+    ElmoEmbedder,
+    StatePolicy,
+    bilm_from_state_dict,
+    check_batch_size,
+    check_state_policy,
+    load_bilm,
+    read_state_dict,
+)
+from ..errors import ElmoFileError
+
+SERIAL_FORMAT = "spacy_elmo.ElmoModel"
+SERIAL_VERSION = 1
+
+
+class FrozenBiLM(nn.Module):
+    """The embedder as a frozen feature extractor: `forward(sentences)` -> one float32 numpy array
+    `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until sizes are known."""
+
+    def __init__(self, options: Optional[BiLMOptions], state: StatePolicy, batch_size: int, token_cache_size: int):
+        super().__init__()
+        self.configured = options
+        self.state, self.batch_size = check_state_policy(state), check_batch_size(batch_size)
+        self.token_cache_size = token_cache_size
+        self.embedder: Optional[ElmoEmbedder] = None
+        if options is not None:
+            self.embedder = ElmoEmbedder(BiLM(options), state=state, cache_size=token_cache_size)
+        self.has_weights = False
+
+    def train(self, mode: bool = True) -> "FrozenBiLM":
+        """Frozen: the network stays in eval mode (and the embedder keeps its token cache)."""
+        return self
+
+    def set_embedder(self, embedder: ElmoEmbedder, source: str) -> None:
+        """Adopt a loaded embedder, after checking its sizes against the configured ones."""
+        check_sizes(self.configured, embedder.options, source)
+        embedder.state_policy = self.state
+        embedder.token_cache.capacity = int(self.token_cache_size)
+        embedder.token_cache.clear()
+        embedder.eval()
+        self.embedder = embedder.to(get_torch_default_device())
+        self.has_weights = True
+
+    def forward(self, sentences: List[List[str]]) -> List[np.ndarray]:
+        if self.embedder is None or not self.has_weights:
+            raise RuntimeError(
+                "the ELMo biLM has no weights yet: set the 'weights' of the elmo component and call "
+                "nlp.initialize(), or load a saved pipeline"
+            )
+        return self.embedder.embed(sentences, batch_size=self.batch_size)
+
+
+def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: str) -> None:
+    """Raise an ElmoFileError naming every size where the config and the weights disagree."""
+    if configured is None:
+        return
+    want, got = configured.sizes(), actual.sizes()
+    diff = [f"{k}: config {want[k]!r}, weights {got[k]!r}" for k in want if want[k] != got.get(k)]
+    if diff:
+        raise ElmoFileError(
+            f"the ELMo sizes in the config disagree with the weights from {source} ({'; '.join(diff)}). "
+            "Set [components.elmo.model.options] to the weights' options, or to null to take them from the weights."
+        )
+
+
+def serialize_bilm(module: FrozenBiLM) -> bytes:
+    """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network)}`."""
+    if module.embedder is None or not module.has_weights:
+        raise ValueError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
+    network = module.embedder.bilm
+    buf = BytesIO()
+    torch.save({k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}, buf)
+    return srsly.msgpack_dumps({"format": SERIAL_FORMAT, "version": SERIAL_VERSION,
+                                "options": json.dumps(network.options.to_dict()), "state_dict": buf.getvalue()})
+
+
+def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> FrozenBiLM:
+    """The inverse of `serialize_bilm`; what cannot be read raises ElmoFileError (`ElmoBiLMModel` names the source)."""
+    msg = srsly.msgpack_loads(data)
+    if not isinstance(msg, dict) or msg.get("format") != SERIAL_FORMAT or msg.get("version") != SERIAL_VERSION:
+        raise ElmoFileError(f"not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
+    if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
+        raise ElmoFileError("the serialized model lacks its options or its weights")
+    try:
+        options = json.loads(msg["options"])
+    except json.JSONDecodeError as err:
+        raise ElmoFileError(f"its options are not valid JSON ({err})") from None
+    options = BiLMOptions.from_dict(options, source="options")
+    state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
+    module.set_embedder(bilm_from_state_dict(options, state_dict, "weights", module.state, module.token_cache_size),
+                        "the serialized pipeline")
+    return module.to(device)
+
+
+def bilm_forward(model: Model, sentences: List[List[str]], is_train: bool) -> Tuple[List[np.ndarray], Callable]:
+    """Token texts per sequence -> float32 layers `(n_layers + 1, n_tokens, 2P)`; no gradient (frozen)."""
+    return frozen_bilm(model)(sentences), lambda d_layers: []
+
+
+class ElmoBiLMModel(Model):
+    """The thinc Model of the frozen biLM, whose `from_bytes` / `from_disk` turn data they cannot read into
+    one ElmoFileError naming the source (thinc and msgpack raise many types for corrupt data)."""
+
+    __slots__ = ()
+
+    def __init__(self, module: FrozenBiLM):
+        shim = PyTorchShim(module, serialize_model=serialize_bilm, deserialize_model=deserialize_bilm)
+        super().__init__("elmo_bilm", bilm_forward, shims=[shim])
+
+    def from_bytes(self, bytes_data: bytes) -> "ElmoBiLMModel":
+        return self._read(bytes_data, "the serialized pipeline")
+
+    def from_disk(self, path: Union[str, Path]) -> "ElmoBiLMModel":
+        return self._read(Path(path).read_bytes(), str(path))
+
+    def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
+        try:
+            super().from_bytes(data)
+        except ElmoFileError as err:
+            raise ElmoFileError(f"{source}: {err}") from None
+        except Exception as err:
+            raise ElmoFileError(f"{source}: not a serialized ELMo model, truncated or corrupt? "
+                                f"({type(err).__name__}: {err})") from None
+        return self
+
+
+def bilm_layer(options: Optional[BiLMOptions], state: StatePolicy, batch_size: int,
+               token_cache_size: int) -> ElmoBiLMModel:
+    """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the weights."""
+    return ElmoBiLMModel(FrozenBiLM(options, state, batch_size, token_cache_size))
+
+
+def frozen_bilm(model: Model) -> FrozenBiLM:
+    """The `FrozenBiLM` inside an `ElmoModel.v1`."""
+    return model.shims[0]._model
+
+
+def get_embedder(model: Model) -> Optional[ElmoEmbedder]:
+    """The loaded embedder of an `ElmoModel.v1`, or None before its weights are loaded."""
+    module = frozen_bilm(model)
+    return module.embedder if module.has_weights else None
+
+
+def load_weights(model: Model, path: Union[str, Path, Tuple[str, str]]) -> ElmoEmbedder:
+    """Load weights (anything `load_bilm` accepts) into an `ElmoModel.v1`; sizes are checked."""
+    module = frozen_bilm(model)
+    embedder = load_bilm(tuple(path) if isinstance(path, (list, tuple)) else path, state=module.state,
+                         cache_size=module.token_cache_size)
+    module.set_embedder(embedder, str(path))
+    return module.embedder

@@ -1,0 +1,185 @@
+"""A task's own mix of the biLM's layers (`spacy_elmo.ElmoFeatures`): Docs -> `gamma * sum_j softmax(s)_j h_j`
+(Peters et al. 2018, sec. 3.3), read from the layers that `elmo` stored on each Doc.
+
+Sizes left null are set at initialize: by the `elmo` component that the mix listens to (`Elmo.find_listeners`
+links them, as spaCy links a tok2vec to its listeners), or from the layers of the Docs it is initialized on.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable, List, Optional, Tuple
+
+import numpy as np
+from spacy.tokens import Doc
+from thinc.api import Model
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+MIX_NAME = "elmo_mix"
+MISSING_FEATURES = (
+    "Doc has no ELMo layers (doc._.elmo_data is None): the 'elmo' component must run before this "
+    "component. In a pipeline, put 'elmo' before it; in training, list 'elmo' in [training] "
+    "annotating_components so that it annotates every batch."
+)
+NO_SIZES = (
+    "ElmoFeatures has n_layers or width null and nothing to take them from: initialize it in a pipeline "
+    "after an 'elmo' component (nlp.initialize), or on Docs that 'elmo' annotated, or set them"
+)
+
+
+class ShapeInferenceDocs:
+    """The Docs `mix_init` saw without features, held weakly: only these may get zeros, and only outside
+    training (shape inference in `nlp.initialize` runs `predict` on them right after `init`). Copies and
+    pickles start empty; thinc does not serialize it."""
+
+    def __init__(self) -> None:
+        self.docs: "weakref.WeakSet[Doc]" = weakref.WeakSet()
+
+    def __deepcopy__(self, memo) -> "ShapeInferenceDocs":
+        return ShapeInferenceDocs()
+
+    def __reduce__(self):
+        return ShapeInferenceDocs, ()
+
+
+class Upstream:
+    """The `elmo` component a mix listens to (set by its `add_listener`), held weakly; copies share it,
+    pickles and thinc's serialization drop it (spaCy links the components again when it loads them)."""
+
+    def __init__(self, component=None) -> None:
+        self._ref = weakref.ref(component) if component is not None else None
+
+    def sizes(self) -> Optional[Tuple[int, int, str]]:
+        """`(n_layers, width, source)` of the component's biLM (its weights loaded if they are not yet), or None."""
+        component = self._ref() if self._ref is not None else None
+        if component is None:
+            return None
+        bilm = component.bilm
+        return bilm.num_output_layers, bilm.output_dim, component.sizes_source()
+
+    def __deepcopy__(self, memo) -> "Upstream":
+        return self
+
+    def __reduce__(self):
+        return Upstream, ()
+
+
+def elmo_mix(
+    n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> `gamma * sum_j softmax(s)_j h_j`, `(n_tokens, width)` per Doc; params `s` `(n_layers,)`, `gamma` `(1,)`.
+    Null sizes are set by `mix_init`."""
+    return Model(MIX_NAME, mix_forward, init=mix_init, dims={"nL": n_layers, "nO": width},
+                 params={"s": None, "gamma": None},
+                 attrs={"l2": float(l2), "layer_norm": bool(layer_norm), "shape_inference_docs": ShapeInferenceDocs(),
+                        "upstream": Upstream()})
+
+
+def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+    """Take null sizes from the Docs' layers (checking set ones against them), else from the `elmo` component
+    the mix listens to; then allocate `s` and `gamma`. Raises ValueError where a size is still null."""
+    docs = list(X or [])
+    found = docs_sizes(docs)
+    if found is not None:
+        set_sizes(model, *found, "the Docs' ELMo layers", [])
+    elif model.maybe_get_dim("nL") is None or model.maybe_get_dim("nO") is None:
+        upstream = model.attrs["upstream"].sizes()
+        if upstream is not None:
+            set_sizes(model, *upstream, [])
+    if model.maybe_get_dim("nL") is None or model.maybe_get_dim("nO") is None:
+        raise ValueError(NO_SIZES)
+    model.set_param("s", model.ops.alloc1f(model.get_dim("nL")))
+    model.set_param("gamma", model.ops.asarray1f([1.0]))
+    for doc in docs:
+        if doc._.elmo_data is None:
+            model.attrs["shape_inference_docs"].docs.add(doc)
+
+
+def docs_sizes(docs: List[Doc]) -> Optional[Tuple[int, int]]:
+    """`(n_layers, width)` of the first Doc's stored layers, or None where no Doc has them."""
+    for doc in docs:
+        data = doc._.elmo_data
+        if data is not None and data.layers is not None:
+            return data.layers.shape[0], data.layers.shape[2]
+    return None
+
+
+def feature_paths(section: dict, prefix: str) -> List[str]:
+    """Dotted config paths of the ElmoFeatures blocks under `section`."""
+    out = []
+    for key, value in section.items():
+        if isinstance(value, dict):
+            if str(value.get("@architectures", "")).startswith("spacy_elmo.ElmoFeatures."):
+                out.append(f"{prefix}.{key}")
+            out.extend(feature_paths(value, f"{prefix}.{key}"))
+    return out
+
+
+def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[str]) -> None:
+    """Set the null sizes of an `elmo_mix`; raise one line naming both sizes and the override where a set one
+    differs."""
+    wrong = []
+    for dim, setting, value in (("nL", "n_layers", n_layers), ("nO", "width", width)):
+        configured = model.maybe_get_dim(dim)
+        if configured is None:
+            model.set_dim(dim, value)
+        elif configured != value:
+            wrong.append((setting, configured, value))
+    if wrong:
+        fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [f"{s} = {v}" for s, _, v in wrong]
+        raise ValueError(
+            f"ElmoFeatures is configured with {', '.join(f'{s} = {c}' for s, c, _ in wrong)}, but "
+            f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: set {' and '.join(fixes)} "
+            "(or null: taken from the biLM)"
+        )
+
+
+def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d, List[int]]:
+    """The Docs' stored layers, concatenated: float32 `(n_layers, sum(n_tokens), width)`, and the lengths."""
+    nL, nO = model.get_dim("nL"), model.get_dim("nO")
+    arrays = []
+    for doc in docs:
+        data = doc._.elmo_data
+        if data is None:
+            if is_train or doc not in model.attrs["shape_inference_docs"].docs:
+                raise ValueError(MISSING_FEATURES)
+            arrays.append(np.zeros((nL, len(doc), nO), dtype=np.float32))
+            continue
+        if data.layers is None:
+            raise ValueError("the 'elmo' component kept only the mix (keep_layers = false); "
+                             "set [components.elmo] keep_layers = true to train ElmoFeatures")
+        if data.layers.shape != (nL, len(doc), nO):
+            raise ValueError(f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
+                             f"ElmoFeatures is configured with n_layers={nL}, width={nO}: set them to the biLM's sizes")
+        arrays.append(data.layers)
+    X = np.concatenate(arrays, axis=1).astype(np.float32, copy=False) if arrays else np.zeros((nL, 0, nO), "f")
+    if model.attrs["layer_norm"]:
+        X = (X - X.mean(-1, keepdims=True)) / np.sqrt(X.var(-1, keepdims=True) + 1e-6)
+    return model.ops.asarray3f(X), [len(doc) for doc in docs]
+
+
+def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops, xp = model.ops, model.ops.xp
+    X, lengths = doc_layers(model, docs, is_train)  # (nL, N, nO)
+    s, gamma = model.get_param("s"), model.get_param("gamma")
+    w = ops.softmax(s)  # (nL,)
+    mixed = xp.tensordot(w, X, axes=1)  # (N, nO)
+    Y = mixed * gamma[0]
+
+    def backprop(dYs: List[Floats2d]) -> List:
+        dY = ops.flatten(dYs)  # (N, nO)
+        d_gamma = (dY * mixed).sum()
+        d_w = gamma[0] * (X.reshape(X.shape[0], -1) @ dY.reshape(-1))  # (nL,)
+        d_s = w * (d_w - (w * d_w).sum()) + 2.0 * model.attrs["l2"] * s
+        model.inc_grad("s", d_s.astype("f"))
+        model.inc_grad("gamma", ops.asarray1f([float(d_gamma)]))
+        return []
+
+    return ops.unflatten(Y, lengths), backprop
+
+
+def learned_mix(model: Model) -> Floats1d:
+    """The softmax-normalised mix `(n_layers,)` of the first `elmo_mix` inside `model`."""
+    for node in model.walk():
+        if node.name == MIX_NAME:
+            return node.ops.softmax(node.get_param("s"))
+    raise ValueError(f"no {MIX_NAME} layer in this model")
