@@ -59,7 +59,8 @@ def main() -> None:
         c = config["corpus"]
         dev = load_dev(args.dev or c["dev"], make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"]),
                        c["max_sentence_length"], vocab, c["unk_token"])
-        row = {"model": str(model_dir), "scheme": config["training"]["scheme"], "saved_policy": bilm.state_policy}
+        saved_policy = json.loads((Path(model_dir) / "training.json").read_text())["policy"]
+        row = {"model": str(model_dir), "scheme": config["training"]["scheme"], "saved_policy": saved_policy}
         for policy in POLICIES:
             row[policy] = perplexities(dev_nll(bilm, head, dev, policy, args.batch_size), dev.n_predicted)
         rows.append(row)

@@ -3,7 +3,8 @@ from .config import DEFAULT_CONFIG_PATH, PretrainError, load_config
 from .corpus import Vocab
 from .heads import AdaptiveSoftmax, FullSoftmax, SampledSoftmax
 from .lm import BiLanguageModel, dev_nll, perplexities
-from .train import Trainer, load_trained, train
+from .outputs import load_trained
+from .train import Trainer, train
 
 __all__ = ["DEFAULT_CONFIG_PATH", "AdaptiveSoftmax", "BiLanguageModel", "FullSoftmax", "PretrainError",
            "SampledSoftmax", "Trainer", "Vocab", "dev_nll", "load_config", "load_trained", "perplexities", "train"]

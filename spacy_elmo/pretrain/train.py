@@ -18,14 +18,14 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..bilm import BiLM, ElmoEmbedder, LSTMState, export_hdf5, hub, load_bilm, save_bilm
+from ..bilm import BiLM, LSTMState, load_bilm
 from ..bilm.hub import sha256_file
 from ..errors import ElmoFileError
 from . import checkpoint
@@ -33,18 +33,19 @@ from .config import PretrainError, bilm_options, default_vocab_size, model_polic
 from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
 from .heads import build_head
 from .lm import BiLanguageModel, dev_nll, perplexities
-
-CHECKPOINT_DIR = "checkpoint"
-MODEL_DIR = "model"
-HDF5_DIR = "model-hdf5"
-HEAD_FILE = "lm_head.pt"
-VOCAB_FILE = "vocab.txt"
-CONFIG_FILE = "config.cfg"
-CORPUS_RECORD = "corpus.json"
-METRICS_FILE = "metrics.jsonl"
-# Settings that may change between a run and its resumption (they only say when to stop or report).
-RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
-                     "checkpoint_every", "export_hdf5"}
+from .outputs import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    CORPUS_RECORD,
+    HDF5_DIR,
+    HEAD_FILE,
+    METRICS_FILE,
+    VOCAB_FILE,
+    check_resumable,
+    forget_metrics_after,
+    resolve_init,
+    save_trained,
+)
 
 
 @dataclass
@@ -86,21 +87,6 @@ def all_reduce_gradients(params: List[torch.nn.Parameter], world: int) -> None:
             offset += p.numel()
 
 
-def resolve_init(path: str) -> Path:
-    """The directory to continue training from: a path, or a published model's directory in the cache
-    (`python -m spacy_elmo download NAME`; its files are checked against the recorded sha256)."""
-    p = Path(path)
-    if hub.is_published(path) and not p.exists():
-        try:
-            return hub.resolve(path)[0]
-        except ElmoFileError as err:
-            raise PretrainError(f"--init-from {path}: {err}") from None
-    if not p.exists():
-        raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
-                            f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
-    return p
-
-
 class Trainer:
     """Builds everything from the config, then `run()`s the loop. `rank` / `world` come from
     torch.distributed when it is initialized (torchrun); rank 0 alone writes shared files."""
@@ -119,7 +105,7 @@ class Trainer:
         self.saved_step: Optional[int] = None
         self.corpus_sha256 = {str(f): sha256_file(f) for f in corpus_files(c["train"], "train")}
         if resume:
-            self._check_resumable()
+            check_resumable(config, self.output, self.world, self.corpus_sha256)
 
         tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
         self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
@@ -181,40 +167,6 @@ class Trainer:
                                 f"{self.config['softmax']['type']!r}; set it to the type it was trained with")
         head.load_state_dict(state)
 
-    def _check_resumable(self) -> None:
-        """A resumed run must train the same model on the same data; only when to stop or report may change."""
-        manifest = checkpoint.read_manifest(self.ckpt_dir)
-        if manifest["world"] != self.world:
-            raise PretrainError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
-                                f"this run has {self.world}; resume with the same number")
-        path = self.output / CONFIG_FILE
-        if not path.is_file():
-            raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
-        try:
-            saved = Config().from_disk(path)
-        except Exception as err:  # confection raises several error types for bad files
-            raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
-        for section in ("corpus", "vocab", "model", "softmax", "training"):
-            for key, value in self.config[section].items():
-                if section == "training" and key in RESUMABLE_CHANGES:
-                    continue
-                old = saved.get(section, {}).get(key)
-                if old != value:
-                    raise PretrainError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {self.output} "
-                                        f"was trained with {old!r}")
-        path = self.output / CORPUS_RECORD
-        try:
-            recorded = json.loads(path.read_text(encoding="utf-8"))
-            recorded = {str(k): str(v) for k, v in recorded.items()}
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
-            raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
-        for name in sorted(recorded.keys() | self.corpus_sha256.keys()):
-            if recorded.get(name) != self.corpus_sha256.get(name):
-                change = ("is new" if name not in recorded else "is gone" if name not in self.corpus_sha256
-                          else "was edited (its sha256 differs)")
-                raise PretrainError(f"--resume: the training file {name} {change} since the run started "
-                                    f"(recorded in {path}); resume only on the same corpus")
-
     # ------------------------------------------------------------------ checkpoints
     def _barrier(self) -> None:
         if self.world > 1:
@@ -256,21 +208,8 @@ class Trainer:
                                 f"({type(err).__name__}: {err})") from None
         self.saved_step = self.progress.step
         if self.rank == 0:
-            self._forget_metrics_after(self.progress.step)
+            forget_metrics_after(self.output, self.progress.step)
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
-
-    def _forget_metrics_after(self, step: int) -> None:
-        """Drop the learning-curve records of steps after the checkpoint: the resumed run redoes them."""
-        path = self.output / METRICS_FILE
-        if not path.is_file():
-            return
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        try:
-            kept = [line for line in lines if json.loads(line)["step"] <= step]
-        except (ValueError, KeyError, TypeError) as err:
-            raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
-        if len(kept) < len(lines):
-            checkpoint.write_atomic(path, "".join(kept))
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Optional[Dict[str, Any]]:
@@ -374,27 +313,16 @@ class Trainer:
         """Save the final model (loadable by `load_bilm`), its softmax and vocabulary, and a summary."""
         if self.rank != 0:
             return {}
-        model_dir = self.output / MODEL_DIR
-        bilm = self.model.bilm.cpu()
-        bilm.eval()
-        bilm.compute_warm_state()
-        save_bilm(bilm, model_dir, state=self.policy)
-        torch.save(self.model.head.cpu().state_dict(), model_dir / HEAD_FILE)
-        self.vocab.to_disk(model_dir / VOCAB_FILE)
-        dev = self.last_dev
+        p = self.progress
         summary = {
             "config": self.config.to_str(), "seed": self.t["seed"], "scheme": self.t["scheme"], "policy": self.policy,
-            "options": bilm.options.to_dict(), "processes": self.world, "steps": self.progress.step,
-            "epochs_started": self.progress.epoch, "tokens": self.progress.tokens,
-            "train_minutes": self.progress.train_seconds / 60,
-            "tokens_per_s": self.progress.tokens / max(self.progress.train_seconds, 1e-9),
-            "corpus": self.corpus_sha256,
-            "dev_corpus": str(self.config["corpus"]["dev"]), "dev": dev,
-            "weights_sha256": sha256_file(model_dir / "weights.pt"), "fingerprint": ElmoEmbedder(bilm, self.policy).fingerprint(),
+            "options": self.model.bilm.options.to_dict(), "processes": self.world, "steps": p.step,
+            "epochs_started": p.epoch, "tokens": p.tokens, "train_minutes": p.train_seconds / 60,
+            "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9), "corpus": self.corpus_sha256,
+            "dev_corpus": str(self.config["corpus"]["dev"]), "dev": self.last_dev,
         }
-        (model_dir / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-        if self.t["export_hdf5"]:
-            export_hdf5(bilm, self.output / HDF5_DIR)
+        model_dir = save_trained(self.output, self.model.bilm.cpu(), self.model.head.cpu(), self.vocab, self.policy,
+                                 self.t["export_hdf5"], summary)
         self.log(f"saved {model_dir}" + (f" and {self.output / HDF5_DIR}" if self.t["export_hdf5"] else ""))
         return summary
 
@@ -404,14 +332,3 @@ def train(config: Config, output, **kwargs) -> Dict[str, Any]:
     return Trainer(config, Path(output), **kwargs).run()
 
 
-def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
-    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
-    model_dir = Path(model_dir)
-    summary = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
-    config = Config().from_str(summary["config"])
-    bilm = load_bilm(model_dir)
-    vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
-    s = config["softmax"]
-    head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
-    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE))
-    return bilm, head.eval(), vocab, config

@@ -1,0 +1,131 @@
+"""A pretraining run's directory: the files it writes and reads back (names, the resume checks, the learning
+curve, the final model), and where a run starts from (`--init-from`).
+
+    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), metrics.jsonl (the learning curve)
+    OUT/checkpoint/       the latest checkpoint (see `checkpoint`)
+    OUT/model/           the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt, training.json
+    OUT/model-hdf5/      the biLM in the bilm-tf layout (training.export_hdf5)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import torch
+from thinc.api import Config
+
+from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
+from ..bilm.hub import sha256_file
+from ..errors import ElmoFileError
+from . import checkpoint
+from .config import PretrainError
+from .corpus import Vocab
+from .heads import build_head
+
+CHECKPOINT_DIR = "checkpoint"
+MODEL_DIR = "model"
+HDF5_DIR = "model-hdf5"
+HEAD_FILE = "lm_head.pt"
+VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "config.cfg"
+CORPUS_RECORD = "corpus.json"
+METRICS_FILE = "metrics.jsonl"
+# Settings that may change between a run and its resumption (they only say when to stop or report).
+RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
+                     "checkpoint_every", "export_hdf5"}
+
+
+
+def resolve_init(path: str) -> Path:
+    """The directory to continue training from: a path, or a published model's directory in the cache
+    (`python -m spacy_elmo download NAME`; its files are checked against the recorded sha256)."""
+    if hub.is_published(path) and not Path(path).exists():
+        try:
+            return locate(path, verify=True).config.parent
+        except ElmoFileError as err:
+            raise PretrainError(f"--init-from {path}: {err}") from None
+    if not Path(path).exists():
+        raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
+                            f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
+    return Path(path)
+
+
+def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dict[str, str]) -> None:
+    """A resumed run must train the same model on the same data; only when to stop or report may change."""
+    manifest = checkpoint.read_manifest(output / CHECKPOINT_DIR)
+    if manifest["world"] != world:
+        raise PretrainError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
+                            f"this run has {world}; resume with the same number")
+    path = output / CONFIG_FILE
+    if not path.is_file():
+        raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
+    try:
+        saved = Config().from_disk(path)
+    except Exception as err:  # confection raises several error types for bad files
+        raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
+    for section in ("corpus", "vocab", "model", "softmax", "training"):
+        for key, value in config[section].items():
+            if section == "training" and key in RESUMABLE_CHANGES:
+                continue
+            old = saved.get(section, {}).get(key)
+            if old != value:
+                raise PretrainError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
+                                    f"was trained with {old!r}")
+    path = output / CORPUS_RECORD
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = {str(k): str(v) for k, v in recorded.items()}
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
+        raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
+    for name in sorted(recorded.keys() | corpus_sha256.keys()):
+        if recorded.get(name) != corpus_sha256.get(name):
+            change = ("is new" if name not in recorded else "is gone" if name not in corpus_sha256
+                      else "was edited (its sha256 differs)")
+            raise PretrainError(f"--resume: the training file {name} {change} since the run started "
+                                f"(recorded in {path}); resume only on the same corpus")
+
+
+def forget_metrics_after(output: Path, step: int) -> None:
+    """Drop the learning-curve records of steps after the checkpoint: the resumed run redoes them."""
+    path = output / METRICS_FILE
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    try:
+        kept = [line for line in lines if json.loads(line)["step"] <= step]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
+    if len(kept) < len(lines):
+        checkpoint.write_atomic(path, "".join(kept))
+
+
+def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, policy: str, export: bool,
+                 summary: Dict[str, Any]) -> Path:
+    """Write the final model (warm state computed), its softmax, vocabulary and `training.json` (`summary` plus
+    the weights' sha256 and fingerprint), and the bilm-tf export if asked. Returns the model directory."""
+    model_dir = output / MODEL_DIR
+    bilm.eval()
+    bilm.compute_warm_state()
+    save_bilm(bilm, model_dir, state=policy)
+    torch.save(head.state_dict(), model_dir / HEAD_FILE)
+    vocab.to_disk(model_dir / VOCAB_FILE)
+    summary = {**summary, "weights_sha256": sha256_file(model_dir / "weights.pt"),
+               "fingerprint": ElmoEmbedder(bilm, policy).fingerprint()}
+    (model_dir / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if export:
+        export_hdf5(bilm, output / HDF5_DIR)
+    return model_dir
+
+
+def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
+    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
+    model_dir = Path(model_dir)
+    summary = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
+    config = Config().from_str(summary["config"])
+    bilm = load_bilm(model_dir).bilm
+    vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
+    s = config["softmax"]
+    head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
+    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE))
+    return bilm, head.eval(), vocab, config
