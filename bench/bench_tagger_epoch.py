@@ -18,9 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from common import weights_dir  # noqa: E402
-
-from spacy_elmo.corpora import read_conllu  # noqa: E402
+from common import read_conllu, weights_dir  # noqa: E402
 
 WIDTHS = {"small": 256, "medium": 512, "original": 1024}
 

@@ -12,10 +12,11 @@ from typing import Any, Dict, List
 import torch
 
 from spacy_elmo.bilm import BiLMOptions
-from spacy_elmo.corpora import read_conllu
-from spacy_elmo.machine import machine  # noqa: F401 (the benchmarks' records import it from here)
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "project" / "scripts"))  # the project's CoNLL-U reader and machine description
+from corpora import read_conllu  # noqa: E402
+from machine import machine  # noqa: E402, F401 (the benchmarks' records import it from here)
+
 DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
 
 

@@ -1,31 +1,16 @@
-"""Shared test fixtures. Data is read from `../shared/data` beside the repository, or from
-the directory named by the environment variable SPACY_ELMO_DATA."""
+"""Shared fixtures. Data is read from `../shared/data` beside the repository, or from the directory named
+by the environment variable SPACY_ELMO_DATA (see `helpers.data_path`)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
-FIXTURE_DIR = DATA_DIR / "allennlp_elmo_fixture"
+from .helpers import data_path
 
 # Every test model is tiny: one thread is faster, and fair to a busy 2-core machine.
 torch.set_num_threads(1)
-
-
-def data_path(*parts: str) -> Path:
-    """A path under the shared data directory, or a skip naming what is missing (a failure where
-    SPACY_ELMO_REQUIRE_DATA=1, as in CI, which always has the data)."""
-    path = DATA_DIR.joinpath(*parts)
-    if not path.exists():
-        message = f"shared data not found: {path} (set SPACY_ELMO_DATA to the data directory)"
-        if os.environ.get("SPACY_ELMO_REQUIRE_DATA") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 @pytest.fixture(scope="session")

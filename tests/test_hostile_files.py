@@ -72,7 +72,7 @@ def refused(path, *fragments):
     return str(err.value)
 
 
-# ------------------------------------------------------------------ 5: sizes checked before allocating
+# ------------------------------------------------------------------ sizes checked before allocating
 BOUNDED_LOAD = textwrap.dedent("""
     import resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
@@ -193,7 +193,7 @@ def test_parameter_count_matches_the_model(fixture_dir):
     assert bilm.options.n_parameters == sum(p.numel() for p in bilm.parameters())
 
 
-# ------------------------------------------------------------------ 6: NaN / Inf in every weight source
+# ------------------------------------------------------------------ NaN / Inf in every weight source
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_weights_refused_in_own_format(fixture_dir, tmp_path, bad):
     directory = own_model(fixture_dir, tmp_path / "m")
@@ -218,7 +218,7 @@ def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
         spacy.load(tmp_path / "p")
 
 
-# ------------------------------------------------------------------ 8: what cannot be read -> ElmoFileError
+# ------------------------------------------------------------------ what cannot be read -> ElmoFileError
 @pytest.mark.parametrize("config", [[1, 2], "a string", 7])
 def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
     directory = own_model(fixture_dir, tmp_path / "m")
@@ -343,7 +343,7 @@ def test_cli_errors_catch_the_file_error_type(fixture_dir, tmp_path, capsys):
     assert exit_info.value.code == 1 and err.startswith("error: ") and "bilm.json" in err and "Traceback" not in err
 
 
-# ------------------------------------------------------------------ 9: messages that mislead
+# ------------------------------------------------------------------ messages that mislead
 def test_sentences_json_is_not_an_options_file(fixture_dir, tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
@@ -367,7 +367,7 @@ def test_unlistable_directory_says_permission_denied(fixture_dir, tmp_path, monk
     refused(directory, str(directory), "permission denied")
 
 
-# ------------------------------------------------------------------ 10: wrong types, dtypes, external data, stems
+# ------------------------------------------------------------------ wrong types, dtypes, external data, stems
 @pytest.mark.parametrize("edit, key", [
     (lambda o: o["char_cnn"].update(filters=[["1", "4"], ["2", "8"]]), "char_cnn.filters"),
     (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 8.0]]), "char_cnn.filters"),

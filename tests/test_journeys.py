@@ -18,10 +18,8 @@ from thinc.api import Config
 
 from spacy_elmo import BiLMOptions, ElmoResourceError
 from spacy_elmo.bilm import BiLM, export_hdf5
-from spacy_elmo.corpora import read_conllu
 
-from .component_util import CONFIGS
-from .conftest import data_path
+from .helpers import CONFIGS, data_path, read_conllu
 
 # A random biLM of sizes no published model has: 1 LSTM layer of projection 20 -> 2 output layers of width 40.
 RANDOM_OPTIONS = {
@@ -130,6 +128,7 @@ def test_spacy_train_size_that_disagrees_fails_in_initialize(fixture_dir, corpus
 LOAD_AND_TAG = """
 import json, sys
 import spacy
+
 nlp = spacy.load(sys.argv[1])
 doc = nlp("The cat sat on the mat .")
 print(json.dumps({"file": nlp.path and str(nlp.path), "tags": [t.tag_ for t in doc], "elmo": list(doc._.elmo.shape)}))

@@ -24,7 +24,7 @@ from typing import List, NamedTuple, Optional
 
 import pytest
 
-from .conftest import REPO, data_path
+from .helpers import REPO, data_path
 from .reference_bilm import write_random_weights
 
 README = REPO / "README.md"

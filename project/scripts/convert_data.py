@@ -18,7 +18,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
 
-from spacy_elmo.corpora import read_conllu
+from corpora import read_conllu
 
 Sentence = Tuple[List[str], List[bool], List[str]]  # words, spaces, tags
 

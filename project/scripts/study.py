@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from spacy_elmo.machine import machine
+from machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
 

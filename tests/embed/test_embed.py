@@ -1,5 +1,5 @@
 """`python -m spacy_elmo embed`: output equal to the API, the AllenNLP layout, tokenizers, bad
-input, resume after an interruption or a kill (crash safety in depth: test_embed_safety.py)."""
+input, resume after an interruption or a kill (crash safety in depth: test_safety.py)."""
 from __future__ import annotations
 
 import os
@@ -15,9 +15,8 @@ from spacy.tokens import DocBin
 
 from spacy_elmo import load_bilm
 
-from .conftest import REPO
-from .reference_bilm import TINY_OPTIONS, write_random_weights
-from .test_cli import LINES, read_output, run_cli, write_lines
+from ..helpers import LINES, REPO, read_output, run_cli, write_lines
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
 @pytest.fixture(params=["fixture", "random"])

@@ -11,7 +11,8 @@ import typer
 from spacy_elmo.cli import app, main
 from spacy_elmo.pretrain import train
 from spacy_elmo.pretrain.cli import split_overrides
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
+
+from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
 
 
 def run(args, capsys, stream="err"):

@@ -21,9 +21,8 @@ from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
 from spacy_elmo.distributed import embed_with_ray
 
-from .conftest import REPO
-from .reference_bilm import TINY_OPTIONS, write_random_weights
-from .test_embed_safety import ENV, generated, one_error_line, run_cli, tmpfs
+from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 SHARDS, FLUSH, BATCH = 4, 25, 8  # 300 lines: 12 blocks, 3 per shard
 SETTINGS = {"whitespace": True, "flush_every": FLUSH, "batch_size": BATCH}

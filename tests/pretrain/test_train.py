@@ -14,7 +14,8 @@ from spacy_elmo.bilm import batch_char_ids
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
 from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
-from tests.pretrain_helpers import tiny_config, toy_sentences, write_corpus
+
+from ..helpers import tiny_config, toy_sentences, write_corpus
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,8 @@ import pytest
 
 from spacy_elmo import ElmoFileError, open_embeddings
 
-from .conftest import REPO
-from .reference_bilm import TINY_OPTIONS, write_random_weights
-from .test_embed_safety import ENV, generated, kill_at_rename, one_error_line, read_output, run_cli
+from ..helpers import ENV, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
 def args(text, out, weights, *extra):
@@ -51,7 +50,7 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
     assert sorted(p.name for p in out.glob("shard-*.hdf5")) == [f"shard-{i:05d}.hdf5" for i in range(4)]
     assert_same_lines(one, out)
     # each shard is readable with h5py alone, in the per-line layout: its lines by their number in the input
-    arrays, index = read_output(one)
+    arrays, index, _ = read_output(one)
     for start, stop in manifest["ranges"]:
         with h5py.File(out / f"shard-{start // 150:05d}.hdf5", "r") as f:
             assert sorted((k for k in f if k != "sentence_to_index"), key=int) == [str(i) for i in range(start, stop)]
@@ -126,7 +125,7 @@ def test_float16_is_float32_rounded(single, fixture_dir, tmp_path, layer):
     text, _ = single
     assert run_cli(*args(text, tmp_path / "32.hdf5", fixture_dir, "--layer", layer)) == 0
     assert run_cli(*args(text, tmp_path / "16.hdf5", fixture_dir, "--layer", layer, "--dtype", "float16")) == 0
-    (a32, index32), (a16, index16) = read_output(tmp_path / "32.hdf5"), read_output(tmp_path / "16.hdf5")
+    (a32, index32, _), (a16, index16, _) = read_output(tmp_path / "32.hdf5"), read_output(tmp_path / "16.hdf5")
     assert index16 == index32 and sorted(a16) == sorted(a32)
     for key, arr in a32.items():
         assert a16[key].dtype == np.float16
@@ -150,7 +149,7 @@ def test_compression_keeps_every_value(single, fixture_dir, tmp_path, compressio
 
 def test_open_embeddings_of_a_single_file(single):
     _, one = single
-    arrays, _ = read_output(one)
+    arrays, _, _ = read_output(one)
     with open_embeddings(one) as reader:
         assert len(reader) == 600 and reader.settings["lines"] == 600
         np.testing.assert_array_equal(reader[7], arrays["7"])

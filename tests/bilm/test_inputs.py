@@ -5,7 +5,7 @@ import pytest
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import batch_char_ids, word_char_ids
 
-from .reference_bilm import ReferenceBiLM
+from ..reference_bilm import ReferenceBiLM
 
 
 @pytest.fixture(scope="module")

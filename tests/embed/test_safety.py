@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -21,36 +19,12 @@ import numpy as np
 import pytest
 
 from spacy_elmo import load_bilm
-from spacy_elmo.cli import main
 
-from .conftest import REPO
-
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", ".", "über", "x1"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in args])
-    return exit_info.value.code
-
-
-def generated(path: Path, n: int, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(n):
-            f.write(" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) + "\n")
-    return path
-
-
-def read_output(path):
-    """`({name: array}, sentence_to_index)` of an output file."""
-    with h5py.File(path, "r") as f:
-        return {k: f[k][...] for k in f if k != "sentence_to_index"}, json.loads(f["sentence_to_index"][0])
+from ..helpers import ENV, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli, tmpfs
 
 
 def assert_same_output(a, b):
-    (arrays_a, index_a), (arrays_b, index_b) = read_output(a), read_output(b)
+    (arrays_a, index_a, _), (arrays_b, index_b, _) = read_output(a), read_output(b)
     assert index_a == index_b
     assert sorted(arrays_a, key=int) == sorted(arrays_b, key=int)
     for key, arr in arrays_a.items():
@@ -86,17 +60,6 @@ def wait_until_writing(out: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.005)
 
 
-@contextmanager
-def tmpfs(path: Path, size: str):
-    """A tmpfs of `size` mounted at `path` (root, as in CI); skips where mounting is not allowed."""
-    path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip("mounting a tmpfs is not allowed here (needs root)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.fixture(scope="module")
@@ -129,19 +92,6 @@ def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
     assert_same_output(full, out)
 
 
-def kill_at_rename(name: str) -> str:
-    """A script running the CLI that kills itself (SIGKILL) when it renames a file to `name`."""
-    return f"""
-import os, signal, sys
-real = os.replace
-def replace(src, dst, *a, **k):
-    if str(dst).endswith({name!r}):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(src, dst, *a, **k)
-os.replace = replace
-from spacy_elmo.cli import main
-main(sys.argv[1:])
-"""
 
 
 @pytest.mark.timeout(120)
@@ -210,10 +160,6 @@ def test_kill_while_removing_the_parts(fixture_dir, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------- full disk
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.mark.timeout(120)
@@ -301,6 +247,7 @@ def slow(*a, **k):
     return real(*a, **k)
 ef.select_layer = slow
 from spacy_elmo.cli import main
+
 main(sys.argv[1:])
 """
 
@@ -365,7 +312,7 @@ def test_lines_split_as_wc_counts_them(fixture_dir, tmp_path):
     assert int(subprocess.run(["wc", "-l"], input=raw, capture_output=True, check=True).stdout) + 1 == 7
     lines = [line.decode("utf-8").strip() for line in raw.split(b"\n")]
     assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 0
-    arrays, index = read_output(tmp_path / "out.hdf5")
+    arrays, index, _ = read_output(tmp_path / "out.hdf5")
     assert sorted(arrays, key=int) == [str(i) for i in range(7)]
     assert index == {line: str(i) for i, line in enumerate(lines)}
     expected = load_bilm(fixture_dir).embed([line.split() for line in lines], batch_size=16)

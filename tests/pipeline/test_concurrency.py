@@ -11,9 +11,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo.corpora import read_conllu
-
-from .conftest import data_path
+from ..helpers import data_path, read_conllu
 
 THREADS, TRIALS = 4, 5
 
@@ -105,6 +103,7 @@ def test_one_pipeline_from_many_threads(fixture_dir, ewt_sentences, shared_words
 
 FORK_SCRIPT = """
 import numpy as np, spacy, torch
+
 nlp = {make}
 texts = [f"Sentence number {{i}} is here ." for i in range(200)]
 {warm_up}

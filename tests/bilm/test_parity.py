@@ -9,7 +9,7 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import words_char_ids
 
-from .reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
+from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
 SENTS = [
     "The quick brown fox jumps over the lazy dog .".split(),

@@ -9,7 +9,7 @@ import sys
 import pytest
 import spacy
 
-from .conftest import REPO, data_path
+from ..helpers import REPO, data_path
 
 pytestmark = pytest.mark.slow
 

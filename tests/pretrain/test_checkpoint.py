@@ -15,9 +15,8 @@ from spacy_elmo import ElmoFileError
 from spacy_elmo.bilm.hub import sha256_file
 from spacy_elmo.cli import main
 from spacy_elmo.pretrain import train
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
 
-from .conftest import REPO
+from ..helpers import REPO, override_args, tiny_config, toy_sentences, write_corpus
 
 # Dropout, the sampled softmax and carried states: a resume that mixes two checkpoints shows.
 SETTINGS = dict(training__scheme="stream", training__dropout=0.2, softmax__type="sampled",
@@ -31,7 +30,7 @@ CHILD = """
 import os, shutil, signal, sys
 import torch
 torch.set_num_threads(1)
-from tests.pretrain_helpers import tiny_config
+from tests.helpers import tiny_config
 from spacy_elmo.pretrain import train
 function, name, number, out, train_path, settings = sys.argv[1:7]
 module, attribute = function.split(".")

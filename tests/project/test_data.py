@@ -7,7 +7,7 @@ import pytest
 import spacy
 from spacy.tokens import DocBin
 
-from .conftest import REPO, data_path
+from ..helpers import REPO, data_path
 
 SCRIPTS = REPO / "project" / "scripts"
 

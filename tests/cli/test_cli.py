@@ -1,5 +1,5 @@
 """`python -m spacy_elmo convert | info`, the entry points and every command's help, on the fixture and on
-random tiny weights (`embed`: test_embed.py; `download`: test_download.py)."""
+random tiny weights (`embed`: tests/embed/; `download`: tests/bilm/test_download.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -15,18 +15,9 @@ import torch
 
 from spacy_elmo import load_bilm, save_bilm
 from spacy_elmo.bilm import hub
-from spacy_elmo.cli import main
 
-from .conftest import REPO
-from .reference_bilm import TINY_OPTIONS, write_random_weights
-
-LINES = ["The cat sat on the mat .", "", "Hello world", "The cat sat on the mat .", "a b c d e f g h i j k l"]
-
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in args])
-    return exit_info.value.code
+from ..helpers import REPO, SENTS, run_cli
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
 @pytest.fixture(params=["fixture", "random"])
@@ -36,15 +27,8 @@ def weights(request, fixture_dir, tmp_path_factory):
     return write_random_weights(tmp_path_factory.mktemp("random"), TINY_OPTIONS, seed=11)
 
 
-def write_lines(path, lines):
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
 
 
-def read_output(path):
-    with h5py.File(path, "r") as f:
-        arrays = {k: f[k][...] for k in f if k != "sentence_to_index"}
-        return arrays, json.loads(f["sentence_to_index"][0]), dict(f.attrs)
 
 
 # ------------------------------------------------------------------------------------------------ info
@@ -93,7 +77,6 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
 
 
 # --------------------------------------------------------------------------------------------- convert
-SENTS = [["The", "cat", "sat", "."], ["Hello"], ["a", "b", "c", "d", "e", "f"]]
 
 
 def test_convert_round_trips_exactly(weights, tmp_path, capsys):

@@ -12,15 +12,13 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_elmo.corpora import read_conllu
 from spacy_elmo.doc_data import ElmoDocData
 
-from .component_util import fixture_config, tagged_examples
+from ..helpers import CONFIGS, data_path, fixture_config, read_conllu, tagged_examples
 
 
 @pytest.fixture(scope="module")
 def ud(fixture_dir):
-    from .conftest import data_path
 
     folder = data_path("ud_english_ewt")
     return tuple([(s.words, s.tags) for s in read_conllu(folder / name, limit)]
@@ -184,7 +182,6 @@ def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, fro
     with `elmo` frozen, `nlp.initialize` skips it and ElmoFeatures loads its weights."""
     from thinc.api import Config
 
-    from .component_util import CONFIGS
 
     config = Config().from_disk(CONFIGS / name, interpolate=False)
     config["paths"]["elmo"] = str(fixture_dir)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from spacy_elmo.pretrain import train
-from tests.pretrain_helpers import override_args, tiny_config, toy_sentences, write_corpus
+
+from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
 
 
 @pytest.mark.slow

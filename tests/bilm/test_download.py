@@ -16,7 +16,7 @@ import spacy
 from spacy_elmo import ElmoFileError, load_bilm
 from spacy_elmo.bilm import hub
 
-from .test_cli import SENTS, run_cli
+from ..helpers import SENTS, run_cli
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -5,7 +5,7 @@ import torch
 
 from spacy_elmo import load_bilm
 
-from .reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
+from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
 TARGET = "The bank raised its rates on Tuesday .".split()
 OTHERS = [

@@ -1,0 +1,197 @@
+"""What the tests share: paths and data, the project's configs resized for the fixture biLM, CoNLL-U
+sentences, tiny pretraining corpora and configs, and the command line run in-process or as a child."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, List
+
+import h5py
+import numpy as np
+import pytest
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Config
+
+from spacy_elmo.cli import main
+from spacy_elmo.pretrain import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
+CONFIGS = REPO / "project" / "configs"
+# The AllenNLP fixture biLM: 2 LSTM layers of projection 16 -> 3 output layers of width 32.
+FIXTURE_LAYERS, FIXTURE_WIDTH = 3, 32
+sys.path.insert(0, str(REPO / "project" / "scripts"))
+from corpora import read_conllu  # noqa: E402,F401 (the project's CoNLL-U reader)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def data_path(*parts: str) -> Path:
+    """A path under the shared data directory, or a skip naming what is missing (a failure where
+    SPACY_ELMO_REQUIRE_DATA=1, as in CI, which always has the data)."""
+    path = DATA_DIR.joinpath(*parts)
+    if not path.exists():
+        message = f"shared data not found: {path} (set SPACY_ELMO_DATA to the data directory)"
+        if os.environ.get("SPACY_ELMO_REQUIRE_DATA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+# ------------------------------------------------------------------------------------ spaCy configs
+def tagged_examples(nlp, sentences) -> List[Example]:
+    """Examples whose predicted Docs have no sentence boundaries (as `spacy train` makes them)."""
+    return [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t)) for w, t in sentences]
+
+
+def fixture_config(name: str, fixture_dir: Path, **overrides) -> Config:
+    """A shipped config from project/configs, resized for the fixture biLM."""
+    config = Config().from_disk(CONFIGS / name, interpolate=False)
+    config["paths"]["elmo"] = str(fixture_dir)
+    config["system"]["gpu_allocator"] = None
+    if "elmo" in config["components"]:
+        config["components"]["tok2vec"]["model"]["embed"]["elmo"]["width"] = FIXTURE_WIDTH
+    for dotted, value in overrides.items():
+        *path, key = dotted.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        node[key] = value
+    return config
+
+
+# ------------------------------------------------------------------------------------- pretraining
+SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the company", "a small bird", "John", "the teacher"]
+VERBS = ["saw", "liked", "found", "sold", "painted", "followed", "visited", "ignored"]
+OBJECTS = ["the house", "a red car", "the river", "two books", "the market", "an apple", "the garden", "her friend"]
+ENDINGS = [".", "yesterday .", "on Monday .", "again .", "in the morning .", "!"]
+
+
+def toy_sentences(n: int, seed: int = 0) -> List[str]:
+    """`n` sentences of a small grammar: structured enough for an LM to learn quickly."""
+    rng = random.Random(seed)
+    return [" ".join([rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(ENDINGS)])
+            for _ in range(n)]
+
+
+def write_corpus(path: Path, lines: List[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+
+TINY = {
+    "corpus.tokenizer": "whitespace",
+    "vocab.size": None,
+    "model.char_dim": 4,
+    "model.filters": [[1, 8], [2, 8], [3, 16]],
+    "model.n_highway": 1,
+    "model.projection_dim": 16,
+    "model.lstm_dim": 32,
+    "model.n_layers": 2,
+    "softmax.type": "full",
+    "training.batch_tokens": 80,
+    "training.window": 10,
+    "training.max_epochs": None,
+    "training.max_steps": 20,
+    "training.optimizer": "adam",
+    "training.learning_rate": 0.01,
+    "training.dropout": 0.0,
+    "training.eval_every": None,
+    "training.checkpoint_every": 1000,
+    "training.eval_batch_size": 16,
+}
+
+
+def tiny_config(train: Path, dev: Path = None, **overrides: Any):
+    """The built-in config with tiny sizes; `overrides` use `section__key` names."""
+    values: Dict[str, Any] = {**TINY, "paths.train": str(train), "paths.dev": str(dev) if dev else None}
+    values.update({k.replace("__", "."): v for k, v in overrides.items()})
+    return load_config(None, values)
+
+
+def override_args(train: Path, dev: Path = None, **overrides: Any) -> List[str]:
+    """The same tiny config as CLI arguments (`--section.key value`)."""
+    values: Dict[str, Any] = {**TINY, "paths.train": str(train), "paths.dev": str(dev) if dev else None}
+    values.update({k.replace("__", "."): v for k, v in overrides.items()})
+    args: List[str] = []
+    for key, value in values.items():
+        args += [f"--{key}", json.dumps(value) if not isinstance(value, str) else value]
+    return args
+
+
+# ------------------------------------------------------------------------------------- command line
+SENTS = [["The", "cat", "sat", "."], ["Hello"], ["a", "b", "c", "d", "e", "f"]]
+LINES = ["The cat sat on the mat .", "", "Hello world", "The cat sat on the mat .", "a b c d e f g h i j k l"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", ".", "über", "x1"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def run_cli(*args) -> int:
+    """`python -m spacy_elmo ARGS` in this process -> its exit code."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    return exit_info.value.code
+
+
+def write_lines(path, lines):
+    """`lines`, each ended by a newline, into `path` (UTF-8)."""
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def read_output(path):
+    """An `embed` output file -> `({name: array}, sentence_to_index, attributes)`."""
+    with h5py.File(path, "r") as f:
+        arrays = {k: f[k][...] for k in f if k != "sentence_to_index"}
+        return arrays, json.loads(f["sentence_to_index"][0]), dict(f.attrs)
+
+
+def generated(path: Path, n: int, seed: int = 0) -> Path:
+    """`n` lines of 0 to 11 random WORDS into `path`."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            f.write(" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) + "\n")
+    return path
+
+
+def one_error_line(err: str) -> str:
+    """The one `error: ...` line of `err`; fails the test if there is any other line or a traceback."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@contextmanager
+def tmpfs(path: Path, size: str):
+    """A tmpfs of `size` mounted at `path` (root, as in CI); skips where mounting is not allowed."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("mounting a tmpfs is not allowed here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def kill_at_rename(name: str) -> str:
+    """A script running the CLI that kills itself (SIGKILL) when it renames a file to `name`."""
+    return f"""
+import os, signal, sys
+real = os.replace
+def replace(src, dst, *a, **k):
+    if str(dst).endswith({name!r}):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.replace = replace
+from spacy_elmo.cli import main
+main(sys.argv[1:])
+"""
