@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, matmul_gflops, read_metrics, train_flops_per_token, write_curve  # noqa: E402
 
+from spacy_elmo.cli.pretrain import parse_overrides, split_overrides  # noqa: E402
 from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train  # noqa: E402
-from spacy_elmo.pretrain.cli import parse_overrides, split_overrides  # noqa: E402
 from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

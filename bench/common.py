@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 import torch
 
 from spacy_elmo.bilm import BiLMOptions
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "project" / "scripts"))  # the project's CoNLL-U reader and machine description
 from corpora import read_conllu  # noqa: E402

@@ -1,6 +1,6 @@
 """ELMo for spaCy: a PyTorch biLM that loads the published weights, and spaCy components on it."""
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder, export_hdf5, load_bilm, save_bilm
-from .embed_output import open_embeddings
+from .embed import open_embeddings
 from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError, ElmoResumeError
 
 __version__ = "0.1.0"

@@ -29,7 +29,7 @@ from thinc.api import Config, Model
 from .bilm import ElmoEmbedder, hub, locate
 from .bilm.threads import check_threads, torch_threads
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
-from .errors import ElmoFileError
+from .errors import ElmoConfigError, ElmoFileError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of
@@ -70,13 +70,13 @@ class Elmo(Pipe):
         threads: Optional[int] = None,
     ):
         if store not in STORE_DTYPES:
-            raise ValueError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
+            raise ElmoConfigError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
         if isinstance(mix, str) and mix not in ("average", "top"):
-            raise ValueError(f"elmo: mix must be 'average', 'top' or a list of layer weights, got {mix!r}")
+            raise ElmoConfigError(f"elmo: mix must be 'average', 'top' or a list of layer weights, got {mix!r}")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
-            raise ValueError(f"elmo: max_length must be an integer of at least 4, got {max_length!r}")
+            raise ElmoConfigError(f"elmo: max_length must be an integer of at least 4, got {max_length!r}")
         if cache_mb < 0:
-            raise ValueError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
+            raise ElmoConfigError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
         self.vocab, self.model, self.name = vocab, model, name
         self.weights = weights
         self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]
@@ -96,7 +96,7 @@ class Elmo(Pipe):
         bilm = get_embedder(self.model)
         if bilm is None:
             if self.weights is None:
-                raise ValueError(
+                raise ElmoConfigError(
                     f"the '{self.name}' component has no ELMo weights: add it with "
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
                 )
@@ -173,7 +173,7 @@ class Elmo(Pipe):
                 break
             assigns = nlp.get_pipe_meta(name).assigns
             if any(a in assigns for a in SENT_ASSIGNS) and name not in annotating:
-                raise ValueError(
+                raise ElmoConfigError(
                     f"'{name}' sets sentence boundaries before '{self.name}' but is not in [training] "
                     f"annotating_components, so '{self.name}' would split training Docs differently from "
                     f"evaluation Docs. Add '{name}' to annotating_components, or set "
@@ -272,7 +272,7 @@ class Elmo(Pipe):
         if self.mix == "top":
             return np.eye(n_layers, dtype=np.float32)[-1]
         if len(self.mix) != n_layers:
-            raise ValueError(f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers")
+            raise ElmoConfigError(f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers")
         return np.asarray(self.mix, dtype=np.float32)
 
     def set_annotations(self, docs: Sequence[Doc], datas: Sequence[ElmoDocData]) -> None:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import spacy
+from corpora import read_conllu
 from spacy.tokens import Doc, DocBin
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
-
-from corpora import read_conllu
 
 Sentence = Tuple[List[str], List[bool], List[str]]  # words, spaces, tags
 

@@ -31,8 +31,8 @@ DEV_TEXT = "wikitext2.valid.txt"
 
 
 def main() -> None:
+    from spacy_elmo.cli.pretrain import parse_overrides, split_overrides
     from spacy_elmo.pretrain import load_config, train
-    from spacy_elmo.pretrain.cli import parse_overrides, split_overrides
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")

@@ -10,13 +10,15 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from ..errors import ElmoConfigError
+
 _in_forked_child = False
 
 
 def check_threads(threads: Optional[int]) -> Optional[int]:
     """None (torch's default) or a positive int; anything else is a ValueError."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer or null (torch's default), got {threads!r}")
+        raise ElmoConfigError(f"threads must be a positive integer or null (torch's default), got {threads!r}")
     return threads
 
 

@@ -32,7 +32,7 @@ from ..bilm import (
     load_bilm,
     read_state_dict,
 )
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
@@ -91,7 +91,7 @@ def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: 
 def serialize_bilm(module: FrozenBiLM) -> bytes:
     """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network)}`."""
     if module.embedder is None or not module.has_weights:
-        raise ValueError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
+        raise ElmoConfigError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
     network = module.embedder.bilm
     buf = BytesIO()
     torch.save({k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}, buf)

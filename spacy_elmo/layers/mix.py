@@ -14,6 +14,8 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+from ..errors import ElmoConfigError
+
 MIX_NAME = "elmo_mix"
 MISSING_FEATURES = (
     "Doc has no ELMo layers (doc._.elmo_data is None): the 'elmo' component must run before this "
@@ -86,7 +88,7 @@ def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
         if upstream is not None:
             set_sizes(model, *upstream, [])
     if model.maybe_get_dim("nL") is None or model.maybe_get_dim("nO") is None:
-        raise ValueError(NO_SIZES)
+        raise ElmoConfigError(NO_SIZES)
     model.set_param("s", model.ops.alloc1f(model.get_dim("nL")))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
     for doc in docs:
@@ -126,7 +128,7 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
             wrong.append((setting, configured, value))
     if wrong:
         fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [f"{s} = {v}" for s, _, v in wrong]
-        raise ValueError(
+        raise ElmoConfigError(
             f"ElmoFeatures is configured with {', '.join(f'{s} = {c}' for s, c, _ in wrong)}, but "
             f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: set {' and '.join(fixes)} "
             "(or null: taken from the biLM)"
@@ -141,14 +143,14 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
         data = doc._.elmo_data
         if data is None:
             if is_train or doc not in model.attrs["shape_inference_docs"].docs:
-                raise ValueError(MISSING_FEATURES)
+                raise ElmoConfigError(MISSING_FEATURES)
             arrays.append(np.zeros((nL, len(doc), nO), dtype=np.float32))
             continue
         if data.layers is None:
-            raise ValueError("the 'elmo' component kept only the mix (keep_layers = false); "
+            raise ElmoConfigError("the 'elmo' component kept only the mix (keep_layers = false); "
                              "set [components.elmo] keep_layers = true to train ElmoFeatures")
         if data.layers.shape != (nL, len(doc), nO):
-            raise ValueError(f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
+            raise ElmoConfigError(f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
                              f"ElmoFeatures is configured with n_layers={nL}, width={nO}: set them to the biLM's sizes")
         arrays.append(data.layers)
     X = np.concatenate(arrays, axis=1).astype(np.float32, copy=False) if arrays else np.zeros((nL, 0, nO), "f")
@@ -182,4 +184,4 @@ def learned_mix(model: Model) -> Floats1d:
     for node in model.walk():
         if node.name == MIX_NAME:
             return node.ops.softmax(node.get_param("s"))
-    raise ValueError(f"no {MIX_NAME} layer in this model")
+    raise ElmoConfigError(f"no {MIX_NAME} layer in this model")

@@ -115,12 +115,12 @@ def many_lines(n):
 def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, capsys):
     """Interrupted while making dataset 32 (parts of 5 lines): parts 0-5 (lines up to 30) are
     complete and kept; part 6, half written, left nothing; the output does not exist yet."""
-    from spacy_elmo import embed_file
+    from spacy_elmo.embed import compute
 
     text = write_lines(tmp_path / "in.txt", many_lines(57))
     args = ["--weights", weights, "--whitespace", "--batch-size", 2, "--flush-every", 5, "--no-progress"]
     assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
-    real, calls = embed_file.select_layer, []
+    real, calls = compute.select_layer, []
 
     def interrupted(layers, layer):
         calls.append(1)
@@ -128,7 +128,7 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
             raise KeyboardInterrupt
         return real(layers, layer)
 
-    monkeypatch.setattr(embed_file, "select_layer", interrupted)
+    monkeypatch.setattr(compute, "select_layer", interrupted)
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args) == 130
     assert "--resume (from line 30)" in capsys.readouterr().err
     assert not (tmp_path / "part.hdf5").exists()
@@ -136,7 +136,7 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
     assert sorted(p.name for p in work.glob("part-*")) == [f"part-{i:05d}.hdf5" for i in range(6)]
     with h5py.File(work / "part-00005.hdf5", "r") as f:
         assert sorted(f) == ["25", "26", "27", "28", "29", "sentence_to_index"]
-    monkeypatch.setattr(embed_file, "select_layer", real)
+    monkeypatch.setattr(compute, "select_layer", real)
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args, "--resume") == 0
     assert "27 in this run" in capsys.readouterr().err
     full, part = read_output(tmp_path / "full.hdf5"), read_output(tmp_path / "part.hdf5")
@@ -152,7 +152,7 @@ def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
     args = ["--weights", str(fixture_dir), "--whitespace", "--batch-size", "2", "--flush-every", "7", "--no-progress"]
     script = (
         "import os, signal, sys\n"
-        "import spacy_elmo.embed_file as ef\n"
+        "import spacy_elmo.embed.job as ef\n"
         "real = ef.read_sentences\n"
         "def dying(*a, **k):\n"
         "    for i, item in enumerate(real(*a, **k)):\n"

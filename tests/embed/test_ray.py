@@ -1,4 +1,4 @@
-"""`embed --engine ray` (spacy_elmo.distributed) on a local Ray: actor pools of 1 and 2 give the
+"""`embed --engine ray` (spacy_elmo.embed.ray_engine) on a local Ray: actor pools of 1 and 2 give the
 arrays of `bilm.embed`, bit for bit, and the files of the single-process `--shards` path; float16 is
 float32 rounded; a worker killed mid-shard is redone; a rerun redoes only missing shards; changed
 input or weights and bad input are one error line."""
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import ray
 
-import spacy_elmo.embed_file
+import spacy_elmo.embed.job
 from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
-from spacy_elmo.distributed import embed_with_ray
+from spacy_elmo.embed.ray_engine import embed_with_ray
 
 from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
@@ -97,7 +97,7 @@ def die_on_first_try_at_shard_1():
     its lines, its temporary file open; the marker file `$DIE_AT` says it happened."""
     if DIE_AT not in os.environ:
         return
-    real = spacy_elmo.embed_file.write_piece
+    real = spacy_elmo.embed.job.write_piece
     marker = Path(os.environ[DIE_AT])
 
     def write_piece(path, first, count, lines, *args, **kwargs):
@@ -111,7 +111,7 @@ def die_on_first_try_at_shard_1():
             lines = halfway(lines)
         return real(path, first, count, lines, *args, **kwargs)
 
-    spacy_elmo.embed_file.write_piece = write_piece
+    spacy_elmo.embed.job.write_piece = write_piece
 
 
 @pytest.mark.timeout(150)

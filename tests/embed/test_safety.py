@@ -115,14 +115,14 @@ def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_pa
 
 KILL_IN_ASSEMBLY = """
 import os, signal, sys
-from spacy_elmo import embed_output
-real, calls = embed_output.H5Writer.copy_from, []
+from spacy_elmo.embed import h5writer
+real, calls = h5writer.H5Writer.copy_from, []
 def copy_from(self, src, name):
     calls.append(name)
     if len(calls) == 1000:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, src, name)
-embed_output.H5Writer.copy_from = copy_from
+h5writer.H5Writer.copy_from = copy_from
 from spacy_elmo.cli import main
 main(sys.argv[1:])
 """
@@ -210,9 +210,9 @@ def test_full_disk_injected(fixture_dir, tmp_path, monkeypatch, capsys):
 # ------------------------------------------------------------------------------------------- resume
 def interrupted_run(text, out, fixture_dir, monkeypatch, at=100):
     """Run embed on `text` and interrupt it (KeyboardInterrupt) while it makes dataset `at`."""
-    from spacy_elmo import embed_file
+    from spacy_elmo.embed import compute
 
-    real, calls = embed_file.select_layer, []
+    real, calls = compute.select_layer, []
 
     def interrupted(layers, layer):
         calls.append(1)
@@ -220,9 +220,9 @@ def interrupted_run(text, out, fixture_dir, monkeypatch, at=100):
             raise KeyboardInterrupt
         return real(layers, layer)
 
-    monkeypatch.setattr(embed_file, "select_layer", interrupted)
+    monkeypatch.setattr(compute, "select_layer", interrupted)
     assert run_cli(*embed_args(text, out, fixture_dir)) == 130
-    monkeypatch.setattr(embed_file, "select_layer", real)
+    monkeypatch.setattr(compute, "select_layer", real)
 
 
 def test_resume_refuses_an_input_edited_in_place(fixture_dir, tmp_path, monkeypatch, capsys):
@@ -240,7 +240,7 @@ def test_resume_refuses_an_input_edited_in_place(fixture_dir, tmp_path, monkeypa
 
 SLOW = """
 import sys, time
-import spacy_elmo.embed_file as ef
+import spacy_elmo.embed.compute as ef
 real = ef.select_layer
 def slow(*a, **k):
     time.sleep(0.02)

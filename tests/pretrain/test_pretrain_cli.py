@@ -9,8 +9,8 @@ import pytest
 import typer
 
 from spacy_elmo.cli import app, main
+from spacy_elmo.cli.pretrain import split_overrides
 from spacy_elmo.pretrain import train
-from spacy_elmo.pretrain.cli import split_overrides
 
 from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
 

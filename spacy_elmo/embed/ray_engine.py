@@ -2,9 +2,9 @@
 or across a Ray cluster.
 
 The driver plans the shards and keeps the manifest as `embed --shards N` does
-(`embed_file.start_sharded`, `record_complete`). Ray Data maps the shards still missing through a
+(`job.start_sharded`, `record_complete`). Ray Data maps the shards still missing through a
 pool of actors (`map_batches` with a callable class and `ActorPoolStrategy`); each actor loads the
-biLM once and writes whole shards with `embed_file.write_shard`, the function the single-process
+biLM once and writes whole shards with `job.write_shard`, the function the single-process
 path calls, so the files and the manifest are the same, bit for bit. A shard is written under a
 temporary name and renamed when complete; an actor that dies is restarted by Ray Data and its
 shard redone from the start (Ray Data's defaults: actors restarted and their tasks retried without
@@ -28,18 +28,13 @@ import ray
 import ray.data
 import torch
 
-from .bilm import load_bilm
-from .bilm.threads import torch_threads
-from .embed_file import (
-    Job,
-    bound_kernel_cache,
-    new_job,
-    record_complete,
-    start_sharded,
-    write_shard,
-)
-from .embed_output import WorkDir
-from .errors import ElmoFileError
+from ..bilm import load_bilm
+from ..bilm.threads import torch_threads
+from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
+from .compute import bound_kernel_cache
+from .job import Job, new_job, record_complete, start_sharded, write_shard
+from .options import EmbedOptions
+from .outdir import WorkDir
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
 
@@ -62,7 +57,7 @@ class ShardWriter:
             if self.bilm.fingerprint() != job.settings["weights"]:
                 raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
                                     "started: every node must see the same weights")
-        except (ElmoFileError, OSError, ValueError) as err:
+        except (ElmoError, OSError) as err:
             self.error = str(err)
 
     def _count(self, n_tokens: int) -> None:
@@ -75,7 +70,7 @@ class ShardWriter:
             if not error:
                 try:
                     write_shard(self.bilm, self.job, self.work, i, self.ranges[i])
-                except (ElmoFileError, OSError) as err:
+                except (ElmoError, OSError) as err:
                     error = str(err)
             for key, value in zip(rows, (i, self.job.lines_run - before, self.tokens, error)):
                 rows[key].append(value)
@@ -85,7 +80,7 @@ class ShardWriter:
 def connect(address: str | None) -> bool:
     """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
     runs in this process already. Returns whether it started (the caller then shuts it down).
-    Ray that cannot start is a ConnectionError in one line."""
+    Ray that cannot start is an ElmoResourceError in one line."""
     if ray.is_initialized():
         return False
     host, _, port = (address or "").split("://")[-1].rpartition(":")
@@ -93,7 +88,7 @@ def connect(address: str | None) -> bool:
         try:
             socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
         except OSError as err:
-            raise ConnectionError(f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
+            raise ElmoResourceError(f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
                                   "`ray start --head`, or leave --address out to run on this machine") from None
     try:
         if address:
@@ -102,14 +97,14 @@ def connect(address: str | None) -> bool:
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
     except Exception as err:  # Ray raises many kinds; each is one line here
         where = f"at {address}" if address else "on this machine"
-        raise ConnectionError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
+        raise ElmoResourceError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
     return True
 
 
 def embed_job(job: Job, weights: str, *, address: str | None = None, workers: int | None = None,
               threads_per_worker: int = 1, runtime_env: dict[str, Any] | None = None,
               on_shard: Callable[[int, int], None] | None = None) -> bool:
-    """Write the missing shards of `job` (`embed_file.new_job(..., shards=N)`) with a pool of
+    """Write the missing shards of `job` (`new_job` with `shards` N) with a pool of
     `workers` Ray actors of `threads_per_worker` torch threads each (default: as many as the
     cluster's CPUs hold, at most one per shard). `on_shard(lines, tokens)` follows each shard
     written. `runtime_env` is the actors' (Ray's runtime environments). Returns False where every
@@ -117,11 +112,10 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
     state, part of the weights' fingerprint, is computed at load and its rounding depends on the
     thread count, so an actor checks that it loaded the weights the settings name."""
     if not job.shards:
-        raise ValueError("--engine ray writes shards: give --shards N")
+        raise ElmoConfigError("--engine ray writes shards: give --shards N")
     work, ranges, todo = start_sharded(job)
     if not todo:
-        if work.manifest()["complete"] != work.complete(len(ranges)):  # a driver killed before recording its last shard
-            record_complete(work, len(ranges))
+        record_complete(work)  # a driver killed before recording its last shard
         return False
     started = connect(address)
     failures: list[str] = []
@@ -147,7 +141,7 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
                 failures.append(row["error"])
                 continue
             job.lines_run += int(row["lines"])
-            record_complete(work, len(ranges))
+            record_complete(work)
             if on_shard is not None:
                 on_shard(int(row["lines"]), int(row["tokens"]))
     finally:
@@ -165,11 +159,12 @@ def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, wei
                    address: str | None = None, workers: int | None = None, threads_per_worker: int = 1,
                    runtime_env: dict[str, Any] | None = None, **settings: Any) -> Job:
     """Embed `input_path` into the shard directory `output` on Ray (see the module's docstring);
-    `settings` are those of `embed_file.new_job` (lang, whitespace, layer, batch_size, state, dtype,
+    `settings` are fields of `EmbedOptions` (lang, whitespace, layer, batch_size, state, dtype,
     compression, flush_every). Rerunning it writes only the missing shards. Returns the Job
     (`lines_done`: lines complete before, `lines_run`: lines written now)."""
+    options = EmbedOptions(Path(input_path), Path(output), weights, shards=shards, **settings)
     with torch_threads(threads_per_worker):  # the weights' fingerprint as the actors see them (see `embed_job`)
-        bilm, job = new_job(Path(input_path), Path(output), weights, shards=shards, **settings)
+        bilm, job = new_job(options)
     del bilm  # each actor loads its own
     embed_job(job, weights, address=address, workers=workers, threads_per_worker=threads_per_worker,
               runtime_env=runtime_env)

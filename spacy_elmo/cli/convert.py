@@ -1,0 +1,51 @@
+"""`python -m spacy_elmo convert`: weights between the bilm-tf / AllenNLP hdf5 layout and this project's format."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..bilm import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
+from ..errors import ElmoConfigError, ElmoFileError
+from .app import WEIGHTS_HELP, app, errors
+
+EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
+
+
+@app.command("convert")
+def convert_cli(
+    src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
+    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,
+    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, "
+                                                     "`elmo_<stem>_weights.hdf5`")] = None,
+):
+    """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
+
+    `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary that
+    `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
+    --init-from DEST` continues with them.
+    """
+    with errors():
+        bilm = load_bilm(src)
+        target = to or ("hdf5" if locate(src).kind == "own" else "own")
+        if target not in ("own", "hdf5"):
+            raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise ElmoFileError(f"{dest} exists and is not an empty directory")
+        extras = [Path(src) / name for name in EXTRA_FILES if Path(src).is_dir() and (Path(src) / name).is_file()]
+        for extra in extras:
+            if extra.suffix == ".pt":  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
+                read_state_dict(extra, str(extra))
+        if target == "hdf5":
+            paths = list(export_hdf5(bilm, dest, stem=stem))
+            if bilm.state_policy != "warm":
+                typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
+                           f"state={bilm.state_policy!r} to get the same outputs", err=True)
+        else:
+            paths = locate(save_bilm(bilm, dest)).paths
+        for extra in extras:
+            paths.append(Path(shutil.copy2(extra, dest / extra.name)))
+    typer.echo("wrote " + " ".join(str(p) for p in paths))

@@ -1,0 +1,116 @@
+"""`python -m spacy_elmo embed`: a corpus into hdf5 (see `spacy_elmo.embed`)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+
+from ..embed.options import EmbedOptions
+from .app import WEIGHTS_HELP, app, errors
+
+LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
+              "(n_tokens, dim). AllenNLP's --all, --top, --average")
+
+
+@app.command("embed")
+def embed_cli(
+    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line (only \\n ends a line, as `wc -l` "
+                                                     "counts), or a .spacy DocBin")],
+    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote; "
+                                                      "with --shards, a directory of such files")],
+    weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
+    lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
+    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
+    layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
+    batch_size: Annotated[int, typer.Option(min=1, help="biLM batch size: sentences per batch under --state carry; "
+                                                         "else a memory bound (up to 8x this many per packed batch)")] = 64,
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,
+    dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
+    compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
+    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
+                                              "redoes the rest (the input and every setting must be the same)")] = False,
+    flush_every: Annotated[int, typer.Option(min=1, help="lines per part: a kill loses at most the part being "
+                                                         "written; a shard is made of whole parts")] = 10_000,
+    shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "
+                                                             "+ manifest.json; rerun the command to redo missing shards")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "
+                                                      "the shards can run at the same time")] = None,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "
+                                                   "1 on a machine that other jobs share")] = None,
+    engine: Annotated[str, typer.Option(help="local: this process; ray: the shards written by a pool of Ray "
+                                             "actors (needs --shards; pip install \"spacy_elmo[ray]\")")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "
+                                                        "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
+                                                        "then be at the same path on every node (shared storage). "
+                                                        "Default: start Ray on this machine's CPUs")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: actors writing shards at once "
+                                                   "(default: the cluster's CPUs / --threads-per-worker)")] = None,
+    threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "
+                                                              "CPUs reserved) per actor (default 1)")] = None,
+):
+    """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
+
+    Streams: lines are read, embedded and written as they come (the README gives the memory
+    measured over a million lines). Empty lines give arrays with 0 tokens. Crash-safe: work is kept
+    in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and OUTPUT_PATH
+    appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
+    with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory). With
+    `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on this
+    machine or on a Ray cluster (`--address`).
+    """
+    from tqdm import tqdm
+
+    from ..embed.compute import bound_kernel_cache
+    from ..embed.job import embed_sharded, embed_single, first_missing_line, new_job
+
+    bound_kernel_cache()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    with errors():
+        options = EmbedOptions(
+            input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
+            state=state, dtype=dtype, compression=compression, resume=resume, flush_every=flush_every, shards=shards,
+            shard=shard, threads=threads, engine=engine, address=address, workers=workers,
+            threads_per_worker=threads_per_worker).check()
+        only, shards = options.only_shard(), options.shards
+        if options.engine == "ray":  # the weights' fingerprint as the actors will see it (see `embed_job`)
+            torch.set_num_threads(threads_per_worker or 1)
+        bilm, job = new_job(options)
+    settings = job.settings
+    bar = tqdm(total=settings["lines"], unit=" lines", disable=not progress)
+    tokens = 0
+
+    def on_line(n_tokens: int, lines: int = 1) -> None:
+        nonlocal tokens
+        tokens += n_tokens
+        bar.update(lines)
+
+    job.on_line = on_line
+    start = time.perf_counter()
+    try:
+        with errors():
+            if options.engine == "ray":
+                from ..embed.ray_engine import embed_job
+
+                del bilm  # each worker loads its own
+                wrote = embed_job(job, weights, address=address, workers=workers,
+                                threads_per_worker=threads_per_worker or 1,
+                                on_shard=lambda lines, n_tokens: on_line(n_tokens, lines))
+            else:
+                wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)
+    except KeyboardInterrupt:
+        where = "" if shards else f" (from line {first_missing_line(job)})"
+        typer.echo(f"interrupted: continue with {'the same command' if shards else '--resume'}{where}", err=True)
+        raise typer.Exit(130) from None
+    finally:
+        bar.close()
+    if not wrote:
+        typer.echo(f"{output_path} is complete already ({job.lines_done} lines)", err=True)
+        return
+    seconds = time.perf_counter() - start
+    typer.echo(f"wrote {output_path}: {job.lines_done + job.lines_run} lines ({job.lines_run} in this run), "
+               f"{tokens} tokens in {seconds:.1f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)

@@ -1,0 +1,85 @@
+"""`python -m spacy_elmo info`: a biLM's architecture, parameters per part, widths and files."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..bilm import BiLM, hub, load_bilm, locate, read_state_dict
+from .app import WEIGHTS_HELP, app, errors
+from .convert import EXTRA_FILES
+
+
+def parameter_counts(bilm: BiLM) -> dict[str, int]:
+    """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per direction."""
+    counts: dict[str, int] = {}
+    for name, p in bilm.named_parameters():
+        parts = name.split(".")
+        if parts[0] == "lstm":  # (2, ...): forward and backward stacked
+            for d, direction in enumerate(("forward", "backward")):
+                key = f"LSTM layer {parts[2]} {direction}"
+                counts[key] = counts.get(key, 0) + p[d].numel()
+            continue
+        if parts[1] == "highways":
+            key = f"highway {parts[2]}"
+        else:
+            key = {"char_embedding": "char embedding", "convs": "char CNN"}.get(parts[1], "projection")
+        counts[key] = counts.get(key, 0) + p.numel()
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection")))
+
+
+def describe(model: str, state: str | None = None) -> dict[str, Any]:
+    """Everything `info` reports, JSON-friendly."""
+    bilm = load_bilm(model, state=state)
+    files = locate(model).paths
+    extra = [files[0].parent / name for name in EXTRA_FILES if (files[0].parent / name).is_file()]
+    softmax = None
+    if extra and extra[0].name == "lm_head.pt":
+        softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
+    o = bilm.options
+    return {
+        "model": model, "state_policy": bilm.state_policy,
+        "parameters": sum(p.numel() for p in bilm.parameters()),
+        "parameters_by_part": parameter_counts(bilm.bilm), "softmax_parameters": softmax,
+        "widths": {"char embedding": o.char_dim, "char CNN filters": o.n_filters, "token layer": o.projection_dim,
+                   "LSTM cell": o.lstm_dim, "LSTM projection": o.projection_dim, "ELMo layers": bilm.output_dim},
+        "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,
+        "fingerprint": bilm.fingerprint(), "options": o.sizes(),
+        "files": [{"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)} for p in files + extra],
+    }
+
+
+@app.command("info")
+def info_cli(
+    model: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
+):
+    """Architecture, parameters per part, layer widths and the sha256 of each file of a biLM."""
+    with errors():
+        report = describe(model, state)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    from wasabi import msg
+
+    o = report["options"]
+    msg.divider(f"ELMo biLM: {model}")
+    msg.table({"char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
+               "highway layers": o["n_highway"],
+               "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip {o['proj_clip']}, "
+                       f"skip connections {o['use_skip_connections']}",
+               "output": f"{report['output_layers']} layers x {report['output_dim']}",
+               "state policy": report["state_policy"], "fingerprint": report["fingerprint"]}, max_col=200)
+    msg.divider("Widths")
+    msg.table(report["widths"])
+    msg.divider("Parameters")
+    rows = [(k, f"{v:,}") for k, v in report["parameters_by_part"].items()]
+    rows.append(("biLM total", f"{report['parameters']:,}"))
+    if report["softmax_parameters"] is not None:
+        rows.append(("softmax (lm_head.pt)", f"{report['softmax_parameters']:,}"))
+    msg.table(rows, aligns=("l", "r"))
+    msg.divider("Files")
+    msg.table([(f["path"], f"{f['bytes']:,}", f["sha256"]) for f in report["files"]],
+              header=("file", "bytes", "sha256"), aligns=("l", "r", "l"), max_col=200)

@@ -1,0 +1,221 @@
+"""One `embed` run: its plan (blocks, parts or shards), writing the pieces that are missing, assembling a
+single output, resuming after a kill.
+
+The input is read and embedded in blocks of `flush_every` lines; each block starts from an empty token
+cache, so a line's arrays depend only on its block (a cached token layer carries the rounding of the batch
+it was first computed in): a resumed run, a shard and an uninterrupted run compute every line alike, to the
+bit. Pieces become visible only when complete (a part per block beside a single output, assembled at the
+end; or the shards of a sharded output); the work directory's manifest records the input's sha256 and
+every setting.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import h5py
+from spacy.language import Language
+
+from ..bilm import ElmoEmbedder, load_bilm
+from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
+from .compute import embed_blocks, parse_layer
+from .h5writer import SETTINGS, TMP, assemble, write_error, write_piece
+from .options import EmbedOptions
+from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan, take_lock
+from .reader import read_sentences, scan_input
+
+
+@dataclass
+class Job:
+    """What to embed and how: the input, its tokenizer, every setting that shapes the output."""
+
+    input_path: Path
+    output: Path
+    settings: dict[str, Any]  # scan_input's keys + weights, state, layer, batch_size, flush_every, tokenizer, ...
+    nlp: Language | None = None
+    layer: str | int = "all"
+    shards: int | None = None
+    on_line: Callable[[int], None] | None = None
+    lines_done: int = 0  # lines found complete when the run started
+    lines_run: int = 0  # lines embedded by this run
+
+    @property
+    def block(self) -> int:
+        return self.settings["flush_every"]
+
+
+def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
+    """Check the options of a run, load the biLM and scan the input: the embedder and the Job, whose
+    settings are recorded with the output (and must match when a run continues)."""
+    import spacy
+
+    o = options.check()
+    if not o.input_path.is_file():
+        raise ElmoFileError(f"input not found: {o.input_path}")
+    bilm = load_bilm(o.weights, state=o.state)
+    chosen = parse_layer(o.layer, bilm.num_output_layers)
+    if (o.resume or o.shards) and bilm.state_policy == "carry":
+        raise ElmoConfigError(f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
+                              "or zero): under carry a line's vectors depend on every line before it")
+    docbin = o.input_path.suffix == ".spacy"
+    try:
+        nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
+    except ImportError as err:
+        raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
+    settings = {**scan_input(o.input_path), "weights": bilm.fingerprint(), "state": bilm.state_policy,
+                "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.flush_every, "dtype": o.dtype,
+                "compression": o.compression, "shards": o.shards,
+                "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}
+    return bilm, Job(o.input_path, o.output, settings, nlp=nlp, layer=chosen, shards=o.shards)
+
+
+def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int, stop: int,
+                sentences: Iterable[tuple[str, list[str]]] | None = None) -> None:
+    """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
+    complete. `sentences` continues a reader already at line `start`;
+    without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
+    one call."""
+    if sentences is None:
+        sentences = read_sentences(job.input_path, job.nlp, skip=start)
+    lines = embed_blocks(bilm, islice(sentences, stop - start), block=job.block, layer=job.layer,
+                         batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line)
+    compression = None if job.settings["compression"] == "none" else job.settings["compression"]
+    path = work.piece(i)
+    try:
+        write_piece(path, start, stop - start, lines, job.settings, compression=compression, reopen_every=job.block)
+    except OSError as err:
+        raise write_error(err, path) from None
+    job.lines_run += stop - start
+
+
+def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
+    """Write `job.output` as one file through parts in `OUTPUT.partial/`. Returns False where the
+    output was complete already. A kill at any moment loses at most the part being written:
+    `resume` keeps the complete parts, redoes the others and assembles again."""
+    out, partial = job.output, job.output.with_name(job.output.name + ".partial")
+    work = WorkDir(partial, out, "part")
+    if out.exists():
+        if not resume:
+            raise ElmoResumeError(f"{out} exists: pass --resume to continue it, or remove it")
+        check_settings(out, _file_settings(out), job.settings)
+        if partial.exists():  # killed while removing it, after OUTPUT was complete
+            work.lock()
+            work.remove()
+            work.unlock()
+        job.lines_done = job.settings["lines"]
+        return False
+    if partial.exists() and not resume:
+        raise ElmoResumeError(f"{out}: an interrupted run is in {partial}: pass --resume to continue it")
+    try:
+        if not partial.exists():
+            work.create()
+        work.lock()
+        if work.has_manifest():
+            manifest = work.manifest()
+            check_settings(out, manifest.settings, job.settings)
+            ranges = manifest.ranges
+        else:  # new, or killed before its manifest was written
+            ranges = plan(job.settings["lines"], job.block, None)
+            work.write_manifest(Manifest("file", job.settings, ranges))
+        _run_pieces(bilm, job, work, ranges)
+        try:
+            assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, partial, reopen_every=job.block)
+        except OSError as err:
+            raise write_error(err, out) from None
+        work.remove()
+    finally:
+        work.unlock()
+    return True
+
+
+def embed_sharded(bilm: ElmoEmbedder, job: Job, only: int | None = None) -> bool:
+    """Write `job.output` as a directory of `job.shards` shards and `manifest.json`; only shard
+    `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
+    whole). Returns False where every shard asked for was complete already."""
+    work, ranges, todo = start_sharded(job, only)
+    for i in todo:
+        write_shard(bilm, job, work, i, ranges[i])
+        record_complete(work)
+    return bool(todo)
+
+
+def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
+    """Make or check the shard directory and its manifest: the directory, every shard's line range
+    and the shards still to write (only `only` where given)."""
+    out = job.output
+    ours = (LOCK, MANIFEST + TMP)  # a run that made the directory and has not written its manifest yet
+    if out.exists() and (not out.is_dir() or not (out / MANIFEST).is_file()
+                         and any(p.name not in ours for p in out.iterdir())):
+        raise ElmoFileError(f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
+                            "choose another output")
+    ranges = plan(job.settings["lines"], job.block, job.shards)
+    if any(start == stop for start, stop in ranges) and job.settings["lines"]:
+        blocks = -(-job.settings["lines"] // job.block)
+        raise ElmoFileError(f"--shards {job.shards}: {job.input_path} has {blocks} block(s) of --flush-every "
+                            f"{job.block} lines; give a smaller --flush-every (a shard is whole blocks)")
+    manifests = WorkDir(out, out, "shard")
+    manifests.create(exist_ok=True)
+    with take_lock(out / LOCK, out, wait=True):
+        complete = manifests.complete(len(ranges))
+        if manifests.has_manifest():
+            manifest = manifests.manifest()
+            check_settings(out, manifest.settings, job.settings)
+            manifests.record_complete(manifest)  # killed between a shard's rename and the manifest's update
+        else:
+            manifests.write_manifest(Manifest("shards", job.settings, ranges, [False] * len(ranges)))
+    todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
+    job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
+    return manifests, ranges, todo
+
+
+def write_shard(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, lines: tuple[int, int]) -> None:
+    """Write shard `i` (input lines `lines`) whole, unless it is there already; its lock keeps a
+    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile."""
+    with take_lock(work.path / f"{work.piece(i).name}.lock", work.output):
+        if not work.piece(i).is_file():
+            write_range(bilm, job, work, i, *lines)
+
+
+def record_complete(work: WorkDir) -> None:
+    """Record in the manifest which shards are on disk (under the directory's lock)."""
+    with take_lock(work.path / LOCK, work.output, wait=True):
+        work.record_complete(work.manifest())
+
+
+def _run_pieces(bilm: ElmoEmbedder, job: Job, work: WorkDir, ranges: list[tuple[int, int]]) -> None:
+    """Write the missing pieces in order, reading the input once."""
+    done = work.complete(len(ranges))
+    job.lines_done = sum(b - a for (a, b), d in zip(ranges, done) if d)
+    sentences = None
+    for i, ((start, stop), complete) in enumerate(zip(ranges, done)):
+        if complete:
+            continue
+        if sentences is None:
+            sentences = read_sentences(job.input_path, job.nlp, skip=start)
+        write_range(bilm, job, work, i, start, stop, sentences)
+        if i + 1 < len(ranges) and done[i + 1]:
+            sentences = None  # the next pieces are there: open again where work resumes
+
+
+def first_missing_line(job: Job) -> int:
+    """The first line not in a complete piece of an interrupted single-file run (for messages)."""
+    partial = WorkDir(job.output.with_name(job.output.name + ".partial"), job.output, "part")
+    try:
+        ranges = partial.manifest().ranges
+    except ElmoFileError:
+        return 0
+    return next((a for i, (a, _) in enumerate(ranges) if not partial.piece(i).is_file()), job.settings["lines"])
+
+
+def _file_settings(path: Path) -> dict[str, Any]:
+    try:
+        with h5py.File(path, "r") as f:
+            if SETTINGS not in f.attrs:
+                raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
+            return json.loads(f.attrs[SETTINGS])
+    except OSError as err:
+        raise ElmoFileError(f"{path}: exists and cannot be read as hdf5 ({err}): choose another output") from None

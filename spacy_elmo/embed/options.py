@@ -1,0 +1,74 @@
+"""Every setting of one `embed` run, in one object: what the command line takes and the job reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ElmoConfigError, ElmoResourceError
+
+DTYPES = ("float32", "float16")
+COMPRESSIONS = ("none", "gzip", "lzf")
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files) with the
+    biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard` ("I/N") writes one
+    shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`)."""
+
+    input_path: Path
+    output: Path
+    weights: str
+    lang: str = "en"
+    whitespace: bool = False
+    layer: str = "all"
+    batch_size: int = 64
+    state: Optional[str] = None
+    dtype: str = "float32"
+    compression: str = "none"
+    resume: bool = False
+    flush_every: int = 10_000
+    shards: Optional[int] = None
+    shard: Optional[str] = None
+    threads: Optional[int] = None
+    engine: str = "local"
+    address: Optional[str] = None
+    workers: Optional[int] = None
+    threads_per_worker: Optional[int] = None
+
+    def check(self) -> "EmbedOptions":
+        """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a setting out
+        of range or settings that do not go together) or ElmoResourceError (`engine` ray without Ray)."""
+        if self.dtype not in DTYPES or self.compression not in COMPRESSIONS:
+            raise ElmoConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
+                                  f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}")
+        only = self.only_shard()
+        options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
+        options._check_engine()
+        return options
+
+    def only_shard(self) -> Optional[int]:
+        """`--shard I/N` -> I, checked against `shards`; None without it."""
+        if self.shard is None:
+            return None
+        i, _, n = self.shard.partition("/")
+        if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or (self.shards is not None and self.shards != int(n)):
+            raise ElmoConfigError(f"--shard must be I/N with 0 <= I < N (and N equal to --shards), got {self.shard!r}")
+        return int(i)
+
+    def _check_engine(self) -> None:
+        if self.engine not in ENGINES:
+            raise ElmoConfigError(f"--engine must be local or ray, got {self.engine!r}")
+        if self.engine == "local":
+            if any(option is not None for option in (self.address, self.workers, self.threads_per_worker)):
+                raise ElmoConfigError("--address, --workers and --threads-per-worker go with --engine ray")
+            return
+        if not self.shards or self.shard is not None:
+            raise ElmoConfigError("--engine ray writes every shard of --shards N: give --shards N (and not --shard I/N)")
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise ElmoResourceError('--engine ray needs Ray: pip install "spacy_elmo[ray]"') from None
+

@@ -1,0 +1,89 @@
+"""The input of `embed`: a UTF-8 text file (one sentence per line, only \\n ends a line, as `wc -l` counts)
+or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8 checked) and read lazily."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spacy.language import Language
+
+from ..errors import ElmoFileError
+
+
+def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> ElmoFileError:
+    return ElmoFileError(f"{path}: invalid UTF-8 on line {line}, byte {offset} of the file ({err.reason}): "
+                         "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)")
+
+
+def scan_input(path: Path) -> dict[str, Any]:
+    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass.
+
+    Lines are counted as `wc -l` does (only \\n ends one; a last line without it counts too). Text
+    is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
+    digest, size, lines, last = hashlib.sha256(), 0, 0, b"\n"
+    rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
+    docbin = path.suffix == ".spacy"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+            last = block[-1:]
+            if docbin:
+                continue
+            buf = rest + block
+            cut = buf.rfind(b"\n") + 1
+            _check_utf8(path, buf[:cut], rest_at, lines)
+            lines += buf.count(b"\n", 0, cut)
+            rest, rest_at = buf[cut:], rest_at + cut
+    if docbin:
+        from spacy.tokens import DocBin
+
+        lines = len(DocBin().from_disk(path))
+    else:
+        _check_utf8(path, rest, rest_at, lines)
+        lines += last != b"\n"
+    return {"input": str(path.resolve()), "input_bytes": size, "input_sha256": digest.hexdigest(), "lines": lines}
+
+
+def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _bad_utf8(path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err) from None
+
+
+def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> Iterator[tuple[str, list[str]]]:
+    """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
+    split on whitespace without one), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
+    Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
+    Whitespace tokens are left out, as in the `elmo` component."""
+    if path.suffix == ".spacy":
+        from spacy.tokens import DocBin
+        from spacy.vocab import Vocab
+
+        docs = DocBin().from_disk(path).get_docs(nlp.vocab if nlp is not None else Vocab())
+        for i, doc in enumerate(docs):
+            if i >= skip:
+                yield doc.text, [t.text for t in doc if not t.is_space]
+        return
+    lines = (text.strip() for text in _decoded_lines(path, skip))
+    if nlp is None:
+        for line in lines:
+            yield line, line.split()
+    else:
+        for doc in nlp.tokenizer.pipe(lines, batch_size=1000):
+            yield doc.text, [t.text for t in doc if not t.is_space]
+
+
+def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
+    offset = 0
+    with open(path, "rb") as f:  # binary: iteration splits on b"\n" only
+        for number, raw in enumerate(f, 1):
+            if number > skip:
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise _bad_utf8(path, number, offset + err.start, err) from None
+            offset += len(raw)
