@@ -73,7 +73,7 @@ def ElmoFeatures(
 
 
 @registry.architectures("spacy_elmo.ElmoFeatures.v2")
-def ElmoFeatures_v2(
+def ElmoFeaturesRecommended(
     n_layers: Optional[int] = None,
     width: Optional[int] = None,
     dropout: float = 0.2,

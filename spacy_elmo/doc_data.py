@@ -21,11 +21,11 @@ MSGPACK_KEY = "__spacy_elmo_doc_data__"
 @dataclass
 class ElmoDocData:
     """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one is set);
-    `weights` `(n_layers + 1,)` float32: the fixed mix that `doc._.elmo` reports."""
+    `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo` reports."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
-    weights: np.ndarray
+    mix_weights: np.ndarray
     _mix_cache: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
     @property
@@ -43,17 +43,17 @@ class ElmoDocData:
                 out = self.mixed
             else:
                 layers = self.layers.astype(np.float32, copy=False)
-                out = np.tensordot(self.weights, layers, axes=1).astype(self.layers.dtype, copy=False)
+                out = np.tensordot(self.mix_weights, layers, axes=1).astype(self.layers.dtype, copy=False)
             out.setflags(write=False)
             self._mix_cache = out
         return self._mix_cache
 
     def to_dict(self) -> dict:
-        return {"layers": self.layers, "mixed": self.mixed, "weights": self.weights}
+        return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights}  # key of stored Docs
 
     @classmethod
     def from_dict(cls, msg: dict) -> "ElmoDocData":
-        return cls(layers=msg["layers"], mixed=msg["mixed"], weights=np.asarray(msg["weights"], dtype=np.float32))
+        return cls(layers=msg["layers"], mixed=msg["mixed"], mix_weights=np.asarray(msg["weights"], dtype=np.float32))
 
 
 @srsly.msgpack_encoders("spacy_elmo_doc_data")

@@ -221,7 +221,7 @@ class Elmo(Pipe):
         inputs = [[doc[int(i)].text for i in keep[w.start : w.end]]
                   for doc, (keep, wins) in zip(docs, plans) for w in wins]
         outputs = iter(self._embed(bilm, inputs))
-        weights = self.mix_weights(bilm.num_output_layers)
+        mix_weights = self.mix_weights(bilm.num_output_layers)
         shape = (bilm.num_output_layers, 0, bilm.output_dim)
         out = []
         for doc, (keep, wins) in zip(docs, plans):
@@ -234,10 +234,10 @@ class Elmo(Pipe):
                     layers[:, keep[w.keep_start : w.keep_end]] = arr[:, w.keep_start - w.start : w.keep_end - w.start]
                 layers.setflags(write=False)
             if self.keep_layers:
-                out.append(ElmoDocData(layers=layers, mixed=None, weights=weights))
+                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights))
             else:
-                mixed = np.tensordot(weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
-                out.append(ElmoDocData(layers=None, mixed=mixed, weights=weights))
+                mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
+                out.append(ElmoDocData(layers=None, mixed=mixed, mix_weights=mix_weights))
         return out
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:

@@ -66,7 +66,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
-    settings = {**scan_input(o.input_path), "weights": bilm.fingerprint(), "state": bilm.state_policy,
+    settings = {**scan_input(o.input_path), "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
                 "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.flush_every, "dtype": o.dtype,
                 "compression": o.compression, "shards": o.shards,
                 "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}

@@ -54,7 +54,7 @@ class ShardWriter:
         self.work = WorkDir(job.output, job.output, "shard")
         try:
             self.bilm = load_bilm(weights, state=job.settings["state"])
-            if self.bilm.fingerprint() != job.settings["weights"]:
+            if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
                 raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
                                     "started: every node must see the same weights")
         except (ElmoError, OSError) as err:

@@ -113,7 +113,7 @@ def test_changed_input_or_weights_are_refused(single, fixture_dir, tmp_path, cap
     other = write_random_weights(tmp_path / "other", TINY_OPTIONS, seed=3)
     assert run_cli(*args(mine, out, other, "--shards", 2)) == 1
     line = one_error_line(capsys.readouterr().err)
-    assert "other settings (weights: " in line, line
+    assert "other settings (weights_fingerprint: " in line, line
     assert run_cli(*args(mine, out, fixture_dir, "--shards", 2, "--state", "carry")) == 1
     assert "deterministic" in one_error_line(capsys.readouterr().err)
     assert run_cli(*args(mine, out, fixture_dir, "--shards", 13)) == 1  # 12 blocks of 50 lines
@@ -133,7 +133,7 @@ def test_float16_is_float32_rounded(single, fixture_dir, tmp_path, layer):
     with h5py.File(tmp_path / "16.hdf5", "r") as f:
         settings = json.loads(f.attrs["spacy_elmo.settings"])
     assert settings["dtype"] == "float16" and settings["layer"] == layer and settings["tokenizer"] == "whitespace"
-    assert len(settings["weights"]) == 64 and settings["state"] == "warm"
+    assert len(settings["weights_fingerprint"]) == 64 and settings["state"] == "warm"
 
 
 @pytest.mark.parametrize("compression", ["gzip", "lzf"])

@@ -23,7 +23,7 @@ def docs_with_layers(lengths, seed=0, dtype=np.float32):
     for n in lengths:
         doc = Doc(nlp.vocab, words=["w%d" % i for i in range(n)])
         doc._.elmo_data = ElmoDocData(layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype), mixed=None,
-                                      weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"))
+                                      mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"))
         docs.append(doc)
     return docs
 
@@ -125,7 +125,7 @@ def test_wrong_sizes_and_mix_only_raise():
     model.initialize()
     with pytest.raises(ValueError, match="n_layers=3, width=16"):
         model.predict(docs)
-    docs[0]._.elmo_data = ElmoDocData(layers=None, mixed=np.zeros((3, WIDTH), "f"), weights=np.ones(3, "f") / 3)
+    docs[0]._.elmo_data = ElmoDocData(layers=None, mixed=np.zeros((3, WIDTH), "f"), mix_weights=np.ones(3, "f") / 3)
     with pytest.raises(ValueError, match="keep_layers = true"):
         ElmoFeatures(N_LAYERS, WIDTH).predict(docs)
 

@@ -41,7 +41,7 @@ def tag_accuracy(nlp, sentences, change_layers=None):
     if change_layers is not None:
         for doc in docs:
             data = doc._.elmo_data
-            doc._.elmo_data = ElmoDocData(layers=change_layers(data.layers), mixed=None, weights=data.weights)
+            doc._.elmo_data = ElmoDocData(layers=change_layers(data.layers), mixed=None, mix_weights=data.mix_weights)
     for name in ("tok2vec", "tagger"):
         docs = list(nlp.get_pipe(name).pipe(docs))
     pairs = [(t.tag_, g) for doc, (_, tags) in zip(docs, sentences) for t, g in zip(doc, tags)]
