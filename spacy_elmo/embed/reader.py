@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from spacy.language import Language
+from spacy.tokens import DocBin
 
 from ..errors import ElmoFileError
 
@@ -38,9 +39,7 @@ def scan_input(path: Path) -> dict[str, Any]:
             lines += buf.count(b"\n", 0, cut)
             rest, rest_at = buf[cut:], rest_at + cut
     if docbin:
-        from spacy.tokens import DocBin
-
-        lines = len(DocBin().from_disk(path))
+        lines = len(_docbin(path))
     else:
         _check_utf8(path, rest, rest_at, lines)
         lines += last != b"\n"
@@ -60,10 +59,9 @@ def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> It
     Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
     Whitespace tokens are left out, as in the `elmo` component."""
     if path.suffix == ".spacy":
-        from spacy.tokens import DocBin
         from spacy.vocab import Vocab
 
-        docs = DocBin().from_disk(path).get_docs(nlp.vocab if nlp is not None else Vocab())
+        docs = _docbin(path).get_docs(nlp.vocab if nlp is not None else Vocab())
         for i, doc in enumerate(docs):
             if i >= skip:
                 yield doc.text, [t.text for t in doc if not t.is_space]
@@ -87,3 +85,11 @@ def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
                 except UnicodeDecodeError as err:
                     raise _bad_utf8(path, number, offset + err.start, err) from None
             offset += len(raw)
+
+
+def _docbin(path: Path) -> DocBin:
+    """The DocBin in `path`; ElmoFileError where it holds something else."""
+    try:
+        return DocBin().from_disk(path)
+    except ValueError as err:
+        raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None

@@ -183,3 +183,31 @@ def test_embed_help_documents_every_option():
     command = typer.main.get_command(app).commands["embed"]
     for param in command.params:
         assert getattr(param, "help", None), param.name
+
+
+def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
+    """Raised at the source, before the CLI: bad options ElmoConfigError, a missing or foreign input
+    ElmoFileError naming it, a refused resume ElmoResumeError (an ElmoFileError)."""
+    from spacy_elmo import ElmoConfigError, ElmoFileError, ElmoResumeError
+    from spacy_elmo.embed import EmbedOptions
+    from spacy_elmo.embed.job import embed_single, new_job
+
+    text, out, weights = write_lines(tmp_path / "in.txt", ["a b", "", "c"]), tmp_path / "o.hdf5", str(fixture_dir)
+    with pytest.raises(ElmoConfigError, match="--dtype"):
+        new_job(EmbedOptions(text, out, weights, dtype="float64"))
+    with pytest.raises(ElmoConfigError, match="go with --engine ray"):
+        new_job(EmbedOptions(text, out, weights, workers=2))
+    with pytest.raises(ElmoConfigError, match="--engine ray writes every shard"):
+        new_job(EmbedOptions(text, out, weights, engine="ray"))
+    with pytest.raises(ElmoFileError, match="input not found: .*missing.txt"):
+        new_job(EmbedOptions(tmp_path / "missing.txt", out, weights))
+    with pytest.raises(ElmoConfigError, match="--layer"):
+        new_job(EmbedOptions(text, out, weights, layer="9"))
+    (tmp_path / "bad.spacy").write_bytes(b"garbage")
+    with pytest.raises(ElmoFileError, match="bad.spacy: not a spaCy DocBin"):
+        new_job(EmbedOptions(tmp_path / "bad.spacy", out, weights))
+    assert embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True)), resume=False)
+    with pytest.raises(ElmoResumeError, match="exists: pass --resume"):
+        embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True)), resume=False)
+    with pytest.raises(ElmoResumeError, match="other settings"):
+        embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True, resume=True, batch_size=3)), resume=True)
