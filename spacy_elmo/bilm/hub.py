@@ -118,13 +118,3 @@ def verify(directory: Path, name: str) -> bool:
                 f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download {name}` again"
             )
     return True
-
-
-def resolve(name: str, cache: str | Path | None = None) -> tuple[Path, bool]:
-    """The cache directory of a published model and whether its files were verified against the
-    manifest (False: placed by hand, not yet recorded). Never downloads."""
-    directory = model_dir(name, cache)
-    for file_name, _ in published_files(name):
-        if not (directory / file_name).is_file():
-            raise ElmoFileError(missing_message(name, directory))
-    return directory, verify(directory, name)

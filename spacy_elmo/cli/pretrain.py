@@ -11,7 +11,7 @@ import typer
 from thinc.api import Config
 
 from ..errors import ElmoConfigError
-from ..pretrain import PretrainError, load_config
+from ..pretrain import load_config
 from .app import app, errors
 
 
@@ -99,7 +99,7 @@ def parse_overrides(overrides: List[str]) -> Dict[str, Any]:
     try:
         return parse_config_overrides(list(overrides))  # a copy: it consumes the list it is given
     except SystemExit:
-        raise PretrainError(f"cannot parse the config overrides {' '.join(overrides)}") from None
+        raise ElmoConfigError(f"cannot parse the config overrides {' '.join(overrides)}") from None
 
 
 def parse_arguments(args: List[str], train: Optional[List[str]]) -> Tuple[Optional[str], List[str], Dict[str, Any]]:
@@ -108,10 +108,10 @@ def parse_arguments(args: List[str], train: Optional[List[str]]) -> Tuple[Option
     rest, overrides = split_overrides(args)
     unknown = [a for a in rest if a.startswith("-") and len(a) > 1]
     if unknown:
-        raise PretrainError(f"no such option: {unknown[0]} (config overrides are --section.key VALUE; see --help)")
+        raise ElmoConfigError(f"no such option: {unknown[0]} (config overrides are --section.key VALUE; see --help)")
     output, more = (rest[0] if rest else None), rest[1:]
     if more and not train:
-        raise PretrainError(f"unexpected argument {more[0]!r}: pretrain takes one OUTPUT_DIR")
+        raise ElmoConfigError(f"unexpected argument {more[0]!r}: pretrain takes one OUTPUT_DIR")
     return output, more, parse_overrides(overrides)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Union
 from thinc.api import Config
 
 from ..bilm import BiLMOptions, StatePolicy, check_state_policy
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
 SCHEMES = ("stream", "sentences")
@@ -19,28 +19,23 @@ TOKENIZERS = ("spacy", "whitespace")
 DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
 
 
-class PretrainError(ElmoFileError):
-    """A problem with the user's input (config, corpus, paths, a run to resume): printed as one
-    `error: ...` line, no traceback."""
-
-
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None) -> Config:
     """Read `path` (default: the built-in config), apply dotted `overrides`, interpolate and check."""
     path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     if not path.is_file():
-        raise PretrainError(f"config file not found: {path}")
+        raise ElmoFileError(f"config file not found: {path}")
     overrides = dict(overrides or {})
     try:
         config = Config().from_disk(path, interpolate=False)
         for key in overrides:
             section, _, name = key.rpartition(".")
             if not section or section not in config or name not in config[section]:
-                raise PretrainError(f"unknown config setting '{key}' (not in {path})")
+                raise ElmoConfigError(f"unknown config setting '{key}' (not in {path})")
         config = Config().from_disk(path, overrides=overrides, interpolate=True)
-    except PretrainError:
+    except ElmoConfigError:
         raise
     except Exception as err:  # confection raises several error types for bad files
-        raise PretrainError(f"{path}: cannot read the config ({type(err).__name__}: {err})") from None
+        raise ElmoFileError(f"{path}: cannot read the config ({type(err).__name__}: {err})") from None
     check_config(config)
     return config
 
@@ -52,7 +47,7 @@ def default_vocab_size() -> int:
 
 def _need(ok: bool, key: str, what: str, value: Any) -> None:
     if not ok:
-        raise PretrainError(f"config '{key}' must be {what}, got {value!r}")
+        raise ElmoConfigError(f"config '{key}' must be {what}, got {value!r}")
 
 
 def _positive_int(value: Any) -> bool:
@@ -64,10 +59,10 @@ def _positive_number(value: Any) -> bool:
 
 
 def check_config(config: Config) -> None:
-    """Check every value the training loop reads; raise `PretrainError` naming the setting."""
+    """Check every value the training loop reads; raise `ElmoConfigError` naming the setting."""
     for section in ("corpus", "vocab", "model", "softmax", "training"):
         if section not in config:
-            raise PretrainError(f"config has no [{section}] section")
+            raise ElmoConfigError(f"config has no [{section}] section")
     c, v, s, t = config["corpus"], config["vocab"], config["softmax"], config["training"]
     _need(c["tokenizer"] in TOKENIZERS, "corpus.tokenizer", f"one of {TOKENIZERS}", c["tokenizer"])
     _need(_positive_int(c["max_sentence_length"]), "corpus.max_sentence_length", "a positive integer",
@@ -81,7 +76,7 @@ def check_config(config: Config) -> None:
         try:
             check_state_policy(t["state_policy"])
         except ValueError as err:
-            raise PretrainError(f"config 'training.state_policy': {err}, or auto") from None
+            raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
     _need(isinstance(t["seed"], int), "training.seed", "an integer", t["seed"])
     for key in ("batch_tokens", "window", "eval_batch_size", "checkpoint_every"):
         _need(_positive_int(t[key]), f"training.{key}", "a positive integer", t[key])
@@ -94,10 +89,10 @@ def check_config(config: Config) -> None:
     _need(isinstance(t["dropout"], (int, float)) and 0 <= t["dropout"] < 1, "training.dropout", "in [0, 1)",
           t["dropout"])
     if t["scheme"] == "stream" and t["batch_tokens"] < t["window"]:
-        raise PretrainError(f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "
+        raise ElmoConfigError(f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "
                             f"({t['window']}): the stream scheme packs batch_tokens // window rows")
     if t["max_steps"] is None and t["max_epochs"] is None and t["max_minutes"] is None:
-        raise PretrainError("set at least one of training.max_steps, training.max_epochs, training.max_minutes")
+        raise ElmoConfigError("set at least one of training.max_steps, training.max_epochs, training.max_minutes")
     bilm_options(config)
 
 
@@ -113,7 +108,7 @@ def bilm_options(config: Config) -> BiLMOptions:
                          "activation": m["activation"], "n_characters": 262, "max_characters_per_token": 50},
         }, source="config [model]")
     except (ElmoFileError, KeyError) as err:
-        raise PretrainError(str(err)) from None
+        raise ElmoConfigError(str(err)) from None
 
 
 def model_policy(config: Config) -> StatePolicy:

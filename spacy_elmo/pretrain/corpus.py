@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, words_char_ids
-from .config import PretrainError
+from ..errors import ElmoConfigError, ElmoError, ElmoFileError
 
 UNK_TOKEN = "<unk>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -39,18 +39,18 @@ Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 def corpus_files(path, what: str) -> List[Path]:
     """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of those."""
     if path is None:
-        raise PretrainError(f"no {what} corpus given (set --{what} or corpus.{what})")
+        raise ElmoConfigError(f"no {what} corpus given (set --{what} or corpus.{what})")
     if isinstance(path, (list, tuple)):
         return [f for p in path for f in corpus_files(p, what)]
     path = Path(path)
     if not path.exists():
-        raise PretrainError(f"{what} corpus not found: {path}")
+        raise ElmoFileError(f"{what} corpus not found: {path}")
     if path.is_file():
         return [path]
     files = sorted(p for p in path.rglob("*")
                    if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts))
     if not files:
-        raise PretrainError(f"{what} corpus directory {path} holds no files")
+        raise ElmoFileError(f"{what} corpus directory {path} holds no files")
     return files
 
 
@@ -60,7 +60,7 @@ def read_lines(path: Path) -> Iterator[str]:
         with opener(path, "rt", encoding="utf-8") as f:
             yield from f
     except (OSError, UnicodeDecodeError) as err:
-        raise PretrainError(f"cannot read {path}: {err}") from None
+        raise ElmoFileError(f"cannot read {path}: {err}") from None
 
 
 def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Tokenizer:
@@ -75,7 +75,7 @@ def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Toke
     try:
         tokenizer = spacy.blank(lang).tokenizer
     except Exception as err:  # spaCy raises ImportError / ValueError for unknown languages
-        raise PretrainError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
+        raise ElmoConfigError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         stripped = ((line.lower() if lowercase else line).strip() for line in lines)
@@ -132,7 +132,7 @@ class Vocab:
     def __init__(self, words: Sequence[str]):
         self.words = list(words)
         if tuple(self.words[:3]) != SPECIALS:
-            raise PretrainError(f"a vocabulary must start with {SPECIALS}")
+            raise ElmoFileError(f"a vocabulary must start with {SPECIALS}")
         self.index = {w: i for i, w in enumerate(self.words)}
 
     def __len__(self) -> int:
@@ -145,9 +145,9 @@ class Vocab:
         larger than the number of distinct words is an error, or with `shrink` means all of them."""
         counts = Counter({w: n for w, n in counts.items() if w not in SPECIALS and w != unk_token})
         if not counts:
-            raise PretrainError("the training corpus holds no words (empty files or empty lines only)")
+            raise ElmoFileError("the training corpus holds no words (empty files or empty lines only)")
         if size is not None and size > len(counts) and not shrink:
-            raise PretrainError(
+            raise ElmoFileError(
                 f"vocab.size = {size} is larger than the training corpus, which has only {len(counts)} distinct "
                 f"words; set --vocab.size {len(counts)} (or null to keep every word)"
             )
@@ -168,8 +168,8 @@ class Vocab:
     def from_disk(cls, path: Path) -> "Vocab":
         try:
             return cls(Path(path).read_text(encoding="utf-8").split("\n")[:-1])
-        except (OSError, UnicodeDecodeError, PretrainError) as err:
-            raise PretrainError(f"cannot read the vocabulary {path} ({err})") from None
+        except (OSError, UnicodeDecodeError, ElmoError) as err:
+            raise ElmoFileError(f"cannot read the vocabulary {path} ({err})") from None
 
 
 # ---------------------------------------------------------------------- batches
@@ -285,7 +285,7 @@ class TrainingCorpus:
             if self.n_tokens <= MAX_CACHED_TOKENS:
                 kept.append(f)
         if self.n_tokens == 0:
-            raise PretrainError(f"the training corpus {', '.join(map(str, self.files))} is empty "
+            raise ElmoFileError(f"the training corpus {', '.join(map(str, self.files))} is empty "
                                 f"(no tokens in {len(self.files)} file(s))")
         self.pool: Optional[TokenizedFile] = merge_files(kept) if self.n_tokens <= MAX_CACHED_TOKENS else None
 
@@ -320,7 +320,7 @@ class TrainingCorpus:
                     yield (Position(epoch + 1, 0, 0) if nxt.file == self.n_units else nxt), makers[bi]()
                 first_batch = 0
             if n_batches == 0 and first_file == 0:
-                raise PretrainError(
+                raise ElmoConfigError(
                     f"the training corpus ({self.n_tokens} tokens) is too small for one batch: lower "
                     f"training.batch_tokens (now {batch_tokens}) or training.window (now {window})"
                 )
@@ -347,12 +347,12 @@ def load_dev(path, tokenize: Tokenizer, max_len: int, vocab: Vocab, unk_token: O
         f = tokenize_file(p, tokenize, max_len)
         sentences.extend([f.texts[i] for i in s] for s in f.sentences)
     if not sentences:
-        raise PretrainError(f"the dev corpus {path} is empty")
+        raise ElmoFileError(f"the dev corpus {path} is empty")
     ids = [vocab.lookup([BOS_TOKEN, *s, EOS_TOKEN], unk_token) for s in sentences]
     n_words = sum(len(s) for s in sentences)
     n_known = sum(int((i[1:-1] != UNK_ID).sum()) for i in ids)
     if n_known == 0:
-        raise PretrainError(
+        raise ElmoFileError(
             f"every one of the {n_words} words of the dev corpus {path} is out of the vocabulary "
             f"({len(vocab) - 3} words from the training corpus): is it the same language, casing and tokenization?"
         )

@@ -17,9 +17,8 @@ from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
 from ..bilm.hub import sha256_file
-from ..errors import ElmoFileError
+from ..errors import ElmoFileError, ElmoResumeError
 from . import checkpoint
-from .config import PretrainError
 from .corpus import Vocab
 from .heads import build_head
 
@@ -44,9 +43,9 @@ def resolve_init(path: str) -> Path:
         try:
             return locate(path, verify=True).config.parent
         except ElmoFileError as err:
-            raise PretrainError(f"--init-from {path}: {err}") from None
+            raise ElmoFileError(f"--init-from {path}: {err}") from None
     if not Path(path).exists():
-        raise PretrainError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
+        raise ElmoFileError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
                             f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
     return Path(path)
 
@@ -55,7 +54,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
     """A resumed run must train the same model on the same data; only when to stop or report may change."""
     manifest = checkpoint.read_manifest(output / CHECKPOINT_DIR)
     if manifest["world"] != world:
-        raise PretrainError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
+        raise ElmoResumeError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
                             f"this run has {world}; resume with the same number")
     path = output / CONFIG_FILE
     if not path.is_file():
@@ -70,7 +69,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
                 continue
             old = saved.get(section, {}).get(key)
             if old != value:
-                raise PretrainError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
+                raise ElmoResumeError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
                                     f"was trained with {old!r}")
     path = output / CORPUS_RECORD
     try:
@@ -82,7 +81,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
         if recorded.get(name) != corpus_sha256.get(name):
             change = ("is new" if name not in recorded else "is gone" if name not in corpus_sha256
                       else "was edited (its sha256 differs)")
-            raise PretrainError(f"--resume: the training file {name} {change} since the run started "
+            raise ElmoResumeError(f"--resume: the training file {name} {change} since the run started "
                                 f"(recorded in {path}); resume only on the same corpus")
 
 

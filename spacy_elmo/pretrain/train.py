@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, load_bilm
 from ..bilm.hub import sha256_file
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 from . import checkpoint
-from .config import PretrainError, bilm_options, default_vocab_size, model_policy
+from .config import bilm_options, default_vocab_size, model_policy
 from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
 from .heads import build_head
 from .lm import BiLanguageModel, dev_nll, perplexities
@@ -123,7 +123,7 @@ class Trainer:
             head = build_head(s["type"], bilm.options.projection_dim, len(self.vocab), s["n_samples"],
                               s["adaptive_cutoffs"], self.head_rng)
         except ValueError as err:
-            raise PretrainError(str(err)) from None
+            raise ElmoConfigError(str(err)) from None
         if init_dir and (init_dir / HEAD_FILE).is_file():
             self._load_head(head, init_dir / HEAD_FILE)
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
@@ -163,7 +163,7 @@ class Trainer:
     def _load_head(self, head: torch.nn.Module, path: Path) -> None:
         state = checkpoint.torch_load(path)
         if {k: getattr(v, "shape", None) for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
-            raise PretrainError(f"{path}: the saved softmax does not match softmax.type = "
+            raise ElmoConfigError(f"{path}: the saved softmax does not match softmax.type = "
                                 f"{self.config['softmax']['type']!r}; set it to the type it was trained with")
         head.load_state_dict(state)
 

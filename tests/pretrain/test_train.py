@@ -190,18 +190,18 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
 
 
 def test_init_from_missing_path(toy, tmp_path):
-    from spacy_elmo.pretrain import PretrainError
+    from spacy_elmo import ElmoFileError
 
-    with pytest.raises(PretrainError, match="not found"):
+    with pytest.raises(ElmoFileError, match="not found"):
         train(tiny_config(*toy), tmp_path, init_from=str(tmp_path / "nope"), progress_bar=False)
 
 
 def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, monkeypatch):
+    from spacy_elmo import ElmoFileError
     from spacy_elmo.bilm import hub
-    from spacy_elmo.pretrain import PretrainError
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(PretrainError, match="python -m spacy_elmo download small"):
+    with pytest.raises(ElmoFileError, match="python -m spacy_elmo download small"):
         train(tiny_config(*toy), tmp_path / "none", init_from="small", progress_bar=False)
     directory = tmp_path / "cache" / "small"
     directory.mkdir(parents=True)
