@@ -2,6 +2,7 @@
 by the environment variable SPACY_ELMO_DATA (see `helpers.data_path`)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,9 @@ import torch
 
 from .helpers import data_path
 
-# Every test model is tiny: one thread is faster, and fair to a busy 2-core machine.
-torch.set_num_threads(1)
+# Every test model is tiny: one thread is faster, and fair to a busy 2-core machine (.ci/run also runs the
+# numeric tests on 2: SPACY_ELMO_TEST_THREADS).
+torch.set_num_threads(int(os.environ.get("SPACY_ELMO_TEST_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")

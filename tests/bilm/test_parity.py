@@ -9,7 +9,10 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm import words_char_ids
 
+from ..helpers import FLOAT32_ATOL, FLOAT64_ATOL
 from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
+
+pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
 
 SENTS = [
     "The quick brown fox jumps over the lazy dog .".split(),
@@ -27,7 +30,7 @@ def test_token_layer_matches_tensorflow(fixture_dir):
     assert len(words) == expected.shape[0] == 458
     with torch.no_grad():
         got = bilm.bilm.token_encoder(torch.from_numpy(words_char_ids(words))).numpy()
-    assert np.abs(got - expected).max() <= 1e-6
+    assert np.abs(got - expected).max() <= FLOAT32_ATOL
 
 
 def test_token_layer_through_embed_matches_tensorflow(fixture_dir):
@@ -38,7 +41,7 @@ def test_token_layer_through_embed_matches_tensorflow(fixture_dir):
         expected = f["embedding"][...]
     sentences = [words[i : i + 50] for i in range(0, len(words), 50)]
     layer0 = np.concatenate([out[0] for out in bilm.embed(sentences)])
-    assert np.abs(layer0[:, :16] - expected).max() <= 1e-6
+    assert np.abs(layer0[:, :16] - expected).max() <= FLOAT32_ATOL
     assert np.array_equal(layer0[:, :16], layer0[:, 16:])
 
 
@@ -55,7 +58,7 @@ def test_carried_state_matches_tensorflow(fixture_dir):
             top = out[k][2]
             assert top.shape == (expected.shape[1], 32)
             worst = max(worst, np.abs(top[:, :16] - expected[0]).max(), np.abs(top[:, 16:] - expected[1]).max())
-    assert worst <= 1e-6
+    assert worst <= FLOAT32_ATOL
 
 
 def test_carry_differs_from_zero_after_first_batch(fixture_dir):
@@ -64,7 +67,7 @@ def test_carry_differs_from_zero_after_first_batch(fixture_dir):
     carry, zero = load_bilm(fixture_dir, state="carry"), load_bilm(fixture_dir, state="zero")
     first = [[sentences[k][i].split() for k in range(3)] for i in range(2)]
     a0, b0 = carry.embed(first[0], batch_size=3), zero.embed(first[0], batch_size=3)
-    np.testing.assert_allclose(a0[0], b0[0], atol=1e-6)
+    np.testing.assert_allclose(a0[0], b0[0], atol=FLOAT32_ATOL)
     a1, b1 = carry.embed(first[1], batch_size=3), zero.embed(first[1], batch_size=3)
     assert np.abs(a1[0][2] - b1[0][2]).max() > 1e-3
 
@@ -99,7 +102,7 @@ def _check_fast_path(source, fixture_dir, tmp_path):
     for sent, got in zip(SENTS, out):
         expected, _ = ref.run(sent)
         assert got.shape == expected.shape
-        assert np.abs(got - expected).max() <= 1e-5
+        assert np.abs(got - expected).max() <= FLOAT32_ATOL
 
 
 def _embed_in_child(bilm, queue):
@@ -126,7 +129,7 @@ def test_side_by_side_directions_in_a_forked_child(fixture_dir):
             if child.is_alive():
                 child.kill()
         assert child.exitcode == 0
-        np.testing.assert_allclose(got, expected, atol=1e-6)
+        np.testing.assert_allclose(got, expected, atol=FLOAT32_ATOL)
     finally:
         torch.set_num_threads(before)
 
@@ -148,7 +151,7 @@ def test_warm_and_carry_match_reference_with_state(tmp_path):
     for sent in SENTS:
         got = bilm.embed([sent], batch_size=1)[0]
         expected, state = ref.run(sent, state)
-        assert np.abs(got - expected).max() <= 1e-5
+        assert np.abs(got - expected).max() <= FLOAT32_ATOL
     # warm = the state after reading the warm-up text in one carried row
     from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
 
@@ -158,7 +161,7 @@ def test_warm_and_carry_match_reference_with_state(tmp_path):
     warm = load_bilm(path, state="warm")
     for sent in SENTS:
         expected, _ = ref.run(sent, state)
-        assert np.abs(warm.embed([sent])[0] - expected).max() <= 1e-5
+        assert np.abs(warm.embed([sent])[0] - expected).max() <= FLOAT32_ATOL
 
 
 def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
@@ -176,7 +179,7 @@ def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
             continue
         expected, _ = ref.run(sent)
         assert got.shape == expected.shape
-        assert np.abs(got - expected).max() <= 1e-5
+        assert np.abs(got - expected).max() <= FLOAT32_ATOL
 
 
 def test_prefix_tree_steps_each_distinct_prefix_once():
@@ -212,4 +215,32 @@ def test_shared_beginnings_endings_and_repeats_match_reference(threads, tmp_path
     for sent, got in zip(sentences, out):
         expected, _ = ref.run(sent)
         assert got.shape == expected.shape
-        assert np.abs(got - expected).max() <= 1e-5
+        assert np.abs(got - expected).max() <= FLOAT32_ATOL
+
+
+@pytest.mark.parametrize("source", ["fixture", "random"])
+def test_float64_fast_path_equals_the_reference_recurrence(source, fixture_dir, tmp_path):
+    """Where exactness is the point, float64: regrouping, packing, shared prefixes, the token cache, the
+    boundary steps computed once, the warm state and carried state equal the step-by-step reference."""
+    from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
+
+    if source == "fixture":
+        path, ref = fixture_dir, ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+    else:
+        path = write_random_weights(tmp_path, TINY_OPTIONS, seed=13)
+        ref = _reference_pair(path)
+    sentences = SENTS + [SENTS[0][:4], SENTS[0][:4] + ["again"], SENTS[2][-3:], SENTS[0]]
+    zero = load_bilm(path, state="zero").double()
+    for sent, got in zip(sentences, zero.embed_iter(sentences, batch_size=2, as_tensor=True)):
+        assert float((got - torch.from_numpy(ref.run(sent)[0])).abs().max()) <= FLOAT64_ATOL
+    state = None
+    for sent in WARMUP_SENTENCES:
+        _, state = ref.run(sent, state)
+    warm = load_bilm(path, state="warm").double()
+    for sent, got in zip(sentences, warm.embed_iter(sentences, batch_size=2, as_tensor=True)):
+        assert float((got - torch.from_numpy(ref.run(sent, state)[0])).abs().max()) <= FLOAT64_ATOL
+    carry, state = load_bilm(path, state="carry").double(), None
+    for sent in sentences:
+        got = next(carry.embed_iter([sent], batch_size=1, as_tensor=True))
+        expected, state = ref.run(sent, state)
+        assert float((got - torch.from_numpy(expected)).abs().max()) <= FLOAT64_ATOL

@@ -14,6 +14,10 @@ from spacy.tokens import Doc
 from spacy_elmo import BiLM, BiLMOptions
 from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
 
+from ..helpers import FLOAT32_ATOL
+
+pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+
 SENTENCES = [
     "The quick brown fox jumped over the lazy dog .".split(),
     "A second , rather shorter sentence .".split(),
@@ -41,11 +45,11 @@ def test_extensions_shapes_and_values(nlp, fixture_bilm):
     expected = fixture_bilm.embed([SENTENCES[0]])[0]  # (3, n, 32)
     n = len(SENTENCES[0])
     assert doc._.elmo_layers.shape == (3, n, 32) and doc._.elmo_layers.dtype == np.float32
-    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6)
-    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=FLOAT32_ATOL)
     assert doc._.elmo.shape == (n, 32) and doc._.elmo.dtype == np.float32
-    np.testing.assert_allclose(doc[3]._.elmo, expected.mean(0)[3], atol=1e-6)
-    np.testing.assert_allclose(doc[2:5]._.elmo, expected.mean(0)[2:5].mean(0), atol=1e-6)
+    np.testing.assert_allclose(doc[3]._.elmo, expected.mean(0)[3], atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(doc[2:5]._.elmo, expected.mean(0)[2:5].mean(0), atol=FLOAT32_ATOL)
 
 
 def test_mix_options(fixture_dir, fixture_bilm):
@@ -54,7 +58,7 @@ def test_mix_options(fixture_dir, fixture_bilm):
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
         doc = nlp(words_doc(nlp, SENTENCES[1]))
-        np.testing.assert_allclose(doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=1e-6)
+        np.testing.assert_allclose(doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=FLOAT32_ATOL)
 
 
 def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
@@ -74,8 +78,8 @@ def test_sentences_are_separate_inputs(nlp, fixture_bilm):
     with_sents = nlp(words_doc(nlp, words, starts))
     no_sents = nlp(words_doc(nlp, words))  # the built-in split finds the same two sentences
     expected = np.concatenate(fixture_bilm.embed(SENTENCES[:2]), axis=1)
-    np.testing.assert_allclose(with_sents._.elmo_layers, expected, atol=1e-6)
-    np.testing.assert_allclose(no_sents._.elmo_layers, expected, atol=1e-6)
+    np.testing.assert_allclose(with_sents._.elmo_layers, expected, atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(no_sents._.elmo_layers, expected, atol=FLOAT32_ATOL)
 
 
 def test_whitespace_tokens_get_zeros_and_do_not_change_neighbours(nlp):
@@ -86,7 +90,7 @@ def test_whitespace_tokens_get_zeros_and_do_not_change_neighbours(nlp):
     layers = spaced._.elmo_layers
     assert not layers[:, spaces].any()
     kept = [t.i for t in spaced if not t.is_space]
-    np.testing.assert_allclose(layers[:, kept], plain._.elmo_layers, atol=1e-6)
+    np.testing.assert_allclose(layers[:, kept], plain._.elmo_layers, atol=FLOAT32_ATOL)
     assert np.abs(layers[:, kept]).sum(-1).min() > 0
 
 
@@ -138,7 +142,7 @@ def test_batch_composition_does_not_change_outputs(nlp):
         elmo.cache.clear()
         together = [d._.elmo_layers for d in nlp.pipe(reversed(docs), batch_size=batch_size)][::-1]
         for a, b in zip(alone, together):
-            np.testing.assert_allclose(a, b, atol=1e-5)
+            np.testing.assert_allclose(a, b, atol=FLOAT32_ATOL)
 
 
 def test_pipe_keeps_order(nlp):
@@ -164,7 +168,7 @@ def test_cached_features_equal_fresh_ones(fixture_dir):
     assert len(fresh_nlp.get_pipe("elmo").cache) == 0
     for a, b, c in zip(first, second, fresh):
         np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, c, atol=1e-6)
+        np.testing.assert_allclose(a, c, atol=FLOAT32_ATOL)
 
 
 def test_feature_cache_is_bounded_lru():
@@ -190,8 +194,8 @@ def test_vector_hooks(fixture_dir):
     doc = nlp("The cat sat .  The dog sat .")
     np.testing.assert_allclose(doc[1].vector, doc[1]._.elmo)
     kept = [t.i for t in doc if not t.is_space]
-    np.testing.assert_allclose(doc.vector, doc._.elmo[kept].mean(0), atol=1e-6)
-    np.testing.assert_allclose(doc[0:3].vector, doc[0:3]._.elmo, atol=1e-6)
+    np.testing.assert_allclose(doc.vector, doc._.elmo[kept].mean(0), atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(doc[0:3].vector, doc[0:3]._.elmo, atol=FLOAT32_ATOL)
     a, b = doc[1], doc[6]
     cos = float(a.vector @ b.vector / np.linalg.norm(a.vector) / np.linalg.norm(b.vector))
     assert a.similarity(b) == pytest.approx(cos, abs=1e-5)

@@ -15,7 +15,7 @@ from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
 from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
 
-from ..helpers import tiny_config, toy_sentences, write_corpus
+from ..helpers import FLOAT32_ATOL, tiny_config, toy_sentences, write_corpus
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_export_and_load_round_trip(toy, tmp_path):
     hdf5 = load_bilm(tmp_path / "model-hdf5", state=own.state_policy)
     sentences = [s.split() for s in toy_sentences(5, seed=3)]
     for a, b in zip(own.embed(sentences), hdf5.embed(sentences)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=0, atol=FLOAT32_ATOL)
 
 
 def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
