@@ -19,6 +19,16 @@ class FeatureCache:
         self.hits = self.misses = 0
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles start empty, with a lock of their own (a pickled pipeline carries no cached arrays)."""
+        state = dict(self.__dict__, entries=OrderedDict(), nbytes=0)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
         return len(self.entries)
 

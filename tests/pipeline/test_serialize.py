@@ -1,13 +1,19 @@
-"""Round trips: nlp.to_disk / spacy.load, to_bytes / from_bytes, Doc.to_bytes, DocBin, n_process=2."""
+"""Round trips: nlp.to_disk / spacy.load, to_bytes / from_bytes, Doc.to_bytes, DocBin, pickle, n_process=2
+under fork and spawn."""
 from __future__ import annotations
 
+import pickle
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import spacy
 import torch
 from spacy.tokens import Doc, DocBin
+
+from ..helpers import FLOAT32_ATOL
 
 TEXTS = ["The quick brown fox jumped over the lazy dog .", "Colorless green ideas sleep furiously !",
          "Two sentences here . And the second one .", ""]
@@ -97,3 +103,50 @@ def test_n_process_2(nlp):
     assert len(multi) == len(texts)
     for a, b in zip(single, multi):
         np.testing.assert_array_equal(a, b)
+
+
+def test_pickle_round_trip_gives_the_same_vectors(nlp, fixture_dir):
+    """The component, its biLM and its caches pickle (locks and caches made anew; the weights carried once),
+    as `nlp.pipe(n_process=N)` under spawn, joblib and Dask need."""
+    expected = layers_of(nlp)
+    data = pickle.dumps(nlp)
+    weights = (fixture_dir / "lm_weights.hdf5").stat().st_size
+    assert len(data) < 1.5 * weights + 200_000  # the weights once, not once per copy
+    restored = pickle.loads(data)
+    for a, b in zip(expected, layers_of(restored)):
+        np.testing.assert_array_equal(a, b)
+    elmo = restored.get_pipe("elmo")
+    assert len(elmo.cache) == 0 or elmo.cache.nbytes > 0
+    for obj in (elmo.bilm, elmo.bilm.token_cache, elmo.cache):
+        pickle.loads(pickle.dumps(obj))
+
+
+SPAWN = """
+import json, multiprocessing, sys
+import numpy as np, spacy, torch
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    torch.set_num_threads(1)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+    texts = json.loads(sys.argv[2])
+    single = [d._.elmo_layers for d in nlp.pipe(texts)]
+    multi = [d._.elmo_layers for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    assert len(multi) == len(texts), (len(multi), len(texts))
+    for a, b in zip(single, multi):  # batches differ: float32 rounding may
+        assert a.shape == b.shape and np.allclose(a, b, rtol=0, atol=float(sys.argv[3])), (a.shape, b.shape)
+    print("ok", len(multi))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_n_process_2_under_spawn(fixture_dir, tmp_path):
+    """The start method of macOS and Windows: each child gets the pipeline by pickle."""
+    import json
+
+    script = tmp_path / "spawn_pipe.py"
+    script.write_text(SPAWN, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), str(fixture_dir), json.dumps(TEXTS * 3), str(FLOAT32_ATOL)],
+                          capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ["ok", str(len(TEXTS) * 3)], done.stderr[-3000:]
