@@ -13,7 +13,6 @@ the key covers it): the biLM is frozen, so a training corpus is embedded once, n
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -26,10 +25,10 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from .bilm import ElmoEmbedder, hub, locate
+from .bilm import ElmoEmbedder, locate
 from .bilm.threads import check_threads, torch_threads
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
-from .errors import ElmoConfigError, ElmoFileError
+from .errors import ElmoConfigError, ElmoError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of
@@ -307,16 +306,14 @@ class Elmo(Pipe):
 
 
 def check_weights(weights: Optional[str], name: str) -> None:
-    """Raise an ElmoFileError naming `weights` where `load_bilm` would not find them (nothing is read)."""
+    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights` (only
+    directory listings are read: the weights load at `nlp.initialize` or first use)."""
     if weights is None:
         return
-    if hub.is_published(weights) and not Path(weights).exists():
-        try:
-            locate(weights)
-        except ElmoFileError as err:
-            raise ElmoFileError(f"[components.{name}] weights: {err}") from None
-    elif not Path(weights).exists():
-        raise ElmoFileError(f"[components.{name}] weights: ELMo weights not found: {weights}")
+    try:
+        locate(weights)
+    except ElmoError as err:
+        raise type(err)(f"[components.{name}] weights: {err}") from None
 
 
 @Language.factory(

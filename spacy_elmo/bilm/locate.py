@@ -15,6 +15,7 @@ from .options import read_json
 from .own_format import OWN_CONFIG, OWN_WEIGHTS
 
 ModelPath = Union[str, Path, Tuple[Union[str, Path], Union[str, Path]]]
+PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,10 @@ def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
 
 def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here), a
-    directory (this project's format, or an options JSON + one `.hdf5`, published or plain names) or an
-    `(options_file, weight_file)` pair. `verify`: check a cached model's files against the manifest's sha256.
-    Raises ElmoFileError (missing, ambiguous, changed files) or ElmoConfigError (not a path or a pair)."""
+    directory (this project's format, the output directory of `pretrain`, or an options JSON + one `.hdf5`,
+    published or plain names) or an `(options_file, weight_file)` pair. `verify`: check a cached model's
+    files against the manifest's sha256. Raises ElmoFileError (missing, ambiguous, changed files) or
+    ElmoConfigError (not a path or a pair)."""
     if hub.is_published(path) and not Path(path).exists():
         directory = hub.model_dir(path)
         names = [f for f, _ in hub.published_files(path)]
@@ -115,4 +117,6 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
         raise ElmoConfigError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
     if (directory / OWN_CONFIG).is_file():
         return ModelFiles("own", directory / OWN_CONFIG, directory / OWN_WEIGHTS)
+    if (directory / PRETRAIN_MODEL / OWN_CONFIG).is_file():  # the output directory of `pretrain`
+        return ModelFiles("own", directory / PRETRAIN_MODEL / OWN_CONFIG, directory / PRETRAIN_MODEL / OWN_WEIGHTS)
     return ModelFiles("hdf5", *resolve_hdf5_pair(directory))

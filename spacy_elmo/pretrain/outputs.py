@@ -17,13 +17,14 @@ from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
 from ..bilm.hub import sha256_file
+from ..bilm.locate import PRETRAIN_MODEL
 from ..errors import ElmoFileError, ElmoResumeError
 from . import checkpoint
 from .corpus import Vocab
 from .heads import build_head
 
 CHECKPOINT_DIR = "checkpoint"
-MODEL_DIR = "model"
+MODEL_DIR = PRETRAIN_MODEL  # where load_bilm(OUT) looks
 HDF5_DIR = "model-hdf5"
 HEAD_FILE = "lm_head.pt"
 VOCAB_FILE = "vocab.txt"

@@ -157,6 +157,27 @@ def test_resume_is_bit_exact(toy, tmp_path, scheme):
             assert torch.equal(a[key], b[key]), key
 
 
+def test_a_pretrain_output_directory_loads_as_it_is(toy, tmp_path):
+    """`load_bilm(OUT)` and the component's `weights = OUT` find the model that `pretrain OUT` saved in OUT/model;
+    weights that name no model fail when the component is created, not at its first Doc."""
+    import spacy
+
+    from spacy_elmo import ElmoFileError
+
+    train_path, dev_path = toy
+    train(tiny_config(train_path, dev_path, training__max_steps=3), tmp_path / "out", progress_bar=False,
+          log=lambda m: None)
+    sentences = [s.split() for s in toy_sentences(3, seed=4)]
+    for a, b in zip(load_bilm(tmp_path / "out").embed(sentences), load_bilm(tmp_path / "out" / "model").embed(sentences)):
+        np.testing.assert_array_equal(a, b)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "out")})
+    assert nlp("the cat saw a dog .")._.elmo.shape == (6, 32)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ElmoFileError, match=r"\[components.elmo\] weights: .*empty: no options file found"):
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(tmp_path / "empty")})
+
+
 def test_export_and_load_round_trip(toy, tmp_path):
     train_path, dev_path = toy
     config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
