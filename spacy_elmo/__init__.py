@@ -1,7 +1,12 @@
 """ELMo for spaCy: a PyTorch biLM that loads the published weights, and spaCy components on it."""
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder, export_hdf5, load_bilm, save_bilm
+from .doc_data import install_extensions
 from .embed import open_embeddings
 from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError, ElmoResumeError
+
+# Docs stored with ELMo data (a DocBin, Doc.to_bytes, `spacy apply` output) read back in any process that
+# imports spacy_elmo: the extensions and the data's msgpack decoder are registered here.
+install_extensions()
 
 __version__ = "0.1.0"
 __all__ = [

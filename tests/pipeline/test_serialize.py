@@ -150,3 +150,26 @@ def test_n_process_2_under_spawn(fixture_dir, tmp_path):
     done = subprocess.run([sys.executable, str(script), str(fixture_dir), json.dumps(TEXTS * 3), str(FLOAT32_ATOL)],
                           capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0 and done.stdout.split() == ["ok", str(len(TEXTS) * 3)], done.stderr[-3000:]
+
+
+READ_STORED = """
+import sys
+import spacy
+from spacy.tokens import DocBin
+import spacy_elmo  # registers the extensions: nothing else needed to read ELMo data back
+
+docs = list(DocBin().from_disk(sys.argv[1]).get_docs(spacy.blank("en").vocab))
+print(sum(d._.elmo.shape[0] for d in docs), docs[0]._.elmo_layers.shape[0])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
+    """A DocBin written with ELMo data reads in a fresh process after `import spacy_elmo` alone (it raised
+    spaCy's E046 unless the undocumented `install_extensions()` was called)."""
+    docs = list(nlp.pipe(TEXTS))
+    DocBin(docs=docs, store_user_data=True).to_disk(tmp_path / "docs.spacy")
+    done = subprocess.run([sys.executable, "-c", READ_STORED, str(tmp_path / "docs.spacy")], capture_output=True,
+                          text=True, timeout=100, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(sum(len(d) for d in docs)), "3"]
