@@ -87,6 +87,8 @@ def embed_cli(
     def on_line(n_tokens: int, lines: int = 1) -> None:
         nonlocal tokens
         tokens += n_tokens
+        if bar.n == 0 and job.lines_done:  # the lines a resumed run keeps, known once it has looked
+            bar.update(job.lines_done)
         bar.update(lines)
 
     job.on_line = on_line
