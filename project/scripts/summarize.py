@@ -95,6 +95,14 @@ def verdict(better: Optional[Cell], worse: Optional[Cell]) -> str:
     return f"does not hold ({diff:+.2f})"
 
 
+def gain_grows(gains: List[float]) -> Optional[bool]:
+    """Whether ELMo's gain over the baseline, by training fraction from the smallest, is a gain where data is
+    scarcest and no smaller where data is scarcer; None with fewer than two fractions."""
+    if len(gains) < 2:
+        return None
+    return gains[0] > 0 and all(a >= b for a, b in zip(gains, gains[1:]))
+
+
 def fraction_label(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
@@ -143,7 +151,7 @@ def render(m: Metrics) -> str:
                          f"{verdict(elmo_cells.get(1.0), table.get((task, other, 1.0)))} |")
         gains = [(f, elmo_cells[f].mean - table[task, "base", f].mean) for f in fractions
                  if elmo_cells[f] and (task, "base", f) in table]
-        grows = all(a[1] >= b[1] for a, b in zip(gains, gains[1:])) if len(gains) > 1 else None
+        grows = gain_grows([g for _, g in gains])
         gain_text = ", ".join(f"{fraction_label(f)}: {g:+.2f}" for f, g in gains)
         lines.append(f"| the gain grows as the data shrinks | {task} | "
                      + ("not run" if grows is None else ("holds" if grows else "does not hold")) + f" ({gain_text}) |")

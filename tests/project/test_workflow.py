@@ -128,3 +128,13 @@ def test_processes_sharing_a_step_claim_each_run_once(tmp_path, monkeypatch):
         lock.write_text(left_behind)
         with claim(lock) as mine:
             assert mine and lock.read_text() == str(os.getpid())
+
+
+def test_the_gain_claim_needs_a_gain(monkeypatch):
+    """"The gain grows as the data shrinks" holds for gains that shrink as data grows, not for losses that do."""
+    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
+    from summarize import gain_grows
+
+    assert gain_grows([5.9, 1.3, 0.5]) is True
+    assert gain_grows([-0.4, -0.9, -1.5]) is False  # ordered, but a loss everywhere
+    assert gain_grows([1.0, 2.0]) is False and gain_grows([3.0]) is None
