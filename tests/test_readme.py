@@ -161,3 +161,6 @@ def test_readme_block_runs(block, workdir):
         f"README.md:{block.line} ({block.lang}) exited with {result.returncode}\n--- block\n{block.code}"
         f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
     )
+    if "spacy train" in block.code:  # a first try gives a trained model-best: evaluated after training steps
+        steps = [int(m.group(1)) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+[\d.]+\s", result.stdout, re.M)]
+        assert steps and max(steps) > 0, f"spacy train evaluated only at steps {steps}:\n{result.stdout[-3000:]}"
