@@ -6,9 +6,12 @@ longer than `max_length` become overlapping windows whose centres are kept). Whi
 stay out of the biLM and get zero vectors. All sequences of a batch of Docs go to the biLM
 together, which sorts and packs them by length (no padding is computed); order is kept.
 
-The outputs per sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint,
-its state policy and the sequence's token texts (the sequence is the unit of segmentation, so
-the key covers it): the biLM is frozen, so a training corpus is embedded once, not once per epoch.
+While the pipeline trains (the component was initialized with training examples), the outputs per
+sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint, its state policy and
+the sequence's token texts (the sequence is the unit of segmentation, so the key covers it): the
+biLM is frozen, so a training corpus is embedded once, not once per epoch. At inference the cache
+is off unless `cache_at_inference` is set: repeated texts would otherwise be answered from memory
+and speed measurements (`spacy benchmark speed` repeats its Docs) would mislead.
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ class Elmo(Pipe):
         max_length: int = 128,
         vector_hooks: bool = False,
         cache_mb: float = 1024,
+        cache_at_inference: bool = False,
         threads: Optional[int] = None,
     ):
         if store not in STORE_DTYPES:
@@ -83,6 +87,7 @@ class Elmo(Pipe):
         self.keep_layers, self.use_sents, self.max_length = keep_layers, use_sents, max_length
         self.vector_hooks = vector_hooks
         self.cache = FeatureCache(int(cache_mb * 2**20))
+        self.caching = bool(cache_at_inference)  # turned on by `initialize` with training examples
         self.threads = check_threads(threads)
         self.cfg = {"store": store, "keep_layers": keep_layers, "use_sents": use_sents, "max_length": max_length}
         self.listener_map: Dict[str, List[Model]] = {}
@@ -107,7 +112,10 @@ class Elmo(Pipe):
                    weights: Optional[str] = None) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that was
         loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen to this
-        component, and check the training wiring when `nlp` is given."""
+        component, and check the training wiring when `nlp` is given. With `get_examples` (training), the
+        feature cache is turned on."""
+        if get_examples is not None:
+            self.caching = True
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
@@ -241,7 +249,7 @@ class Elmo(Pipe):
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:
         """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
-        if self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: exact parity, no reuse
+        if not self.caching or self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: no reuse
             return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
         prefix = (bilm.fingerprint(), bilm.state_policy)
         keys = [(prefix, tuple(seq)) for seq in inputs]
@@ -329,20 +337,22 @@ def check_weights(weights: Optional[str], name: str) -> None:
         "max_length": 128,
         "vector_hooks": False,
         "cache_mb": 1024,
+        "cache_at_inference": False,
         "threads": None,
     },
 )
 def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mix: Union[str, List[float]],
               store: str, keep_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
-              cache_mb: float, threads: Optional[int]) -> Elmo:
+              cache_mb: float, cache_at_inference: bool, threads: Optional[int]) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
     or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory).
     `threads`: torch threads for the biLM (null: torch's default; 1 on a shared machine or with
-    `n_process`, whose forked children always use 1)."""
+    `n_process`, whose forked children always use 1). `cache_mb`: the feature cache's bound, used while
+    training and, with `cache_at_inference`, at inference too."""
     # A pipeline that spacy.load restores lists its components in the meta.json it is created with; its biLM
     # comes from the pipeline directory, so the weights path of its training run is not read (and may be gone).
     if name not in nlp._meta.get("components", ()):
         check_weights(weights, name)
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
                 use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
-                threads=threads)
+                cache_at_inference=cache_at_inference, threads=threads)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import spacy
 from spacy.tokens import Doc
+from spacy.training import Example
 
 from spacy_elmo import BiLM, BiLMOptions
 from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
@@ -70,6 +71,11 @@ def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
     assert doc._.elmo_layers is None
     assert doc._.elmo.dtype == np.float16  # the stored dtype
     np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=2e-3, rtol=2e-3)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16"})
+    doc = nlp(words_doc(nlp, SENTENCES[0]))  # the views the README names: float16, the layers float32
+    assert doc._.elmo.dtype == doc[0]._.elmo.dtype == doc[0:3]._.elmo.dtype == np.float16
+    assert doc._.elmo_data.layers.dtype == np.float16 and doc._.elmo_layers.dtype == np.float32
 
 
 def test_sentences_are_separate_inputs(nlp, fixture_bilm):
@@ -123,7 +129,7 @@ def test_long_doc_in_windows(fixture_dir):
     """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token embedded."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "max_length": 64,
-                                 "model": {"batch_size": 32}})
+                                 "cache_at_inference": True, "model": {"batch_size": 32}})
     rng = random.Random(0)
     vocab = ["w%d" % i for i in range(5000)]
     doc = nlp(Doc(nlp.vocab, words=[rng.choice(vocab) for _ in range(100_000)]))
@@ -156,9 +162,11 @@ def test_pipe_keeps_order(nlp):
 def test_cached_features_equal_fresh_ones(fixture_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    texts = [" ".join(s) for s in SENTENCES]
+    nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts])  # training: the cache is on
     fresh_nlp = spacy.blank("en")
     fresh_nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0})
-    texts = [" ".join(s) for s in SENTENCES]
+    fresh_nlp.initialize(lambda: [Example.from_dict(fresh_nlp.make_doc(t), {}) for t in texts])
     first = [d._.elmo_layers for d in nlp.pipe(texts)]
     elmo = nlp.get_pipe("elmo")
     assert elmo.cache.misses == len(texts) and elmo.cache.hits == 0
@@ -179,8 +187,33 @@ def test_feature_cache_is_bounded_lru():
     assert cache.get(("a", 9)) is not None and cache.get(("a", 0)) is None
 
 
-def test_cache_key_includes_state_policy(nlp):
+def test_inference_is_not_answered_from_the_cache(nlp, fixture_dir, tmp_path):
+    """At inference (a pipeline added or loaded, not initialized for training) every call computes: repeated
+    texts are not answered from memory, so `spacy benchmark speed`, which repeats its Docs, measures the biLM.
+    With training examples, `initialize` turns the cache on; `cache_at_inference` keeps it on after loading."""
+    texts = [" ".join(s) for s in SENTENCES]
     elmo = nlp.get_pipe("elmo")
+    for _ in range(2):
+        list(nlp.pipe(texts))
+    assert len(elmo.cache) == 0 and elmo.cache.hits == 0
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    for _ in range(2):
+        list(loaded.pipe(texts))
+    assert len(loaded.get_pipe("elmo").cache) == 0
+    nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts])
+    for _ in range(2):
+        list(nlp.pipe(texts))
+    assert elmo.cache.hits == len(texts)
+    kept = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"cache_at_inference": True}}})
+    for _ in range(2):
+        list(kept.pipe(texts))
+    assert kept.get_pipe("elmo").cache.hits == len(texts)
+
+
+def test_cache_key_includes_state_policy(fixture_dir):
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
     warm = nlp("A second , rather shorter sentence .")._.elmo_layers
     elmo.bilm.state_policy = "zero"
     zero = nlp("A second , rather shorter sentence .")._.elmo_layers
@@ -203,9 +236,10 @@ def test_vector_hooks(fixture_dir):
     assert doc[0:3].similarity(doc[5:8]) > 0
 
 
-def test_memory_zone_keeps_memory_flat(nlp):
+def test_memory_zone_keeps_memory_flat(fixture_dir):
     rng = random.Random(1)
-    elmo = nlp.get_pipe("elmo")
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
     elmo.cache.max_bytes = 200_000
     n_strings = len(nlp.vocab.strings)
     for _ in range(3):

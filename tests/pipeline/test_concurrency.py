@@ -84,7 +84,8 @@ def test_threads_equal_sequential_calls_exactly(fixture_dir, torch_threads):
 def test_one_pipeline_from_many_threads(fixture_dir, ewt_sentences, shared_words):
     """`nlp.pipe` from several threads on one `nlp` (a web server's thread pool): both caches shared."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0.2, "model": {"token_cache_size": 2000}})
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0.2, "cache_at_inference": True,
+                                 "model": {"token_cache_size": 2000}})
     if shared_words:
         jobs = [[" ".join(words) for words in ewt_sentences[k::THREADS]] for k in range(THREADS)]
     else:
