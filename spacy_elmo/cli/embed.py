@@ -32,8 +32,9 @@ def embed_cli(
     compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
     resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
                                               "redoes the rest (the input and every setting must be the same)")] = False,
-    flush_every: Annotated[int, typer.Option(min=1, help="lines per part: a kill loses at most the part being "
-                                                         "written; a shard is made of whole parts")] = 10_000,
+    flush_every: Annotated[Optional[int], typer.Option(
+        min=1, help="lines per block (a part: a kill loses at most the one being written; a shard is whole blocks; "
+                    "a line's arrays depend on its block). Default 10,000, or fewer so that --shards N fit")] = None,
     shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "
                                                              "+ manifest.json; rerun the command to redo missing shards")] = None,
     shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "

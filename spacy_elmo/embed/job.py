@@ -66,8 +66,9 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
-    settings = {**scan_input(o.input_path), "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
-                "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.flush_every, "dtype": o.dtype,
+    scanned = scan_input(o.input_path)
+    settings = {**scanned, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
+                "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.block_size(scanned["lines"]), "dtype": o.dtype,
                 "compression": o.compression, "shards": o.shards,
                 "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}
     return bilm, Job(o.input_path, o.output, settings, nlp=nlp, layer=chosen, shards=o.shards)
@@ -154,9 +155,10 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
                             "choose another output")
     ranges = plan(job.settings["lines"], job.block, job.shards)
     if any(start == stop for start, stop in ranges) and job.settings["lines"]:
-        blocks = -(-job.settings["lines"] // job.block)
-        raise ElmoFileError(f"--shards {job.shards}: {job.input_path} has {blocks} block(s) of --flush-every "
-                            f"{job.block} lines; give a smaller --flush-every (a shard is whole blocks)")
+        lines, blocks = job.settings["lines"], -(-job.settings["lines"] // job.block)
+        raise ElmoFileError(f"--shards {job.shards}: {job.input_path} has {lines} line(s), {blocks} block(s) of "
+                            f"--flush-every {job.block} lines; a shard is whole blocks: give fewer shards or a "
+                            "smaller --flush-every")
     manifests = WorkDir(out, out, "shard")
     manifests.create(exist_ok=True)
     with take_lock(out / LOCK, out, wait=True):

@@ -10,6 +10,7 @@ from ..errors import ElmoConfigError, ElmoResourceError
 DTYPES = ("float32", "float16")
 COMPRESSIONS = ("none", "gzip", "lzf")
 ENGINES = ("local", "ray")
+DEFAULT_BLOCK = 10_000
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class EmbedOptions:
     dtype: str = "float32"
     compression: str = "none"
     resume: bool = False
-    flush_every: int = 10_000
+    flush_every: Optional[int] = None  # lines per block; None: `block_size`
     shards: Optional[int] = None
     shard: Optional[str] = None
     threads: Optional[int] = None
@@ -48,6 +49,13 @@ class EmbedOptions:
         options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
         options._check_engine()
         return options
+
+    def block_size(self, lines: int) -> int:
+        """Lines per block for an input of `lines` lines: `flush_every` where given; else 10,000, or fewer where
+        `shards` needs more blocks than that gives (so that `--shards N` works on any input of N lines or more)."""
+        if self.flush_every is not None:
+            return self.flush_every
+        return min(DEFAULT_BLOCK, max(1, -(-lines // self.shards))) if self.shards else DEFAULT_BLOCK
 
     def only_shard(self) -> Optional[int]:
         """`--shard I/N` -> I, checked against `shards`; None without it."""

@@ -1,5 +1,6 @@
 """`embed --shards N`, `--shard I/N`, `--dtype`, `--compression` and `spacy_elmo.open_embeddings`:
-the same arrays as a single-file run, bit for bit; a killed shard is redone and the others kept; a
+the same arrays as a single-file run, bit for bit with the same blocks (else within float32 rounding);
+`--shards N` fits any input of N lines or more; a killed shard is redone and the others kept; a
 changed input or weights is refused."""
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import pytest
 
 from spacy_elmo import ElmoFileError, open_embeddings
 
-from ..helpers import ENV, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli
+from ..helpers import ENV, FLOAT32_ATOL, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
-def args(text, out, weights, *extra):
-    return ["embed", str(text), str(out), "-w", str(weights), "--whitespace", "--batch-size", "8",
-            "--flush-every", "50", "--no-progress", *map(str, extra)]
+def args(text, out, weights, *extra, flush_every=50):
+    block = [] if flush_every is None else ["--flush-every", str(flush_every)]
+    return ["embed", str(text), str(out), "-w", str(weights), "--whitespace", "--batch-size", "8", *block,
+            "--no-progress", *map(str, extra)]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,27 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
         with pytest.raises(IndexError):
             reader[600]
     assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0  # complete: nothing to do
+
+
+def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, capsys):
+    """`--shards 3` on 303 lines, no --flush-every: blocks of 101 lines, one per shard (it refused: one block of
+    the default 10,000 lines). Lines computed in other blocks than a single file's agree within float32 rounding;
+    `--shard I/N` runs choose the same blocks. Fewer lines than shards is one error line."""
+    text = generated(tmp_path / "in.txt", 303, seed=7)
+    assert run_cli(*args(text, tmp_path / "one.hdf5", fixture_dir, flush_every=None)) == 0
+    out = tmp_path / "sharded"
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3", flush_every=None)) == 0
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 3, flush_every=None)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ranges"] == [[0, 101], [101, 202], [202, 303]] and manifest["settings"]["flush_every"] == 101
+    with open_embeddings(tmp_path / "one.hdf5") as x, open_embeddings(out) as y:
+        assert len(x) == len(y) == 303
+        for u, v in zip(x, y):
+            np.testing.assert_allclose(u, v, atol=FLOAT32_ATOL, rtol=0)
+    capsys.readouterr()
+    two = generated(tmp_path / "two.txt", 2, seed=7)
+    assert run_cli(*args(two, tmp_path / "s2", fixture_dir, "--shards", 3, flush_every=None)) == 1
+    assert "has 2 line(s)" in one_error_line(capsys.readouterr().err)
 
 
 def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
