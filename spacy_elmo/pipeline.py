@@ -16,6 +16,7 @@ and speed measurements (`spacy benchmark speed` repeats its Docs) would mislead.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -49,6 +50,10 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
+
+
+class ElmoUnusedWarning(UserWarning):
+    """An `elmo` component whose layers no trained component reads: the biLM runs for nothing."""
 
 
 class Elmo(Pipe):
@@ -112,8 +117,9 @@ class Elmo(Pipe):
                    weights: Optional[str] = None) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that was
         loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen to this
-        component, and check the training wiring when `nlp` is given. With `get_examples` (training), the
-        feature cache is turned on."""
+        component, and check the training wiring when `nlp` is given (an `ElmoUnusedWarning` where
+        components are trained and none reads ELMo). With `get_examples` (training), the feature cache is
+        turned on."""
         if get_examples is not None:
             self.caching = True
         if weights is not None:
@@ -130,6 +136,7 @@ class Elmo(Pipe):
                 set_sizes(mix, bilm.num_output_layers, bilm.output_dim, self.sizes_source(), paths)
         if nlp is not None:
             self._check_wiring(nlp)
+            self._check_read(nlp)
 
     # ------------------------------------------------------------------ listeners (spaCy's protocol)
     @property
@@ -186,6 +193,20 @@ class Elmo(Pipe):
                     f"evaluation Docs. Add '{name}' to annotating_components, or set "
                     f"[components.{self.name}] use_sents = false."
                 )
+
+    def _check_read(self, nlp: Language) -> None:
+        """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
+        builds such a pipeline). A pipeline that trains nothing (`elmo` to annotate Docs) is fine."""
+        trained = [name for name, proc in nlp.pipeline if name != self.name and getattr(proc, "is_trainable", False)]
+        reads = any(node.name == MIX_NAME for _, proc in nlp.pipeline
+                    if isinstance(getattr(proc, "model", None), Model) for node in proc.model.walk())
+        if trained and not reads:
+            warnings.warn(
+                f"'{self.name}' computes ELMo but no component reads it: {', '.join(map(repr, trained))} "
+                "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. in a config "
+                "written by `python -m spacy_elmo init-config`, or leave out the elmo component",
+                ElmoUnusedWarning, stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ running
     def __call__(self, doc: Doc) -> Doc:

@@ -69,7 +69,7 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
     out = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", str(fixture_dir), "--json"],
                          capture_output=True, text=True, check=True, env=env, cwd=REPO)
     assert json.loads(out.stdout)["output_dim"] == 32
-    for command in ("embed", "convert", "info", "download"):
+    for command in ("embed", "convert", "info", "download", "init-config"):
         assert run_cli(command, "--help") == 0
         assert "Usage" in capsys.readouterr().out
     assert run_cli("pretrain", "--help") == 0  # argparse's own help, with the dotted overrides
