@@ -2,7 +2,7 @@
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder, export_hdf5, load_bilm, save_bilm
 from .doc_data import install_extensions
 from .embed import open_embeddings
-from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError, ElmoResumeError
+from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError, ElmoResumeError, ElmoUnusedWarning
 
 # Docs stored with ELMo data (a DocBin, Doc.to_bytes, `spacy apply` output) read back in any process that
 # imports spacy_elmo: the extensions and the data's msgpack decoder are registered here.
@@ -11,5 +11,5 @@ install_extensions()
 __version__ = "0.1.0"
 __all__ = [
     "BiLM", "BiLMOptions", "ElmoConfigError", "ElmoEmbedder", "ElmoError", "ElmoFileError", "ElmoResourceError",
-    "ElmoResumeError", "export_hdf5", "load_bilm", "open_embeddings", "save_bilm", "__version__",
+    "ElmoResumeError", "ElmoUnusedWarning", "export_hdf5", "load_bilm", "open_embeddings", "save_bilm", "__version__",
 ]

@@ -1,4 +1,4 @@
-"""The package's errors: one base, `ElmoError`, and the few kinds a user catches.
+"""The package's errors: one base, `ElmoError`, and the few kinds a user catches; and its one warning.
 
 Every message names the file or setting and the problem; the command line prints it as one
 `error: ...` line and exits 1. This module imports nothing of the package (every layer may use it).
@@ -30,3 +30,7 @@ class ElmoResumeError(ElmoFileError):
 
 
 __all__ = ["ElmoConfigError", "ElmoError", "ElmoFileError", "ElmoResourceError", "ElmoResumeError"]
+
+
+class ElmoUnusedWarning(UserWarning):
+    """An `elmo` component whose layers no trained component reads: the biLM runs for nothing."""

@@ -32,7 +32,7 @@ from thinc.api import Config, Model
 from .bilm import ElmoEmbedder, locate
 from .bilm.threads import check_threads, torch_threads
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
-from .errors import ElmoConfigError, ElmoError
+from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of
@@ -50,10 +50,6 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
-
-
-class ElmoUnusedWarning(UserWarning):
-    """An `elmo` component whose layers no trained component reads: the biLM runs for nothing."""
 
 
 class Elmo(Pipe):

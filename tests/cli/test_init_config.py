@@ -16,8 +16,8 @@ from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 from thinc.api import Config
 
+from spacy_elmo import ElmoUnusedWarning
 from spacy_elmo.cli.init_config import SUPPORTED
-from spacy_elmo.pipeline import ElmoUnusedWarning
 
 from ..helpers import ENV, REPO, data_path, one_error_line, run_cli
 

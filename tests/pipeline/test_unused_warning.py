@@ -8,7 +8,7 @@ import pytest
 import spacy
 from spacy.cli.init_config import init_config
 
-from spacy_elmo.pipeline import ElmoUnusedWarning
+from spacy_elmo import ElmoUnusedWarning
 
 from ..helpers import fixture_config, tagged_examples
 
