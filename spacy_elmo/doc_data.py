@@ -5,7 +5,8 @@ One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
 as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that dtype; `doc._.elmo_layers`
 gives float32); whitespace tokens hold zero vectors. The data object is registered with
 srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
-carry it. The getters are module-level functions, so extensions pickle.
+carry it: the mix only, unless `save_layers` (the layers are `n_layers + 1` times its size).
+The getters are module-level functions, so extensions pickle.
 """
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ MSGPACK_KEY = "__spacy_elmo_doc_data__"
 @dataclass
 class ElmoDocData:
     """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one is set);
-    `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo` reports."""
+    `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo` reports.
+    `save_layers`: whether a stored Doc keeps `layers` (else only the mix is written)."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
     mix_weights: np.ndarray
+    save_layers: bool = field(default=False, compare=False)
     _mix_cache: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
     @property
@@ -49,7 +52,10 @@ class ElmoDocData:
         return self._mix_cache
 
     def to_dict(self) -> dict:
-        return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights}  # key of stored Docs
+        """What a stored Doc keeps: the layers where `save_layers`, else the mix."""
+        if self.save_layers or self.layers is None:
+            return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights}  # key of stored Docs
+        return {"layers": None, "mixed": self.mix(), "weights": self.mix_weights}
 
     @classmethod
     def from_dict(cls, msg: dict) -> "ElmoDocData":

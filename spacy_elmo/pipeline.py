@@ -66,6 +66,7 @@ class Elmo(Pipe):
         mix: Union[str, List[float]] = "average",
         store: str = "float32",
         keep_layers: bool = True,
+        save_layers: bool = False,
         use_sents: bool = True,
         max_length: int = 128,
         vector_hooks: bool = False,
@@ -85,7 +86,8 @@ class Elmo(Pipe):
         self.weights = weights
         self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]
         self.dtype = STORE_DTYPES[store]
-        self.keep_layers, self.use_sents, self.max_length = keep_layers, use_sents, max_length
+        self.keep_layers, self.save_layers = keep_layers, save_layers
+        self.use_sents, self.max_length = use_sents, max_length
         self.vector_hooks = vector_hooks
         self.cache = FeatureCache(int(cache_mb * 2**20))
         self.caching = bool(cache_at_inference)  # turned on by `initialize` with training examples
@@ -258,7 +260,7 @@ class Elmo(Pipe):
                     layers[:, keep[w.keep_start : w.keep_end]] = arr[:, w.keep_start - w.start : w.keep_end - w.start]
                 layers.setflags(write=False)
             if self.keep_layers:
-                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights))
+                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights, save_layers=self.save_layers))
             else:
                 mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
                 out.append(ElmoDocData(layers=None, mixed=mixed, mix_weights=mix_weights))
@@ -350,6 +352,7 @@ def check_weights(weights: Optional[str], name: str) -> None:
         "mix": "average",
         "store": "float32",
         "keep_layers": True,
+        "save_layers": False,
         "use_sents": True,
         "max_length": 128,
         "vector_hooks": False,
@@ -359,7 +362,7 @@ def check_weights(weights: Optional[str], name: str) -> None:
     },
 )
 def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mix: Union[str, List[float]],
-              store: str, keep_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
+              store: str, keep_layers: bool, save_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
               cache_mb: float, cache_at_inference: bool, threads: Optional[int]) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
     or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory).
@@ -371,5 +374,5 @@ def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mi
     if name not in nlp._meta.get("components", ()):
         check_weights(weights, name)
     return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
-                use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
+                save_layers=save_layers, use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
                 cache_at_inference=cache_at_inference, threads=threads)

@@ -84,15 +84,36 @@ def test_serialized_weights_load_without_unpickling_code(nlp):
 
 
 def test_doc_to_bytes_and_docbin_carry_values(nlp):
+    """Stored Docs keep the mix by default (`doc._.elmo`, in the stored dtype), every layer with `save_layers`."""
     docs = list(nlp.pipe(TEXTS))
-    db = DocBin(store_user_data=True, docs=docs)
-    restored = list(DocBin().from_bytes(db.to_bytes()).get_docs(nlp.vocab))
+    restored = list(DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab))
+    for a, b in zip(docs, restored):
+        np.testing.assert_array_equal(a._.elmo, b._.elmo)
+        assert b._.elmo.dtype == np.float16 and b._.elmo_layers is None
+    doc = Doc(nlp.vocab).from_bytes(docs[0].to_bytes())
+    np.testing.assert_array_equal(doc[2]._.elmo, docs[0][2]._.elmo)
+    nlp.get_pipe("elmo").save_layers = True
+    docs = list(nlp.pipe(TEXTS))
+    restored = list(DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab))
     for a, b in zip(docs, restored):
         np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
         np.testing.assert_array_equal(a._.elmo, b._.elmo)
         assert b._.elmo_data.layers.dtype == np.float16
-    doc = Doc(nlp.vocab).from_bytes(docs[0].to_bytes())
-    np.testing.assert_array_equal(doc[2]._.elmo, docs[0][2]._.elmo)
+
+
+@pytest.mark.parametrize("store,save_layers", [("float32", False), ("float16", False), ("float16", True)])
+def test_stored_docs_take_the_bytes_the_readme_gives(fixture_dir, store, save_layers):
+    """A stored Doc takes width x 2 (float16) or 4 (float32) bytes per token, (n_layers + 1) times that with
+    `save_layers`: the README's sizes (every layer in float32 was the default, ~470x the text)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": store, "save_layers": save_layers})
+    docs = list(nlp.pipe(TEXTS))
+    tokens = sum(len(d) for d in docs)
+    plain = sum(len(nlp.make_doc(t).to_bytes()) for t in TEXTS)
+    stored = sum(len(d.to_bytes()) for d in docs)  # before compression (a DocBin zips this)
+    width, itemsize = docs[0]._.elmo.shape[1], np.dtype(store).itemsize
+    expected = width * itemsize * (3 if save_layers else 1) * tokens
+    assert expected <= stored - plain <= 1.05 * expected + 200 * len(docs)
 
 
 @pytest.mark.timeout(300)
@@ -131,8 +152,8 @@ if __name__ == "__main__":
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
     texts = json.loads(sys.argv[2])
-    single = [d._.elmo_layers for d in nlp.pipe(texts)]
-    multi = [d._.elmo_layers for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    single = [d._.elmo for d in nlp.pipe(texts)]
+    multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
     assert len(multi) == len(texts), (len(multi), len(texts))
     for a, b in zip(single, multi):  # batches differ: float32 rounding may
         assert a.shape == b.shape and np.allclose(a, b, rtol=0, atol=float(sys.argv[3])), (a.shape, b.shape)
@@ -159,7 +180,7 @@ from spacy.tokens import DocBin
 import spacy_elmo  # registers the extensions: nothing else needed to read ELMo data back
 
 docs = list(DocBin().from_disk(sys.argv[1]).get_docs(spacy.blank("en").vocab))
-print(sum(d._.elmo.shape[0] for d in docs), docs[0]._.elmo_layers.shape[0])
+print(sum(d._.elmo.shape[0] for d in docs), docs[0]._.elmo.dtype, docs[0]._.elmo_layers)
 """
 
 
@@ -172,4 +193,4 @@ def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
     done = subprocess.run([sys.executable, "-c", READ_STORED, str(tmp_path / "docs.spacy")], capture_output=True,
                           text=True, timeout=100, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [str(sum(len(d) for d in docs)), "3"]
+    assert done.stdout.split() == [str(sum(len(d) for d in docs)), "float16", "None"]  # the mix, as stored
