@@ -138,3 +138,15 @@ def test_the_gain_claim_needs_a_gain(monkeypatch):
     assert gain_grows([5.9, 1.3, 0.5]) is True
     assert gain_grows([-0.4, -0.9, -1.5]) is False  # ordered, but a loss everywhere
     assert gain_grows([1.0, 2.0]) is False and gain_grows([3.0]) is None
+
+
+def test_a_summary_does_not_mix_two_ner_data_sets(tmp_path):
+    """Runs of one task on two data sets (NER runs redone on UNER beside CoNLL-2003 ones) make no table."""
+    metrics = tmp_path / "metrics"
+    shutil.copytree(REPO / "project" / "metrics", metrics)
+    run = json.loads((metrics / "runs" / "ner-base-f1-s0.json").read_text())
+    (metrics / "runs" / "ner-base-f1-s0.json").write_text(json.dumps({**run, "data": "Universal NER English-EWT"}))
+    result = subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics",
+                             str(metrics), "--out", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode != 0 and not (tmp_path / "summary.md").exists()
+    assert "holds ner runs on 2 data sets (CoNLL-2003 English; Universal NER English-EWT)" in result.stderr
