@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     scale = SCALES[args.scale]
-    study = Study(scale, args.bilm, "conll2003")
+    study = Study(scale, args.bilm, "uner", tasks=["pos"])
     target = study.metrics / "probe.json"
     if target.exists() and not study.other_bilm(json.loads(target.read_text(encoding="utf-8"))):
         print(f"{target} exists (made with this biLM)")

@@ -5,10 +5,11 @@
 
 Every step skips the work whose output already exists, so an interrupted step continues where it
 stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS) or
-`ner` (CoNLL-2003 or Universal NER English-EWT); system `base` (hash embeddings only), `elmo`
+`ner` (Universal NER English-EWT, or CoNLL-2003); system `base` (hash embeddings only), `elmo`
 (+ task-specific ELMo mix), `spacy-pretrain` (tok2vec initialised by `spacy pretrain` on the biLM's
 pretraining text) or `floret` (+ static floret vectors trained on that text). At fractions below 1 the
-seed also draws the training subset, so each seed sees a different random subset.
+seed also draws the training subset, so each seed sees a different random subset. A run (or its
+record) made on other NER data than --ner-data names is redone, as is an ELMo run made with another biLM.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ SYSTEMS_SAMPLE = ["base", "elmo"]
 @dataclass(frozen=True)
 class Task:
     name: str
+    source: str               # the data set: "ud", "uner" or "conll2003" (its corpus folder)
     kind: str                 # convert_data format
     files: Dict[str, str]     # split -> file under project/assets
     config: str               # configs/<config>_{base,elmo}.cfg
@@ -46,11 +48,11 @@ class Task:
 
 
 TASKS = {
-    "pos": Task("pos", "conllu", {"train": "ud/en_ewt-ud-train.conllu", "dev": "ud/en_ewt-ud-dev.conllu",
+    "pos": Task("pos", "ud", "conllu", {"train": "ud/en_ewt-ud-train.conllu", "dev": "ud/en_ewt-ud-dev.conllu",
                                   "test": "ud/en_ewt-ud-test.conllu"}, "tagger", "tag_acc", "UD English-EWT (UPOS)"),
-    "conll2003": Task("ner", "conll03", {"train": "conll2003/eng.train", "dev": "conll2003/eng.testa",
+    "conll2003": Task("ner", "conll2003", "conll03", {"train": "conll2003/eng.train", "dev": "conll2003/eng.testa",
                                          "test": "conll2003/eng.testb"}, "ner", "ents_f", "CoNLL-2003 English"),
-    "uner": Task("ner", "iob2", {"train": "uner/en_ewt-ud-train.iob2", "dev": "uner/en_ewt-ud-dev.iob2",
+    "uner": Task("ner", "uner", "iob2", {"train": "uner/en_ewt-ud-train.iob2", "dev": "uner/en_ewt-ud-dev.iob2",
                                  "test": "uner/en_ewt-ud-test.iob2"}, "ner", "ents_f",
                  "Universal NER English-EWT (preliminary train split)"),
 }
@@ -80,17 +82,18 @@ class Study:
         """Whether a record of an ELMo run or of the probe was made with another biLM than the current one."""
         return record.get("bilm_fingerprint") != self.bilm_info[2]
 
-    def stale(self, record_path: Path) -> bool:
-        """Whether a run record is missing, or is an ELMo run made with another biLM than the current one."""
+    def stale(self, record_path: Path, task: Task) -> bool:
+        """Whether a run record is missing, is of other data than the task's (another --ner-data), or is
+        an ELMo run made with another biLM than the current one."""
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        return record["system"] == "elmo" and self.other_bilm(record)
+        return record.get("data") != task.data or (record["system"] == "elmo" and self.other_bilm(record))
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
         name = split if fraction >= 1.0 else f"{split}-f{fraction:g}-s{seed}"
-        return self.corpus / task.name / f"{name}.spacy"
+        return self.corpus / task.source / f"{name}.spacy"
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
         """(task, system, fraction, seed) of the main comparison (`main`) or the smaller fractions (`sample`)."""
@@ -189,16 +192,16 @@ class Study:
                                          encoding="utf-8")
 
     def train_step(self, which: str) -> None:
-        todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json")]
+        todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json", r[0])]
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
             run_id, out = self.run_id(task, system, fraction, seed), self.run_dir(task, system, fraction, seed)
             with claim(self.training / "runs" / f"{run_id}.lock") as mine:
-                if not mine or not self.stale(out / "train.json"):
+                if not mine or not self.stale(out / "train.json", task):
                     print(f"[{i}/{len(todo)}] {run_id}: taken by another process", flush=True)
                     continue
                 print(f"[{i}/{len(todo)}] training {run_id}", flush=True)
-                if out.exists():  # unfinished, or made with an earlier biLM
+                if out.exists():  # unfinished, or made on other data or with an earlier biLM
                     shutil.rmtree(out)
                 self.train_one(task, system, fraction, seed)
 
@@ -244,7 +247,7 @@ class Study:
             for task, system, fraction, seed in self.runs(which):
                 out = self.run_dir(task, system, fraction, seed)
                 target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
-                if not self.stale(target) or self.stale(out / "train.json"):
+                if not self.stale(target, task) or self.stale(out / "train.json", task):
                     continue
                 record = json.loads((out / "train.json").read_text(encoding="utf-8"))
                 record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
@@ -347,7 +350,7 @@ def main() -> None:
     parser.add_argument("step", choices=["corpus", "baselines", "train", "sample", "evaluate"])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--bilm", default="", help="the biLM (default: the one the pretrain step trained)")
-    parser.add_argument("--ner-data", choices=["conll2003", "uner"], default="conll2003")
+    parser.add_argument("--ner-data", choices=["uner", "conll2003"], default="uner")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tasks", nargs="+", choices=["pos", "ner"], default=["pos", "ner"],
                         help="only these tasks (e.g. to run the study in parts)")

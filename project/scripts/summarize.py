@@ -47,6 +47,7 @@ class Metrics(NamedTuple):
     probe: Dict
     table: Dict[Tuple[str, str, float], Cell]
     tasks: List[str]
+    data: Dict[str, str]  # task -> the data set its runs used
     left_out: List[str]   # ELMo runs (and the probe) made with an earlier biLM
 
 
@@ -72,7 +73,21 @@ def load(metrics: Path) -> Metrics:
         left_out.append("the layer probe")
         probe = {}
     tasks = [t for t in ("pos", "ner") if any(r["task"] == t for r in runs)]
-    return Metrics(runs, bilm, optional("baselines.json"), probe, cells(runs), tasks, left_out)
+    return Metrics(runs, bilm, optional("baselines.json"), probe, cells(runs), tasks, data_sets(runs, metrics),
+                   left_out)
+
+
+def data_sets(runs: List[Dict], metrics: Path) -> Dict[str, str]:
+    """The data set of each task; one per task, so that no table mixes two (say CoNLL-2003 and UNER)."""
+    found = defaultdict(set)
+    for run in runs:
+        found[run["task"]].add(run["data"])
+    for task, names in found.items():
+        if len(names) > 1:
+            raise SystemExit(f"error: {metrics / 'runs'} holds {task} runs on {len(names)} data sets "
+                             f"({'; '.join(sorted(names))}); finish the train, evaluate and sample-efficiency "
+                             "steps with one --ner-data, or remove the others")
+    return {task: names.pop() for task, names in found.items()}
 
 
 def cells(runs: List[Dict]) -> Dict[Tuple[str, str, float], Cell]:
@@ -108,8 +123,7 @@ def fraction_label(fraction: float) -> str:
 
 
 def render(m: Metrics) -> str:
-    runs, bilm, baselines, probe, table, tasks, left_out = m
-    data = {r["task"]: r["data"] for r in runs}
+    runs, bilm, baselines, probe, table, tasks, data, left_out = m
     fractions = sorted({r["fraction"] for r in runs})
     systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in runs)]
     dates = sorted({r["date"] for r in runs})
@@ -140,34 +154,35 @@ def render(m: Metrics) -> str:
             diff = f"{elmo.mean - base.mean:+.2f}" if base and elmo else "–"
             lines.append(f"| {task} ({METRIC_NAMES[task][1]}) | {data[task]} | {fraction_label(fraction)} | "
                          + " | ".join(str(c) if c else "–" for c in row) + f" | {diff} |")
-    lines += ["", "## The claims", "", "| claim | task | verdict |", "| --- | --- | --- |"]
+    lines += ["", "## The claims", "", "| claim | task | data | verdict |", "| --- | --- | --- | --- |"]
     for task in tasks:
+        on = f"{task} | {data[task]}"
         elmo_cells = {f: table.get((task, "elmo", f)) for f in fractions}
         for fraction in fractions:
-            lines.append(f"| ELMo beats the baseline at {fraction_label(fraction)} | {task} | "
+            lines.append(f"| ELMo beats the baseline at {fraction_label(fraction)} | {on} | "
                          f"{verdict(elmo_cells[fraction], table.get((task, 'base', fraction)))} |")
         for other in ("spacy-pretrain", "floret"):
-            lines.append(f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {task} | "
+            lines.append(f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {on} | "
                          f"{verdict(elmo_cells.get(1.0), table.get((task, other, 1.0)))} |")
         gains = [(f, elmo_cells[f].mean - table[task, "base", f].mean) for f in fractions
                  if elmo_cells[f] and (task, "base", f) in table]
         grows = gain_grows([g for _, g in gains])
         gain_text = ", ".join(f"{fraction_label(f)}: {g:+.2f}" for f, g in gains)
-        lines.append(f"| the gain grows as the data shrinks | {task} | "
+        lines.append(f"| the gain grows as the data shrinks | {on} | "
                      + ("not run" if grows is None else ("holds" if grows else "does not hold")) + f" ({gain_text}) |")
-        lines.append(f"| ELMo on 1% matches the baseline on 10% | {task} | "
+        lines.append(f"| ELMo on 1% matches the baseline on 10% | {on} | "
                      f"{match(elmo_cells.get(0.01), table.get((task, 'base', 0.1)))} |")
         if task == "pos":
-            lines.append(f"| ELMo on 10% matches the baseline on 100% | {task} | "
+            lines.append(f"| ELMo on 10% matches the baseline on 100% | {on} | "
                          f"{match(elmo_cells.get(0.1), table.get((task, 'base', 1.0)))} |")
     lines += ["", "## Cost (100% of the data)", "",
-              "| task | system | words/s (test set, whole pipeline) | pipeline size (MB) | training time (min) |",
-              "| --- | --- | --- | --- | --- |"]
+              "| task | data | system | words/s (test set, whole pipeline) | pipeline size (MB) | training time (min) |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for task in tasks:
         for system in systems:
             group = [r for r in runs if r["task"] == task and r["system"] == system and r["fraction"] == 1.0]
             if group:
-                lines.append(f"| {task} | {SYSTEM_NAMES[system]} | "
+                lines.append(f"| {task} | {data[task]} | {SYSTEM_NAMES[system]} | "
                              f"{statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
                              f"{statistics.fmean(r['pipeline_mb'] for r in group):.1f} | "
                              f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} |")
@@ -180,7 +195,7 @@ def render(m: Metrics) -> str:
         pretraining.append(f"{SYSTEM_NAMES[name]} {cost['seconds'] / 60:.1f} min")
     if pretraining:
         lines += ["", "Pretraining on the same raw text: " + "; ".join(pretraining) + "."]
-    lines += layer_section(runs, probe)
+    lines += layer_section(runs, data, probe)
     return "\n".join(lines) + "\n"
 
 
@@ -204,14 +219,16 @@ def learned_weights(runs: List[Dict]) -> Dict[str, List[float]]:
     return out
 
 
-def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
+def layer_section(runs: List[Dict], data: Dict[str, str], probe: Dict) -> List[str]:
     lines = ["", "## Layers", ""]
     weights = learned_weights(runs)
     if weights:
         lines += ["Learned mix softmax(s) of the ELMo pipelines (100% of the data, mean over seeds):", "",
-                  "| task | " + " | ".join(f"layer {j}" for j in range(len(next(iter(weights.values()))))) + " |",
-                  "| --- | " + " | ".join("---" for _ in next(iter(weights.values()))) + " |"]
-        lines += [f"| {task} | " + " | ".join(f"{w:.3f}" for w in ws) + " |" for task, ws in weights.items()]
+                  "| task | data | " + " | ".join(f"layer {j}" for j in range(len(next(iter(weights.values())))))
+                  + " |",
+                  "| --- | --- | " + " | ".join("---" for _ in next(iter(weights.values()))) + " |"]
+        lines += [f"| {task} | {data[task]} | " + " | ".join(f"{w:.3f}" for w in ws) + " |"
+                  for task, ws in weights.items()]
     if probe:
         layers = sorted(probe["layers"], key=int)
         best = max(layers, key=lambda j: probe["layers"][j])
@@ -233,7 +250,7 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs, _, _, probe, table, tasks, _ = m
+    runs, _, _, probe, table, tasks, data, _ = m
     stamp = f"{sorted({r['date'] for r in runs})[-1]}, {sorted({r['machine'] for r in runs})[0]}"
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -245,7 +262,7 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
         ax.set_xscale("log")
         ax.set_xlabel("training data (%)")
         ax.set_ylabel(METRIC_NAMES[task][1] + " (%)")
-        ax.set_title(task)
+        ax.set_title(f"{task}: {data[task]}", fontsize=8)
         ax.legend()
     fig.suptitle(f"Test score against training data ({stamp})", fontsize=9)
     fig.tight_layout()
@@ -260,11 +277,12 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
         n = len(next(iter(weights.values())))
         width = 0.8 / len(weights)
         for i, (name, ws) in enumerate(weights.items()):
-            ax.bar([j + i * width for j in range(n)], ws, width=width, label=name)
+            label = f"{name} ({data[name]})" if name in data else name
+            ax.bar([j + i * width for j in range(n)], ws, width=width, label=label)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(n)], [f"layer {j}" for j in range(n)])
         ax.set_ylabel("softmax(s)")
         ax.set_title(f"Learned layer weights ({stamp})", fontsize=9)
-        ax.legend()
+        ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / "layer_weights.png")
         fig.savefig(paths[-1], dpi=100)

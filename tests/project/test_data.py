@@ -26,17 +26,17 @@ convert_data = load_script("convert_data")
 
 def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):
     data_dir = data_path()
-    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "uner", "conll2003"])
+    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "uner"])
+    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--ner-data", "conll2003",
+                       "--only", "conll2003"])
     manifest = json.loads((REPO / "project" / "assets.json").read_text())["assets"]
     for asset in manifest:
         local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
         assert all((data_dir / name).is_file() for name in local), local
         if asset["dest"].split("/")[0] in ("uner", "conll2003"):
             assert fetch_assets.sha256_file(tmp_path / asset["dest"]) == asset["sha256"]
+            assert fetch_assets.in_place(asset, tmp_path)
         assert asset["url"] or asset["dest"].startswith("conll2003/")
-    # a second run finds them in place
-    again = [fetch_assets.fetch(a, data_dir, None, tmp_path) for a in manifest if a["dest"].startswith("uner/")]
-    assert again == ["present"] * 3
 
 
 def test_checksum_mismatch_is_refused(tmp_path):
@@ -44,12 +44,18 @@ def test_checksum_mismatch_is_refused(tmp_path):
     local.parent.mkdir()
     local.write_text("tampered\n")
     asset = {"dest": "lm/x.txt", "local": "x.txt", "sha256": "0" * 64, "url": None}
-    with pytest.raises(SystemExit, match="does not match"):
-        fetch_assets.fetch(asset, tmp_path / "data", None, tmp_path / "out")
-    assert not (tmp_path / "out" / "lm" / "x.txt").exists()
-    with pytest.raises(SystemExit, match="conll_dir"):
-        fetch_assets.fetch({"dest": "conll2003/eng.train", "local": "none", "sha256": "0", "url": None},
-                           None, None, tmp_path / "out")
+    with pytest.raises(SystemExit, match=f"error: lm/x.txt from {local}: sha256 .* does not match"):
+        fetch_assets.fetch(asset, [local], tmp_path / "out")
+    assert list((tmp_path / "out" / "lm").iterdir()) == []
+
+
+def test_a_damaged_gzip_file_is_named(tmp_path):
+    local = tmp_path / "x.txt.gz"
+    local.write_bytes(b"not gzip")
+    asset = {"dest": "lm/x.txt", "local": "x.txt.gz", "sha256": "0" * 64, "url": None}
+    with pytest.raises(SystemExit, match=f"error: cannot read {local}: Not a gzipped file"):
+        fetch_assets.fetch(asset, [local], tmp_path / "out")
+    assert list((tmp_path / "out" / "lm").iterdir()) == []
 
 
 def _docs(path):

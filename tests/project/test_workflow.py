@@ -10,23 +10,9 @@ import pytest
 import spacy
 
 from ..helpers import REPO, data_path
+from .project_copy import copy_project, spacy_project
 
 pytestmark = pytest.mark.slow
-
-
-def copy_project(target):
-    shutil.copy(REPO / "project.yml", target / "project.yml")
-    for part in ("configs", "scripts"):
-        shutil.copytree(REPO / "project" / part, target / "project" / part,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "project" / "assets.json", target / "project" / "assets.json")
-
-
-def spacy_project(*args, cwd):
-    result = subprocess.run([sys.executable, "-m", "spacy", "project", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +49,9 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     assert set(probe["layers"]) == {"0", "1", "2"} and abs(sum(probe["mix"]["mix_weights"]) - 1) < 1e-5
     summary = (metrics / "summary.md").read_text()
     assert "| pos (UPOS accuracy) | UD English-EWT (UPOS) | 100% |" in summary
+    # NER on Universal NER English-EWT by default: no CoNLL-2003 asked for or fetched
+    assert "| ner (entity F1) | Universal NER English-EWT (preliminary train split) | 100% |" in summary
+    assert not (smoke_project / "project" / "assets" / "conll2003").exists()
     assert "ELMo beats the baseline at 10%" in summary and bilm["sha256"]["weights.pt"] in summary
     for png in ("accuracy_by_fraction.png", "layer_weights.png"):
         assert (metrics / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -138,3 +127,32 @@ def test_the_gain_claim_needs_a_gain(monkeypatch):
     assert gain_grows([5.9, 1.3, 0.5]) is True
     assert gain_grows([-0.4, -0.9, -1.5]) is False  # ordered, but a loss everywhere
     assert gain_grows([1.0, 2.0]) is False and gain_grows([3.0]) is None
+
+
+def test_runs_on_other_ner_data_are_redone(tmp_path, monkeypatch):
+    """After --ner-data changes, a run (or test record) made on the other data set is stale, so the train
+    and evaluate steps redo it; each data set is converted to its own corpus folder."""
+    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
+    from run_study import SCALES, TASKS, Study
+
+    study = Study(SCALES["smoke"], None, "uner")
+    ner = study.tasks[1]
+    record = tmp_path / "train.json"
+    record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["conll2003"].data}))
+    assert study.stale(record, ner)
+    record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["uner"].data}))
+    assert not study.stale(record, ner)
+    conll = Study(SCALES["smoke"], None, "conll2003")
+    assert study.split(ner, "train") != conll.split(conll.tasks[1], "train")
+
+
+def test_a_summary_does_not_mix_two_ner_data_sets(tmp_path):
+    """Runs of one task on two data sets (NER runs redone on UNER beside CoNLL-2003 ones) make no table."""
+    metrics = tmp_path / "metrics"
+    shutil.copytree(REPO / "project" / "metrics", metrics)
+    run = json.loads((metrics / "runs" / "ner-base-f1-s0.json").read_text())
+    (metrics / "runs" / "ner-base-f1-s0.json").write_text(json.dumps({**run, "data": "Universal NER English-EWT"}))
+    result = subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics",
+                             str(metrics), "--out", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode != 0 and not (tmp_path / "summary.md").exists()
+    assert "holds ner runs on 2 data sets (CoNLL-2003 English; Universal NER English-EWT)" in result.stderr
