@@ -1,5 +1,6 @@
 """Put the data the study needs in project/assets/: from a local data directory where it has the file
-(works offline), else from the public URL; every file is checked against its sha256.
+(--data-dir; unset: ../shared/data beside the repository where it exists; works offline), else from the
+public URL; every file is checked against its sha256.
 
     python project/scripts/fetch_assets.py [--data-dir DIR] [--ner-data uner|conll2003] [--conll-dir DIR]
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import List, Optional
 
 PROJECT = Path(__file__).resolve().parent.parent
+BESIDE = PROJECT.parent.parent / "shared" / "data"  # the data directory beside the repository, where present
 NER_DATA = ("uner", "conll2003")
 
 
@@ -136,6 +138,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=PROJECT / "assets")
     parser.add_argument("--only", nargs="*", default=None, help="of those, only these folders (ud, uner, conll2003, lm)")
     args = parser.parse_args(argv)
+    if args.data_dir is None and BESIDE.is_dir():
+        args.data_dir = BESIDE
+        print(f"data_dir unset: copying from {BESIDE}, the data directory beside the repository")
     check_dirs(args.data_dir, args.conll_dir, args.ner_data)
     manifest = json.loads((PROJECT / "assets.json").read_text(encoding="utf-8"))["assets"]
     todo = [a for a in manifest if needed(a, args.ner_data) and (not args.only or folder(a) in args.only)]

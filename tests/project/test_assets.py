@@ -3,13 +3,15 @@ $SPACY_ELMO_DATA (offline) or, with no data directory, from the URLs of project/
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ..helpers import data_path
+from ..helpers import REPO, data_path
 from .project_copy import copy_project, spacy_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -157,3 +159,14 @@ def test_a_failed_download_says_how_to_work_offline_and_leaves_nothing(tmp_path,
     log = failure(spacy_project("run", "assets", ".", cwd=project, env=environment(), check=False))
     assert f"error: cannot download {server[1]}/uner_train.iob2 (HTTP Error 404" in log and "$SPACY_ELMO_DATA" in log
     assert list((project / "project" / "assets" / "uner").iterdir()) == []
+
+
+def test_unset_data_dir_reads_the_data_beside_the_repository(tmp_path):
+    """With no data_dir and no $SPACY_ELMO_DATA, a checkout with ../shared/data beside it works offline."""
+    if not (REPO.parent / "shared" / "data").is_dir():
+        pytest.skip("no data directory beside the repository (the test reads it from there)")
+    done = subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "fetch_assets.py"), "--out",
+                           str(tmp_path), "--only", "ud"], env=environment(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "copying from" in done.stdout and any((tmp_path / "ud").iterdir())
