@@ -1,4 +1,5 @@
 """ELMo for spaCy: a PyTorch biLM that loads the published weights, and spaCy components on it."""
+from .about import __version__
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder, export_hdf5, load_bilm, save_bilm
 from .doc_data import install_extensions
 from .embed import open_embeddings
@@ -8,7 +9,6 @@ from .errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
 # imports spacy_elmo: the extensions and the data's msgpack decoder are registered here.
 install_extensions()
 
-__version__ = "0.1.0"
 __all__ = [
     "BiLM", "BiLMOptions", "ElmoConfigError", "ElmoEmbedder", "ElmoError", "ElmoFileError", "ElmoResourceError",
     "ElmoResumeError", "ElmoUnusedWarning", "export_hdf5", "load_bilm", "open_embeddings", "save_bilm", "__version__",

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import torch
 from spacy.language import Language
 
+from ..about import __version__
 from ..bilm import ElmoEmbedder, load_bilm
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from .compute import embed_blocks, parse_layer
@@ -67,7 +69,9 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
     scanned = scan_input(o.input_path)
-    settings = {**scanned, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
+    # what changes a float32 result's bits is recorded too: a run continues only under the same
+    settings = {**scanned, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                "spacy_elmo": __version__, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
                 "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.block_size(scanned["lines"]), "dtype": o.dtype,
                 "compression": o.compression, "shards": o.shards,
                 "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}

@@ -164,6 +164,8 @@ def differences(then: dict[str, Any], now: dict[str, Any]) -> str:
 
 
 INPUT_KEYS = ("input", "input_bytes", "input_sha256")
+FLAGS = {"threads": "--threads", "batch_size": "--batch-size", "flush_every": "--flush-every", "layer": "--layer",
+         "dtype": "--dtype", "state": "--state", "compression": "--compression", "shards": "--shards"}
 
 
 def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:
@@ -177,5 +179,7 @@ def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> Non
                 f"({differences({k: then.get(k) for k in INPUT_KEYS}, {k: now.get(k) for k in INPUT_KEYS})}); "
                 "restore it, or remove the output to start again")
         raise ElmoResumeError(f"{path} was started on another input ({then.get('input')} then, {now['input']} now)")
-    raise ElmoResumeError(f"{path} was started with other settings ({differences(then, now)}); "
-                        "remove it or resume with the same ones")
+    same = " ".join(f"{flag} {then[key]}" for key, flag in FLAGS.items()
+                    if key in then and then.get(key) != now.get(key) and then[key] is not None)
+    raise ElmoResumeError(f"{path} was started with other settings ({differences(then, now)}); continue it with "
+                          f"the same ones{f' ({same})' if same else ''}, or remove it to start again")

@@ -12,6 +12,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from spacy_elmo import ElmoFileError, open_embeddings
 
@@ -101,6 +102,26 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert_same_lines(one, out)
     assert run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1  # other shard count: refused
     assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
+
+
+def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path, capsys):
+    """The thread count changes float32 bits, so it is recorded: a shard or a resume on another count is refused,
+    saying what differs and how to go on (shards of 1 and 2 threads were mixed silently into one output)."""
+    text, _ = single
+    out = tmp_path / "sharded"
+    threads = torch.get_num_threads()
+    try:
+        assert run_cli(*args(text, out, fixture_dir, "--shard", "0/2", "--threads", 1)) == 0
+        capsys.readouterr()
+        assert run_cli(*args(text, out, fixture_dir, "--shard", "1/2", "--threads", 2)) == 1
+        line = one_error_line(capsys.readouterr().err)
+        assert "threads: 1 then, 2 now" in line and "continue it with the same ones (--threads 1)" in line
+        assert run_cli(*args(text, out, fixture_dir, "--shard", "1/2", "--threads", 1)) == 0
+    finally:
+        torch.set_num_threads(threads)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] == [True, True] and manifest["settings"]["threads"] == 1
+    assert manifest["settings"]["spacy_elmo"] and manifest["settings"]["torch"] == torch.__version__
 
 
 
