@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from itertools import islice
-from typing import Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from .chars import BOS_TOKEN, EOS_TOKEN, batch_char_ids, words_char_ids
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions, StatePolicy, check_state_policy
-from .schedule import batches_by_length, direction_trees, word_index
+from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word_index
 
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
@@ -39,6 +39,11 @@ def check_batch_size(batch_size: int) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
+
+
+def long_sentence(batch_size: int) -> int:
+    """Sentences longer than this many tokens are computed in windows of this size (`embed_long`)."""
+    return batch_size * TOKENS_PER_BATCH
 
 
 def _check_sentence(sent, i: int) -> List[str]:
@@ -186,10 +191,13 @@ class ElmoEmbedder(nn.Module):
             self._after_boundary[policy] = lstm_state
         return self._after_boundary[policy]
 
-    def _run_packed(self, sentences: Sequence[Sequence[str]]) -> List[Tensor]:
+    def _run_packed(self, sentences: Sequence[Sequence[str]], init: Optional[LSTMState] = None,
+                    directions: Sequence[int] = (0, 1)) -> Tuple[List[Tensor], LSTMState]:
         """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens, through
         the packed recurrence from the state after the boundary steps. That state is the same for every
-        sentence, so each direction steps each distinct prefix (in its reading order) once."""
+        sentence, so each direction steps each distinct prefix (in its reading order) once. `init`
+        `(n_layers, 2, 1, ·)`: another start state (one sentence: a window of a long one, see
+        `_embed_in_windows`), whose final state is returned too (`BiLSTMStack.run_packed`)."""
         device = self.device
         lengths = np.array([len(s) for s in sentences])
         words, index = word_index(sentences)  # index (B, T)
@@ -198,14 +206,33 @@ class ElmoEmbedder(nn.Module):
         # sentence-major (sentences one after another, tokens in order) -> node of each direction
         to_forward, to_backward = (torch.from_numpy(n[real]).to(device) for n in nodes)
         vectors = self._token_layer_of(words)  # (U, P)
-        start = self._boundary_step(self._state_policy)
+        start = self._boundary_step(self._state_policy) if init is None else init
         B = len(sentences)
         init = LSTMState(start.h.expand(-1, -1, B, -1), start.c.expand(-1, -1, B, -1))
-        outputs = self.bilm.lstm.run_packed(vectors, trees, init)
+        outputs, final = self.bilm.lstm.run_packed(vectors, trees, init, directions)
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
                              + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
-        return list(layers.split(lengths.tolist(), dim=1))
+        return list(layers.split(lengths.tolist(), dim=1)), final
+
+    def _embed_in_windows(self, sentence: List[str], window: int) -> Iterator[Tensor]:
+        """One sentence in consecutive windows of `window` tokens -> layers `(n_layers + 1, w, 2P)` per window,
+        the recurrence carried across windows (each direction reads the whole sentence): memory bounded by
+        `window`, not by the sentence. The backward states entering each window are found first (a
+        backward pass from the right end), then each window is computed from both carried states."""
+        bounds = [(s, min(s + window, len(sentence))) for s in range(0, len(sentence), window)]
+        start = self._boundary_step(self._state_policy)
+        entering = [start] * len(bounds)  # the backward direction's state entering each window
+        for k in range(len(bounds) - 1, 0, -1):
+            a, b = bounds[k]
+            _, final = self._run_packed([sentence[a:b]], entering[k], directions=(1,))
+            entering[k - 1] = final
+        carried = start
+        for (a, b), back in zip(bounds, entering):
+            init = LSTMState(torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
+                             torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1))
+            (layers,), carried = self._run_packed([sentence[a:b]], init)
+            yield layers
 
     def _run_carry(self, sentences: Sequence[Sequence[str]]) -> Tensor:
         """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`."""
@@ -225,11 +252,35 @@ class ElmoEmbedder(nn.Module):
 
     def _embed_window(self, sentences: List[List[str]], batch_size: int, as_tensor: bool) -> list:
         results: list = [None] * len(sentences)
-        for batch in batches_by_length(sentences, batch_size):
-            outputs = self._run_packed([sentences[i] for i in batch])
+        limit = long_sentence(batch_size)
+        short = [s if len(s) <= limit else [] for s in sentences]
+        for batch in batches_by_length(short, batch_size):
+            outputs, _ = self._run_packed([sentences[i] for i in batch])
             for i, layers in zip(batch, outputs):
                 results[i] = self._convert(layers, as_tensor)
+        for i, sentence in enumerate(sentences):
+            if len(sentence) > limit:
+                results[i] = self._convert(torch.cat(list(self._embed_in_windows(sentence, limit)), dim=1), as_tensor)
         return [self._empty(as_tensor) if r is None else r for r in results]
+
+    def embed_long(self, sentence: Sequence[str], batch_size: int = 64) -> Iterator[np.ndarray]:
+        """One sentence, however long, in consecutive pieces of at most `256 * batch_size` tokens: float32
+        `(n_layers + 1, w, 2P)` each, together what `embed([sentence])` gives (the recurrence is carried
+        across pieces), in memory bounded by `batch_size`. Not under "carry" (ElmoConfigError)."""
+        if self._state_policy == "carry":
+            raise ElmoConfigError("embed_long needs a deterministic state policy (warm or zero), not carry")
+        sentence = _check_sentence(sentence, 0)
+        limit = long_sentence(check_batch_size(batch_size))
+        self._check_eval()
+        self._follow_weights()
+        pieces = self._embed_in_windows(sentence, limit)
+        while True:
+            with torch.inference_mode():  # not across the yields
+                layers = next(pieces, None)
+                if layers is None:
+                    return
+                array = self._convert(layers, as_tensor=False)
+            yield array
 
     def _embed_carry(self, sentences: List[List[str]], as_tensor: bool) -> list:
         layers = self._run_carry(sentences)

@@ -116,12 +116,14 @@ class ProjectedLSTMLayer(nn.Module):
         return torch.addmm(bias, x[start : start + rows], self.w_input[direction])
 
     def forward_packed(self, direction: int, gate_inputs: Callable[[int, int], Tensor], batch_sizes: Sequence[int],
-                       parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor, out: Tensor) -> Tensor:
+                       parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor,
+                       out: Tensor) -> Tuple[Tensor, Tensor]:
         """Inference for one direction on packed positions, time-major: step t holds `batch_sizes[t]`
         positions, each continuing position `parents[t][k]` of step t - 1 (None: position k; at step
         0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose rows are all the same).
         `gate_inputs(start, rows)` gives the input projection `(rows, 4D)` of packed positions
-        `start:start+rows`. Writes h `(N, P)` in the same packed layout into `out` and returns it.
+        `start:start+rows`. Writes h `(N, P)` in the same packed layout into `out`; returns it and c
+        `(batch_sizes[-1], D)`, the cell state of the last step's positions.
 
         No step computes a padded position, and each step's matrix products cover every position
         of that step, which keeps them large. Gates are computed in place; gate inputs are asked for
@@ -154,7 +156,7 @@ class ProjectedLSTMLayer(nn.Module):
                 local += n
             start += rows
             t = stop
-        return out
+        return out, c
 
 
 class BiLSTMStack(nn.Module):
@@ -195,16 +197,22 @@ class BiLSTMStack(nn.Module):
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
 
-    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState) -> List[List[Tensor]]:
+    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState,
+                   directions: Sequence[int] = (0, 1)) -> Tuple[List[List[Tensor]], LSTMState]:
         """Inference on the prefix trees of a batch, one per direction in its reading order (see
         `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
-        (`both_directions`).
+        (`both_directions`); `directions=(1,)`: the backward one only.
 
         words `(U, P)`: the token layer of each distinct word, which `trees[d].words` index. The
         first layer's input projection is computed once per distinct word and gathered. Returns per
-        layer, per direction, `(N_d, P)` at the nodes of `trees[d]` (skip connections applied).
+        layer, per direction, `(N_d, P)` at the nodes of `trees[d]` (skip connections applied), and the
+        state at each direction's last depth, `(n_layers, 2, n, ·)` (n: that depth's nodes; a chain, one
+        row, continues from it).
         """
         outputs = [[words.new_empty(len(tree.words), self.projection_dim) for tree in trees] for _ in self.layers]
+        last = [trees[d].batch_sizes[-1] for d in (0, 1)]
+        final = LSTMState(initial_state.h.new_zeros(len(self.layers), 2, max(last), self.projection_dim),
+                          initial_state.c.new_zeros(len(self.layers), 2, max(last), self.dim))
 
         def run(d: int) -> None:
             tree = trees[d]
@@ -214,15 +222,21 @@ class BiLSTMStack(nn.Module):
                 return word_gates[tree.words[start : start + rows]]
 
             for l, layer in enumerate(self.layers):
-                out = layer.forward_packed(d, gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
-                                           initial_state.c[l, d], outputs[l][d])
+                out, c = layer.forward_packed(d, gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
+                                              initial_state.c[l, d], outputs[l][d])
+                final.h[l, d, : last[d]] = out[len(out) - last[d] :]  # before the skip connection
+                final.c[l, d, : last[d]] = c
                 if self.use_skip_connections and l > 0:
                     out += outputs[l - 1][d]
                 if l + 1 < len(self.layers):
                     gates = partial(self.layers[l + 1].project_packed, d, out)
 
-        both_directions(run)
-        return outputs
+        if tuple(directions) == (0, 1):
+            both_directions(run)
+        else:
+            for d in directions:
+                run(d)
+        return outputs, final
 
     def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
                 return_state: bool = False):

@@ -10,7 +10,9 @@ from itertools import islice
 import numpy as np
 
 from ..bilm import ElmoEmbedder
+from ..bilm.embedder import long_sentence
 from ..errors import ElmoConfigError
+from .h5writer import Pieces
 
 
 def parse_layer(spec: str, num_output_layers: int) -> str | int:
@@ -35,15 +37,35 @@ def embed_blocks(bilm: ElmoEmbedder, sentences: Iterable[tuple[str, list[str]]],
                  batch_size: int = 64, dtype: str = "float32",
                  on_line: Callable[[int], None] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """`(text, array)` per `(text, tokens)`: the chosen layers `(n_layers + 1, n_tokens, dim)` or
-    `(n_tokens, dim)` as `dtype`. Every `block` lines start again from an empty token cache."""
+    `(n_tokens, dim)` as `dtype` (`Pieces` of them for a line of more than `256 * batch_size` tokens). Every
+    `block` lines start again from an empty token cache."""
     it = iter(sentences)
+    limit = long_sentence(batch_size)
     while chunk := list(islice(it, block)):
         bilm.token_cache.clear()
-        for (text, toks), layers in zip(chunk, bilm.embed_iter((toks for _, toks in chunk), batch_size=batch_size)):
-            yield text, select_layer(layers, layer).astype(dtype, copy=False)
+        short = (toks if len(toks) <= limit else [] for _, toks in chunk)
+        for (text, toks), layers in zip(chunk, bilm.embed_iter(short, batch_size=batch_size)):
+            if len(toks) > limit:
+                yield text, in_pieces(bilm, toks, layer, batch_size, dtype)
+            else:
+                yield text, select_layer(layers, layer).astype(dtype, copy=False)
             if on_line is not None:
                 on_line(len(toks))
         trim_heap()
+
+
+def in_pieces(bilm: ElmoEmbedder, tokens: list[str], layer: str | int, batch_size: int, dtype: str) -> Pieces:
+    """A line longer than `long_sentence(batch_size)` tokens: its chosen layers as consecutive pieces along the
+    token axis, computed as they are written (memory bounded by batch_size, not by the line)."""
+    if bilm.state_policy == "carry":
+        raise ElmoConfigError(f"a line of {len(tokens)} tokens, more than 256 x --batch-size {batch_size}: under "
+                              "--state carry a line is computed whole; give a larger --batch-size, or --state warm "
+                              "or zero (which compute long lines in pieces)")
+    shape = (bilm.num_output_layers, len(tokens), bilm.output_dim)
+    pieces = (select_layer(p, layer).astype(dtype, copy=False) for p in bilm.embed_long(tokens, batch_size))
+    if layer == "all":
+        return Pieces(shape, np.dtype(dtype), 1, long_sentence(batch_size), pieces)
+    return Pieces(shape[1:], np.dtype(dtype), 0, long_sentence(batch_size), pieces)
 
 
 def bound_kernel_cache(capacity: int = 16) -> None:

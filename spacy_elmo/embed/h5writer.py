@@ -18,7 +18,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,22 @@ def write_error(err: OSError, path: Path) -> ElmoFileError | ElmoResourceError:
     if err.errno in (errno.EACCES, errno.EPERM):
         return ElmoFileError(f"cannot write {path}: permission denied (read-only for this user)")
     return ElmoFileError(f"cannot write {path}: {err.strerror or text}")
+
+
+@dataclass
+class Pieces:
+    """An array too large to hold at once (the layers of a very long line), given as consecutive pieces along
+    `axis`, each at most `chunk` long there: `shape` and `dtype` of the whole."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    axis: int
+    chunk: int
+    pieces: Iterator[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
 class H5Writer:
@@ -97,12 +114,32 @@ class H5Writer:
                     raise
             self.reserved = size
 
-    def add(self, name: str, data: np.ndarray, compression: str | None = None) -> None:
+    def add(self, name: str, data: np.ndarray | Pieces, compression: str | None = None) -> None:
         """One dataset `name` holding `data`; `compression` (gzip, lzf) where it has elements, as
         one chunk, bytes shuffled (the exponent bytes of the floats together compress best)."""
+        if isinstance(data, Pieces):
+            self._add_pieces(name, data, compression)
+            return
         filters = {"compression": compression, "shuffle": True, "chunks": data.shape} if compression and data.size else {}
         self._reserve(data.nbytes, chunked=bool(filters))
         self.h5.create_dataset(name, data=data, **filters)
+        self._counted()
+
+    def _add_pieces(self, name: str, data: Pieces, compression: str | None) -> None:
+        """A dataset written piece by piece along `data.axis`, chunked by the largest piece's length: memory
+        holds one piece, never the whole array."""
+        chunks = tuple(data.chunk if i == data.axis else n for i, n in enumerate(data.shape))
+        filters = {"compression": compression, "shuffle": True} if compression else {}
+        self._reserve(data.nbytes + OBJECT_BYTES * -(-data.shape[data.axis] // data.chunk), chunked=True)
+        dataset = self.h5.create_dataset(name, shape=data.shape, dtype=data.dtype, chunks=chunks, **filters)
+        at = 0
+        for piece in data.pieces:
+            span = piece.shape[data.axis]
+            where = tuple(slice(at, at + span) if i == data.axis else slice(None) for i in range(len(data.shape)))
+            dataset[where] = piece
+            at += span
+        if at != data.shape[data.axis]:
+            raise ValueError(f"dataset {name}: pieces of {at} tokens, expected {data.shape[data.axis]}")
         self._counted()
 
     def copy_from(self, src: h5py.File, name: str) -> None:
@@ -164,7 +201,7 @@ def index_items(texts: Iterable[str], first: int) -> bytes:
     return ", ".join(f'{json.dumps(t)}: "{i}"' for i, t in enumerate(texts, first)).encode("ascii")
 
 
-def write_piece(path: Path, first: int, count: int, lines: Iterable[tuple[str, np.ndarray]],
+def write_piece(path: Path, first: int, count: int, lines: Iterable[tuple[str, np.ndarray | Pieces]],
                 settings: dict[str, Any], *, compression: str | None = None, reopen_every: int = 10_000) -> None:
     """Write one whole file at `path` from `(text, array)` for `count` lines, its datasets named
     `first`, `first + 1`, ...; visible only once complete (ElmoFileError where `lines` ends early)."""

@@ -244,3 +244,28 @@ def test_float64_fast_path_equals_the_reference_recurrence(source, fixture_dir, 
         got = next(carry.embed_iter([sent], batch_size=1, as_tensor=True))
         expected, state = ref.run(sent, state)
         assert float((got - torch.from_numpy(expected)).abs().max()) <= FLOAT64_ATOL
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("state", ["zero", "warm"])
+def test_a_long_sentence_in_windows_equals_the_reference(state, tmp_path):
+    """A sentence longer than `256 * batch_size` tokens is computed in windows, the recurrence carried both
+    ways (memory bounded by batch_size, not by the sentence): in float64 the step-by-step reference's
+    layers; `embed_long` gives the same pieces, in order."""
+    from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
+
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=17)
+    ref = _reference_pair(path)
+    rng = np.random.default_rng(3)
+    sentence = [str(w) for w in rng.choice(["the", "cat", "sat", "on", "a", "mat", ".", "x1", "über"], size=700)]
+    start = None
+    if state == "warm":
+        for sent in WARMUP_SENTENCES:
+            _, start = ref.run(sent, start)
+    expected = ref.run(sentence, start)[0]
+    bilm = load_bilm(path, state=state).double()
+    (got,) = bilm.embed_iter([sentence], batch_size=1, as_tensor=True)  # windows of 256 tokens
+    assert float((got - torch.from_numpy(expected)).abs().max()) <= FLOAT64_ATOL
+    pieces = list(load_bilm(path, state=state).embed_long(sentence, batch_size=1))
+    assert [p.shape[1] for p in pieces] == [256, 256, 188]
+    assert np.abs(np.concatenate(pieces, axis=1) - expected).max() <= FLOAT32_ATOL

@@ -15,7 +15,7 @@ from spacy.tokens import DocBin
 
 from spacy_elmo import load_bilm
 
-from ..helpers import LINES, REPO, read_output, run_cli, write_lines
+from ..helpers import ENV, FLOAT32_ATOL, LINES, REPO, read_output, run_cli, write_lines
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
@@ -213,3 +213,51 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
         embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True)), resume=False)
     with pytest.raises(ElmoResumeError, match="other settings"):
         embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True, resume=True, batch_size=3)), resume=True)
+
+
+def test_a_long_line_is_written_in_pieces(fixture_dir, fixture_bilm, tmp_path):
+    """A line of more than 256 x --batch-size tokens is computed and written in pieces (the recurrence
+    carried across them): the arrays of the whole line, within float32 rounding, in every layer choice."""
+    rng = np.random.default_rng(1)
+    long = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", ".", "über"], size=1500))
+    text = write_lines(tmp_path / "in.txt", ["A short one .", long, "", "and another"])
+    expected = fixture_bilm.embed([line.split() for line in ["A short one .", long, "", "and another"]])
+    for layer in ("all", "top", "1"):
+        out = tmp_path / f"{layer}.hdf5"
+        assert run_cli("embed", text, out, "-w", fixture_dir, "--whitespace", "--batch-size", "2",
+                       "--layer", layer, "--no-progress") == 0
+        arrays, _, _ = read_output(out)
+        for i, want in enumerate(expected):
+            want = want if layer == "all" else want[-1 if layer == "top" else int(layer)]
+            assert arrays[str(i)].shape == want.shape
+            np.testing.assert_allclose(arrays[str(i)], want, atol=FLOAT32_ATOL, rtol=0)
+    state = run_cli("embed", text, tmp_path / "carry.hdf5", "-w", fixture_dir, "--whitespace", "--batch-size", "2",
+                    "--state", "carry", "--no-progress")
+    assert state == 1 and not (tmp_path / "carry.hdf5").exists()
+
+
+MEASURE = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_memory_is_bounded_by_the_batch_settings_not_the_line(fixture_dir, tmp_path):
+    """A 200,000-token line peaks within 60 MB of a 10-token one (the whole line's layers took ~250 MB more
+    and grew with the line: a 400k-token line of a larger model exhausted a few GB)."""
+    rng = np.random.default_rng(2)
+    peaks = []
+    for n in (10, 200_000):
+        text = write_lines(tmp_path / f"{n}.txt", [" ".join(rng.choice(["the", "cat", "sat", ".", "x"], size=n))])
+        command = [sys.executable, "-m", "spacy_elmo", "embed", str(text), str(tmp_path / f"{n}.hdf5"), "-w",
+                   str(fixture_dir), "--whitespace", "--batch-size", "4", "--layer", "all", "--no-progress"]
+        done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True,
+                              timeout=280, env={**ENV}, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        peaks.append(int(done.stdout.split()[-1]) / 1024)  # MB
+    with h5py.File(tmp_path / "200000.hdf5", "r") as f:
+        assert f["0"].shape == (3, 200_000, 32)
+    assert peaks[1] - peaks[0] < 60, peaks
