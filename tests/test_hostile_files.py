@@ -458,3 +458,62 @@ def test_hostile_manifest_names_the_file(tmp_path, entry):
     (tmp_path / hub.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ElmoFileError, match="manifest.json"):
         hub.verify(tmp_path, "small")
+
+
+# ------------------------------------------------------------------ stored less than declared, memory a load needs
+def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
+    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check (compressed data
+    may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        values = f[W_0][...]
+        del f[W_0]
+        dataset = f.create_dataset(W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip")
+        dataset[:8, :16] = values[:8, :16]
+    refused(directory, "weights.hdf5", W_0, "partly written or crafted", "chunks")
+
+
+def test_compressed_torch_archive_is_refused_before_reading(fixture_dir, tmp_path):
+    """weights.pt whose zip entries are deflated (torch never writes them so): 1.18 MB on disk took 5.1 GB."""
+    import zipfile
+
+    path = own_model(fixture_dir, tmp_path / "m")
+    original = (path / "weights.pt").read_bytes()
+    with zipfile.ZipFile(io.BytesIO(original)) as src, zipfile.ZipFile(path / "weights.pt", "w") as dst:
+        for entry in src.infolist():
+            dst.writestr(entry.filename, src.read(entry), compress_type=zipfile.ZIP_DEFLATED)
+    refused(path, "weights.pt", "is compressed", "torch.save stores entries as they are")
+    (path / "weights.pt").write_bytes(b"\x80\x02" + original[:100])  # not a zip at all: the legacy format
+    refused(path, "weights.pt", "not a torch zip archive")
+
+
+@pytest.mark.parametrize("kind", ["hdf5", "own", "pipeline"])
+def test_a_load_that_needs_more_memory_than_there_is_says_so(fixture_dir, tmp_path, monkeypatch, kind):
+    """The memory a load needs is estimated before anything is allocated, and a shortfall is one
+    ElmoResourceError naming the file, the need and what is available."""
+    from spacy_elmo.bilm import memory
+
+    if kind == "hdf5":
+        path, named = hdf5_model(fixture_dir, tmp_path / "m"), "weights.hdf5"
+    elif kind == "own":
+        path, named = own_model(fixture_dir, tmp_path / "m"), "weights.pt"
+    else:
+        pipeline(fixture_dir, tmp_path / "p")
+        path, named = tmp_path / "p", "elmo/model"
+    monkeypatch.setattr(memory, "available_memory", lambda: 1000)
+    with pytest.raises(ElmoResourceError) as err:
+        spacy.load(path) if kind == "pipeline" else load_bilm(path)
+    assert named in str(err.value) and "GiB of memory" in str(err.value) and "0.00 GiB are available" in str(err.value)
+
+
+def test_torch_failing_to_allocate_is_a_resource_error(fixture_dir, tmp_path, monkeypatch):
+    """torch raises RuntimeError, not MemoryError, when an allocation fails: one ElmoResourceError naming the file."""
+    from spacy_elmo.bilm import load
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+                           "you tried to allocate 9743421440 bytes.")
+
+    monkeypatch.setattr(load, "BiLM", no_memory)
+    with pytest.raises(ElmoResourceError, match="lm_weights.hdf5: not enough memory to load this biLM"):
+        load_bilm(fixture_dir)

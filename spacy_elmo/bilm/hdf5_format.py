@@ -93,6 +93,12 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
     if stored < node.nbytes and (stored == 0 or plist.get_nfilters() == 0):
         raise ElmoFileError(f"{path}: dataset '{name}' is declared with shape {shape} but never written "
                               f"({stored} of {node.nbytes} bytes stored)")
+    if node.chunks is not None:  # a chunk never written reads as the fill value: a file stores less than it declares
+        expected = int(np.prod([-(-n // c) for n, c in zip(node.shape, node.chunks)]))
+        written = node.id.get_num_chunks()
+        if written < expected:
+            raise ElmoFileError(f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks ({stored:,} "
+                                f"of {node.nbytes:,} bytes declared): partly written or crafted")
     return node
 
 

@@ -10,9 +10,14 @@ from . import hub
 from .embedder import ElmoEmbedder
 from .hdf5_format import read_hdf5, tf_to_state_dict
 from .locate import ModelPath, locate
+from .memory import check_memory, is_allocation_failure
 from .model import BiLM
 from .options import BiLMOptions, StatePolicy, check_state_policy
 from .own_format import load_own
+
+# Float32 copies of the weights alive at once while an hdf5 file loads: the arrays read, the state dict
+# converted from them, the network's parameters.
+HDF5_COPIES = 3
 
 
 def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_size: int = 50_000) -> ElmoEmbedder:
@@ -33,6 +38,7 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
             embedder = load_own(files.config.parent, state, cache_size)
         else:
             options = BiLMOptions.from_file(files.config)
+            check_memory(HDF5_COPIES * 4 * options.n_parameters, str(files.weights))
             arrays = read_hdf5(files.weights, options, str(files.config))
             bilm = BiLM(options)
             bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
@@ -46,8 +52,13 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
 
 @contextmanager
 def _memory(source: Path):
-    """MemoryError while loading -> ElmoResourceError naming the file."""
+    """A failed allocation while loading (numpy's MemoryError, torch's RuntimeError) -> ElmoResourceError
+    naming the file."""
     try:
         yield
-    except MemoryError:
-        raise ElmoResourceError(f"{source}: not enough memory to load this biLM") from None
+    except (MemoryError, RuntimeError) as err:
+        if not is_allocation_failure(err):
+            raise
+        detail = str(err).strip().split("\n")[0]
+        raise ElmoResourceError(f"{source}: not enough memory to load this biLM"
+                                + (f" ({detail})" if detail else "")) from None

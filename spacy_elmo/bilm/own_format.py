@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import BinaryIO, Dict, Optional, Union
 
@@ -17,6 +18,7 @@ from ..errors import ElmoFileError
 from .embedder import ElmoEmbedder
 from .files import atomic_path, write_atomic
 from .hdf5_format import check_finite
+from .memory import check_memory
 from .model import BiLM
 from .options import BiLMOptions, StatePolicy, check_state_policy, read_json
 
@@ -45,9 +47,33 @@ def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], sta
     return directory
 
 
+def check_archive(file: Union[Path, BinaryIO], source: str) -> int:
+    """The bytes of tensor data a `torch.save` zip archive declares, checked before anything is read: a zip
+    archive (torch's format since 1.6), its entries stored as they are (torch never compresses them, so a
+    small file cannot declare a large model). ElmoFileError naming `source` otherwise."""
+    start = None if isinstance(file, Path) else file.tell()
+    try:
+        with zipfile.ZipFile(file) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise ElmoFileError(f"{source}: not a torch zip archive (torch.save's format since torch 1.6; truncated "
+                            f"or corrupt?): {err}") from None
+    finally:
+        if start is not None:
+            file.seek(start)
+    for entry in entries:
+        if entry.compress_type != zipfile.ZIP_STORED:
+            raise ElmoFileError(f"{source}: entry '{entry.filename}' is compressed ({entry.compress_size:,} bytes "
+                                f"declaring {entry.file_size:,}); torch.save stores entries as they are: crafted "
+                                "or not written by torch")
+    return sum(entry.file_size for entry in entries)
+
+
 def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch.Tensor]:
-    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`).
-    Anything else -> ElmoFileError naming `source`."""
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`),
+    once `check_archive` has passed and the memory it needs (the tensors, then the network they fill) is
+    there. Anything else -> ElmoFileError (ElmoResourceError: memory) naming `source`."""
+    check_memory(2 * check_archive(file, source), source)
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)

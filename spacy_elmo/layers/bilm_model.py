@@ -32,7 +32,7 @@ from ..bilm import (
     load_bilm,
     read_state_dict,
 )
-from ..errors import ElmoConfigError, ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
@@ -141,8 +141,8 @@ class ElmoBiLMModel(Model):
     def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
         try:
             super().from_bytes(data)
-        except ElmoFileError as err:
-            raise ElmoFileError(f"{source}: {err}") from None
+        except (ElmoFileError, ElmoResourceError) as err:
+            raise type(err)(f"{source}: {err}") from None
         except Exception as err:
             raise ElmoFileError(f"{source}: not a serialized ELMo model, truncated or corrupt? "
                                 f"({type(err).__name__}: {err})") from None
