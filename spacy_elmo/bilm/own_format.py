@@ -15,7 +15,7 @@ import torch
 
 from ..errors import ElmoFileError
 from .embedder import ElmoEmbedder
-from .files import atomic_path, write_atomic
+from .files import atomic_path, open_regular, write_atomic
 from .hdf5_format import check_finite
 from .model import BiLM
 from .options import BiLMOptions, StatePolicy, check_state_policy, read_json
@@ -45,9 +45,13 @@ def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], sta
     return directory
 
 
-def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch.Tensor]:
-    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`).
-    Anything else -> ElmoFileError naming `source`."""
+def read_state_dict(file: Union[Path, BinaryIO], source: str, what: str = "torch state dict") -> Dict[str, torch.Tensor]:
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`)
+    from a file object or a path (a regular file: see `open_regular`). Anything else -> ElmoFileError
+    naming `source`."""
+    if isinstance(file, Path):
+        with open_regular(file, what) as opened:
+            return read_state_dict(opened, source)
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
@@ -98,7 +102,7 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
 def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
     """A directory written by `save_bilm` -> an embedder (`state`: None keeps the saved policy)."""
     config_path = directory / OWN_CONFIG
-    config = read_json(config_path)
+    config = read_json(config_path, "model config")
     if not isinstance(config, dict):
         raise ElmoFileError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
     if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
@@ -112,7 +116,5 @@ def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> 
     except ValueError as err:
         raise ElmoFileError(f"{config_path}: {err}") from None
     weights_path = directory / OWN_WEIGHTS
-    if not weights_path.is_file():
-        raise ElmoFileError(f"ELMo weight file not found: {weights_path}")
-    return bilm_from_state_dict(opts, read_state_dict(weights_path, str(weights_path)), str(weights_path), policy,
-                                cache_size)
+    state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
+    return bilm_from_state_dict(opts, state_dict, str(weights_path), policy, cache_size)
