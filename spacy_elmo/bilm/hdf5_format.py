@@ -15,6 +15,7 @@ import torch
 
 from ..errors import ElmoFileError
 from .embedder import ElmoEmbedder
+from .files import regular_file
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM
 from .options import BiLMOptions
@@ -105,8 +106,7 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
 def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
     """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is read."""
     h5py = _h5py()
-    if not path.is_file():
-        raise ElmoFileError(f"ELMo weight file not found: {path}")
+    regular_file(path, "ELMo weight file")
     try:
         f = h5py.File(path, "r")
     except OSError as err:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ..errors import ElmoConfigError, ElmoFileError
-from .files import write_atomic
+from .files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -58,9 +58,10 @@ def published_files(name: str, base: str | None = None) -> list[tuple[str, str]]
     return [(n, f"{base}/{stem}/{n}") for n in names]
 
 
-def sha256_file(path: str | Path) -> str:
+def sha256_file(path: str | Path, what: str = "file") -> str:
+    """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, what) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -69,10 +70,11 @@ def sha256_file(path: str | Path) -> str:
 def read_manifest(directory: Path) -> dict[str, dict]:
     """`{file_name: {"bytes": int, "sha256": str, "source": str}}`, empty when there is none."""
     path = directory / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
+    data = read_regular(path, "model cache manifest", RECORD_BYTES)
     try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        files = json.loads(data.decode("utf-8"))["files"]
     except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise ElmoFileError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
     if not isinstance(files, dict) or not all(
@@ -112,7 +114,7 @@ def verify(directory: Path, name: str) -> bool:
         path = directory / file_name
         if entry is None:
             raise ElmoFileError(f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files again")
-        if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+        if regular_file(path, "cached model file").st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
             raise ElmoFileError(
                 f"{path}: sha256 differs from the one recorded when it was stored ({entry['sha256']}): the file is "
                 f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download {name}` again"

@@ -4,6 +4,7 @@ listings (and, where asked, the cache manifest's checksums). Every entry point f
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -37,9 +38,10 @@ class ModelFiles:
 
 
 def _listing(directory: Path) -> List[Path]:
-    """The files in `directory`, sorted; an unlistable directory says so (a glob would report it empty)."""
+    """The entries of `directory` that are not directories, sorted (a FIFO or a device among them is
+    refused when read); an unlistable directory says so (a glob would report it empty)."""
     try:
-        return sorted(p for p in directory.iterdir() if p.is_file())
+        return sorted(p for p in directory.iterdir() if not p.is_dir())
     except PermissionError:
         raise ElmoFileError(f"{directory}: permission denied: the directory cannot be listed") from None
 
@@ -102,7 +104,7 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if hub.is_published(path) and not Path(path).exists():
         directory = hub.model_dir(path)
         names = [f for f, _ in hub.published_files(path)]
-        if not all((directory / f).is_file() for f in names):
+        if not all(os.path.lexists(directory / f) for f in names):
             raise ElmoFileError(hub.missing_message(path, directory))
         verified = hub.verify(directory, path) if verify else True
         return ModelFiles("hdf5", directory / names[0], directory / names[1], published=path, verified=verified)
@@ -115,8 +117,8 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
         raise ElmoFileError(f"ELMo weights not found: {directory}")
     if not directory.is_dir():
         raise ElmoConfigError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
-    if (directory / OWN_CONFIG).is_file():
+    if os.path.lexists(directory / OWN_CONFIG):
         return ModelFiles("own", directory / OWN_CONFIG, directory / OWN_WEIGHTS)
-    if (directory / PRETRAIN_MODEL / OWN_CONFIG).is_file():  # the output directory of `pretrain`
+    if os.path.lexists(directory / PRETRAIN_MODEL / OWN_CONFIG):  # the output directory of `pretrain`
         return ModelFiles("own", directory / PRETRAIN_MODEL / OWN_CONFIG, directory / PRETRAIN_MODEL / OWN_WEIGHTS)
     return ModelFiles("hdf5", *resolve_hdf5_pair(directory))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, Literal, Tuple, get_args
 
 from ..errors import ElmoConfigError, ElmoFileError
+from .files import read_regular
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models
@@ -30,13 +31,12 @@ def check_state_policy(state: str) -> StatePolicy:
     return state  # type: ignore[return-value]
 
 
-def read_json(path: Path) -> Any:
-    """A small JSON file (an options file or `bilm.json`); too large, not UTF-8 or not JSON -> ElmoFileError."""
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise ElmoFileError(f"{path}: {size:,} bytes is too large for an options file (at most {MAX_JSON_BYTES:,})")
+def read_json(path: Path, what: str = "ELMo options file") -> Any:
+    """A small JSON file (an options file or `bilm.json`): not a regular file, too large, not UTF-8 or not
+    JSON -> ElmoFileError."""
+    data = read_regular(path, what, MAX_JSON_BYTES)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise ElmoFileError(f"{path}: not a valid JSON options file ({type(err).__name__}: {err})") from None
 
@@ -168,10 +168,7 @@ class BiLMOptions:
 
     @classmethod
     def from_file(cls, path: Path) -> "BiLMOptions":
-        path = Path(path)
-        if not path.is_file():
-            raise ElmoFileError(f"ELMo options file not found: {path}")
-        return cls.from_dict(read_json(path), source=str(path))
+        return cls.from_dict(read_json(Path(path)), source=str(path))
 
     def to_dict(self) -> Dict[str, Any]:
         """The bilm-tf options layout (what `from_dict` reads back)."""

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import ElmoFileError
 from .embedder import ElmoEmbedder
-from .files import atomic_path, write_atomic
+from .files import atomic_path, open_regular, write_atomic
 from .hdf5_format import check_finite
 from .memory import check_memory
 from .model import BiLM
@@ -47,11 +47,11 @@ def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], sta
     return directory
 
 
-def check_archive(file: Union[Path, BinaryIO], source: str) -> int:
+def check_archive(file: BinaryIO, source: str) -> int:
     """The bytes of tensor data a `torch.save` zip archive declares, checked before anything is read: a zip
     archive (torch's format since 1.6), its entries stored as they are (torch never compresses them, so a
     small file cannot declare a large model). ElmoFileError naming `source` otherwise."""
-    start = None if isinstance(file, Path) else file.tell()
+    start = file.tell()
     try:
         with zipfile.ZipFile(file) as archive:
             entries = archive.infolist()
@@ -59,8 +59,7 @@ def check_archive(file: Union[Path, BinaryIO], source: str) -> int:
         raise ElmoFileError(f"{source}: not a torch zip archive (torch.save's format since torch 1.6; truncated "
                             f"or corrupt?): {err}") from None
     finally:
-        if start is not None:
-            file.seek(start)
+        file.seek(start)
     for entry in entries:
         if entry.compress_type != zipfile.ZIP_STORED:
             raise ElmoFileError(f"{source}: entry '{entry.filename}' is compressed ({entry.compress_size:,} bytes "
@@ -69,10 +68,14 @@ def check_archive(file: Union[Path, BinaryIO], source: str) -> int:
     return sum(entry.file_size for entry in entries)
 
 
-def read_state_dict(file: Union[Path, BinaryIO], source: str) -> Dict[str, torch.Tensor]:
-    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`),
-    once `check_archive` has passed and the memory it needs (the tensors, then the network they fill) is
-    there. Anything else -> ElmoFileError (ElmoResourceError: memory) naming `source`."""
+def read_state_dict(file: Union[Path, BinaryIO], source: str, what: str = "torch state dict") -> Dict[str, torch.Tensor]:
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`)
+    from a file object or a path (a regular file: see `open_regular`), once `check_archive` has passed and
+    the memory it needs (the tensors, then the network they fill) is there. Anything else -> ElmoFileError
+    (ElmoResourceError: memory) naming `source`."""
+    if isinstance(file, Path):
+        with open_regular(file, what) as opened:
+            return read_state_dict(opened, source)
     check_memory(2 * check_archive(file, source), source)
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
@@ -124,7 +127,7 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
 def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
     """A directory written by `save_bilm` -> an embedder (`state`: None keeps the saved policy)."""
     config_path = directory / OWN_CONFIG
-    config = read_json(config_path)
+    config = read_json(config_path, "model config")
     if not isinstance(config, dict):
         raise ElmoFileError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
     if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
@@ -138,7 +141,5 @@ def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> 
     except ValueError as err:
         raise ElmoFileError(f"{config_path}: {err}") from None
     weights_path = directory / OWN_WEIGHTS
-    if not weights_path.is_file():
-        raise ElmoFileError(f"ELMo weight file not found: {weights_path}")
-    return bilm_from_state_dict(opts, read_state_dict(weights_path, str(weights_path)), str(weights_path), policy,
-                                cache_size)
+    state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
+    return bilm_from_state_dict(opts, state_dict, str(weights_path), policy, cache_size)

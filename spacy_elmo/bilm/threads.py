@@ -1,8 +1,15 @@
 """torch's threads: how many a call uses, the pool that runs the two LSTM directions side by side,
-and what a forked child must reset."""
+and what a forked child must reset.
+
+torch keeps two counts: one process-wide (set by `torch.set_num_threads`, taken by a thread when it
+first uses torch) and, under OpenMP, one per thread (what `torch.get_num_threads` reads and torch's
+parallel loops use; `torch.set_num_threads` sets both). A thread that first uses torch while
+another one runs a `torch_threads` block takes that block's count.
+"""
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
@@ -13,6 +20,9 @@ import torch
 from ..errors import ElmoConfigError
 
 _in_forked_child = False
+_counts_lock = threading.Lock()
+_blocks = 0  # `torch_threads` blocks running now, in all threads
+_count_found = 0  # the count when the first of them began
 
 
 def check_threads(threads: Optional[int]) -> Optional[int]:
@@ -24,23 +34,36 @@ def check_threads(threads: Optional[int]) -> Optional[int]:
 
 @contextmanager
 def torch_threads(threads: Optional[int]) -> Iterator[None]:
-    """Run the block on `threads` torch threads (None: leave them as they are), then restore the
-    calling thread's count. In a forked child the count stays 1 (see `_after_fork_in_child`)."""
+    """Run the block on `threads` torch threads (None: leave them as they are). After it, the calling
+    thread is at the count it had; after the last block running in any thread, the whole process is
+    at the count found when the first of them began (threads started later take it). Blocks that run
+    at once in several threads share the process-wide count. In a forked child the count stays 1
+    (see `_after_fork_in_child`)."""
+    global _blocks, _count_found
     if threads is None or _in_forked_child:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(check_threads(threads))
+    check_threads(threads)
+    with _counts_lock:
+        own = torch.get_num_threads()
+        if _blocks == 0:
+            _count_found = own
+        _blocks += 1
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _counts_lock:
+            _blocks -= 1
+            # The last block sets the count found (the process-wide one, which earlier blocks that ended set
+            # to their own); `own` differs from it only in a thread that first used torch during another block.
+            torch.set_num_threads(own if _blocks else _count_found)
 
 
 def both_directions(run: Callable[[int], None]) -> None:
     """`run(0)` and `run(1)` (independent work, one per direction), each on its own half of torch's
     threads when there are at least 2: each direction's small matrix products then run without
-    synchronising across all threads. Threads are restored after."""
+    synchronising across all threads."""
     threads = torch.get_num_threads()
     if threads < 2:
         run(0)
@@ -50,27 +73,32 @@ def both_directions(run: Callable[[int], None]) -> None:
     inference_mode = torch.is_inference_mode_enabled()
 
     def task(direction: int) -> None:
-        torch.set_num_threads(threads // 2)
         with torch.inference_mode(inference_mode), torch.set_grad_enabled(grad_mode):
             run(direction)
 
-    try:
-        futures = [_direction_pool().submit(task, d) for d in (0, 1)]
-        for future in futures:
+    with torch_threads(threads // 2):  # also MKL's count, which is process-wide only
+        pool = _direction_pool(threads // 2)
+        for future in [pool.submit(task, d) for d in (0, 1)]:
             future.result()
-    finally:
-        torch.set_num_threads(threads)
+
+
+def _hold_threads(threads: int) -> None:
+    """A pool thread's own count, set once: after its first use of torch (which would set it again)."""
+    torch.get_num_threads()
+    torch.set_num_threads(threads)
 
 
 @lru_cache(maxsize=None)
-def _direction_pool() -> ThreadPoolExecutor:
-    """Two worker threads, made once per process."""
-    return ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction")
+def _direction_pool(threads_each: int) -> ThreadPoolExecutor:
+    """Two worker threads that run torch on `threads_each` threads each, made once per process and count
+    (the workers start inside `both_directions`'s block, which restores the count they set)."""
+    return ThreadPoolExecutor(2, thread_name_prefix="spacy-elmo-direction", initializer=_hold_threads,
+                              initargs=(threads_each,))
 
 
 def _after_fork_in_child() -> None:
     """A forked child (spaCy's `n_process`, `spacy apply --n-process`) inherits the parent's thread
-    pools but not their threads. It makes its own direction pool, and runs torch on one thread:
+    pools but not their threads. It makes its own direction pools, and runs torch on one thread:
     the OpenMP pool of a parent that has run torch cannot be used in a forked child (a parallel
     region there waits forever), and one thread per process is what `n_process` wants anyway."""
     global _in_forked_child

@@ -26,7 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..bilm.files import fsync_dir
+from ..bilm.files import fsync_dir, regular_file
 from ..errors import ElmoFileError, ElmoResourceError
 
 SETTINGS = "spacy_elmo.settings"
@@ -230,6 +230,7 @@ def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: 
     try:
         index = bytearray(b"{")
         for piece in pieces:
+            regular_file(piece, "part of the output")
             with h5py.File(piece, "r") as src:
                 for name in sorted((k for k in src if k != INDEX), key=int):
                     out.copy_from(src, name)

@@ -11,6 +11,7 @@ every setting.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
@@ -23,6 +24,7 @@ from spacy.language import Language
 
 from ..about import __version__
 from ..bilm import ElmoEmbedder, load_bilm
+from ..bilm.files import regular_file
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from .compute import embed_blocks, parse_layer
 from .h5writer import SETTINGS, TMP, assemble, write_error, write_piece
@@ -56,8 +58,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     import spacy
 
     o = options.check()
-    if not o.input_path.is_file():
-        raise ElmoFileError(f"input not found: {o.input_path}")
+    regular_file(o.input_path, "input")  # read twice (scanned, then embedded): no pipe
     bilm = load_bilm(o.weights, state=o.state)
     chosen = parse_layer(o.layer, bilm.num_output_layers)
     if (o.resume or o.shards) and bilm.state_policy == "carry":
@@ -153,7 +154,7 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
     and the shards still to write (only `only` where given)."""
     out = job.output
     ours = (LOCK, MANIFEST + TMP)  # a run that made the directory and has not written its manifest yet
-    if out.exists() and (not out.is_dir() or not (out / MANIFEST).is_file()
+    if out.exists() and (not out.is_dir() or not os.path.lexists(out / MANIFEST)
                          and any(p.name not in ours for p in out.iterdir())):
         raise ElmoFileError(f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
                             "choose another output")
@@ -218,6 +219,7 @@ def first_missing_line(job: Job) -> int:
 
 
 def _file_settings(path: Path) -> dict[str, Any]:
+    regular_file(path, "existing output")
     try:
         with h5py.File(path, "r") as f:
             if SETTINGS not in f.attrs:

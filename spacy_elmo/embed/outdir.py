@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from ..bilm.files import fsync_dir, write_atomic
+from ..bilm.files import RECORD_BYTES, fsync_dir, read_regular, write_atomic
 from ..errors import ElmoFileError, ElmoResumeError
 from .h5writer import write_error
 
@@ -96,16 +97,16 @@ class WorkDir:
             self.lock_file = None
 
     def has_manifest(self) -> bool:
-        return (self.path / MANIFEST).is_file()
+        return os.path.lexists(self.path / MANIFEST)
 
     def manifest(self) -> Manifest:
         """The manifest; ElmoFileError where there is none or it cannot be read."""
         path = self.path / MANIFEST
+        if not os.path.lexists(path):
+            raise ElmoFileError(f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`")
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ElmoFileError(f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`") from None
-        except (OSError, UnicodeDecodeError) as err:
+            text = read_regular(path, "manifest of `embed`", RECORD_BYTES).decode("utf-8")
+        except UnicodeDecodeError as err:
             raise ElmoFileError(f"{path}: cannot be read ({err})") from None
         return Manifest.from_json(text, path)
 

@@ -10,6 +10,7 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import DocBin
 
+from ..bilm.files import open_regular
 from ..errors import ElmoFileError
 
 
@@ -26,7 +27,7 @@ def scan_input(path: Path) -> dict[str, Any]:
     digest, size, lines, last = hashlib.sha256(), 0, 0, b"\n"
     rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
     docbin = path.suffix == ".spacy"
-    with open(path, "rb") as f:
+    with open_regular(path, "input") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
             size += len(block)
@@ -77,7 +78,7 @@ def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> It
 
 def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
     offset = 0
-    with open(path, "rb") as f:  # binary: iteration splits on b"\n" only
+    with open_regular(path, "input") as f:  # binary: iteration splits on b"\n" only
         for number, raw in enumerate(f, 1):
             if number > skip:
                 try:
@@ -89,7 +90,9 @@ def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
 
 def _docbin(path: Path) -> DocBin:
     """The DocBin in `path`; ElmoFileError where it holds something else."""
+    with open_regular(path, "input") as f:
+        data = f.read()
     try:
-        return DocBin().from_disk(path)
+        return DocBin().from_bytes(data)
     except ValueError as err:
         raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None

@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from ..bilm.files import regular_file
 from ..errors import ElmoFileError
 from .h5writer import INDEX, SETTINGS
 from .outdir import MANIFEST, WorkDir, piece_name
@@ -47,6 +48,7 @@ class Embeddings:
 
     def _file(self, i: int) -> h5py.File:
         if self.files[i] is None:
+            regular_file(self.paths[i], "embed output")
             try:
                 f = h5py.File(self.paths[i], "r")
             except OSError as err:

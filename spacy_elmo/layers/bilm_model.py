@@ -32,10 +32,14 @@ from ..bilm import (
     load_bilm,
     read_state_dict,
 )
+from ..bilm.files import read_regular
+from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
+# A serialized model holds at most MAX_PARAMETERS weights of at most 4 bytes, its options and framing.
+MAX_SERIALIZED_BYTES = 4 * MAX_PARAMETERS + MAX_JSON_BYTES
 
 
 class FrozenBiLM(nn.Module):
@@ -136,7 +140,7 @@ class ElmoBiLMModel(Model):
         return self._read(bytes_data, "the serialized pipeline")
 
     def from_disk(self, path: Union[str, Path]) -> "ElmoBiLMModel":
-        return self._read(Path(path).read_bytes(), str(path))
+        return self._read(read_regular(path, "ELMo model of the pipeline", MAX_SERIALIZED_BYTES), str(path))
 
     def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
         try:

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..bilm.files import fsync_dir, write_atomic
+from ..bilm.files import RECORD_BYTES, fsync_dir, open_regular, read_regular, write_atomic
 from ..bilm.hub import sha256_file
 from ..errors import ElmoFileError
 
@@ -28,13 +28,14 @@ MODEL_PART = "model.pt"
 STEP_PREFIX = "step-"
 
 
-def torch_load(path: Path, keys: Tuple[str, ...] = ()) -> Dict[str, Any]:
-    """A dict of tensors written by `torch.save`, read without unpickling arbitrary objects
-    (weights_only); anything unreadable, or a dict without `keys`, -> `ElmoFileError` naming `path`."""
+def torch_load(path: Path, keys: Tuple[str, ...] = (), what: str = "checkpoint part") -> Dict[str, Any]:
+    """A dict of tensors written by `torch.save` in a regular file, read without unpickling arbitrary
+    objects (weights_only); anything unreadable, or a dict without `keys`, -> `ElmoFileError` naming `path`."""
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ElmoFileError(f"{path}: file not found") from None
+        with open_regular(path, what) as f:
+            data = torch.load(f, map_location="cpu", weights_only=True)
+    except ElmoFileError:
+        raise
     except pickle.UnpicklingError:
         raise ElmoFileError(f"{path}: holds Python objects other than tensors; refused, as loading them could "
                             f"run code") from None
@@ -109,17 +110,18 @@ def retire(root: Path) -> None:
 def read_manifest(root: Path) -> Dict[str, Any]:
     """The manifest of the checkpoint in `root`, checked for form."""
     path = Path(root) / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         hint = (" (only files of an older layout without a manifest, whose parts may disagree)"
                 if (Path(root) / MODEL_PART).is_file() else "")
         raise ElmoFileError(f"--resume: no checkpoint in {root}: {path} not found{hint}")
+    data = read_regular(path, "checkpoint manifest", RECORD_BYTES)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(data.decode("utf-8"))
         ok = (isinstance(manifest["step"], int) and isinstance(manifest["world"], int) and manifest["world"] > 0
               and manifest["directory"] == step_dir(root, manifest["step"]).name
               and sorted(manifest["sha256"]) == sorted(part_names(manifest["world"]))
               and all(isinstance(v, str) for v in manifest["sha256"].values()))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ElmoFileError(f"{path}: not a checkpoint manifest ({type(err).__name__}: {err})") from None
     if not ok:
         raise ElmoFileError(f"{path}: not a checkpoint manifest (step, world, its directory, the sha256 of "
@@ -134,9 +136,9 @@ def load(root: Path, rank: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     directory, step, path = Path(root) / manifest["directory"], manifest["step"], Path(root) / MANIFEST
     for name, digest in manifest["sha256"].items():
         part = directory / name
-        if not part.is_file():
+        if not os.path.lexists(part):
             raise ElmoFileError(f"checkpoint incomplete: {path} names {part}, which is missing")
-        if sha256_file(part) != digest:
+        if sha256_file(part, "checkpoint part") != digest:
             raise ElmoFileError(f"checkpoint parts disagree: {part} is not the file that {path} recorded "
                                 f"(sha256 differs)")
     parts = []

@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Union
 from thinc.api import Config
 
 from ..bilm import BiLMOptions, StatePolicy, check_state_policy
+from ..bilm.files import RECORD_BYTES, read_regular
 from ..errors import ElmoConfigError, ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
@@ -22,16 +23,16 @@ DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None) -> Config:
     """Read `path` (default: the built-in config), apply dotted `overrides`, interpolate and check."""
     path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
-    if not path.is_file():
-        raise ElmoFileError(f"config file not found: {path}")
+    data = read_regular(path, "config file", RECORD_BYTES)
     overrides = dict(overrides or {})
     try:
-        config = Config().from_disk(path, interpolate=False)
+        text = data.decode("utf-8")
+        config = Config().from_str(text, interpolate=False)
         for key in overrides:
             section, _, name = key.rpartition(".")
             if not section or section not in config or name not in config[section]:
                 raise ElmoConfigError(f"unknown config setting '{key}' (not in {path})")
-        config = Config().from_disk(path, overrides=overrides, interpolate=True)
+        config = Config().from_str(text, overrides=overrides, interpolate=True)
     except ElmoConfigError:
         raise
     except Exception as err:  # confection raises several error types for bad files

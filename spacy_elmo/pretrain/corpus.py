@@ -15,6 +15,7 @@ already in its reading order, as bilm-tf trains its backward LM.
 from __future__ import annotations
 
 import gzip
+import io
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, words_char_ids
+from ..bilm.files import RECORD_BYTES, open_regular, read_regular, regular_file
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError
 
 UNK_TOKEN = "<unk>"
@@ -45,20 +47,25 @@ def corpus_files(path, what: str) -> List[Path]:
     path = Path(path)
     if not path.exists():
         raise ElmoFileError(f"{what} corpus not found: {path}")
-    if path.is_file():
+    if not path.is_dir():
+        regular_file(path, f"{what} corpus file")
         return [path]
     files = sorted(p for p in path.rglob("*")
-                   if p.is_file() and not any(s.startswith(".") for s in p.relative_to(path).parts))
+                   if not p.is_dir() and not any(s.startswith(".") for s in p.relative_to(path).parts))
     if not files:
         raise ElmoFileError(f"{what} corpus directory {path} holds no files")
+    for file in files:  # a FIFO or a device among them is refused, not skipped
+        regular_file(file, f"{what} corpus file")
     return files
 
 
 def read_lines(path: Path) -> Iterator[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
+    """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            yield from f
+        with open_regular(path, "corpus file") as raw:
+            text = gzip.open(raw, "rt", encoding="utf-8") if path.suffix == ".gz" else io.TextIOWrapper(raw, "utf-8")
+            with text:
+                yield from text
     except (OSError, UnicodeDecodeError) as err:
         raise ElmoFileError(f"cannot read {path}: {err}") from None
 
@@ -166,9 +173,10 @@ class Vocab:
 
     @classmethod
     def from_disk(cls, path: Path) -> "Vocab":
+        data = read_regular(path, "vocabulary", RECORD_BYTES)
         try:
-            return cls(Path(path).read_text(encoding="utf-8").split("\n")[:-1])
-        except (OSError, UnicodeDecodeError, ElmoError) as err:
+            return cls(data.decode("utf-8").split("\n")[:-1])
+        except (UnicodeDecodeError, ElmoError) as err:
             raise ElmoFileError(f"cannot read the vocabulary {path} ({err})") from None
 
 

@@ -9,6 +9,7 @@ curve, the final model), and where a run starts from (`--init-from`).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -16,6 +17,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
+from ..bilm.files import RECORD_BYTES, read_regular
 from ..bilm.hub import sha256_file
 from ..bilm.locate import PRETRAIN_MODEL
 from ..errors import ElmoFileError, ElmoResumeError
@@ -58,10 +60,11 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
         raise ElmoResumeError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
                             f"this run has {world}; resume with the same number")
     path = output / CONFIG_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
+    data = read_regular(path, "config of the run", RECORD_BYTES)
     try:
-        saved = Config().from_disk(path)
+        saved = Config().from_str(data.decode("utf-8"))
     except Exception as err:  # confection raises several error types for bad files
         raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
     for section in ("corpus", "vocab", "model", "softmax", "training"):
@@ -73,10 +76,11 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
                 raise ElmoResumeError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
                                     f"was trained with {old!r}")
     path = output / CORPUS_RECORD
+    data = read_regular(path, "corpus record", RECORD_BYTES)
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = json.loads(data.decode("utf-8"))
         recorded = {str(k): str(v) for k, v in recorded.items()}
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
+    except (ValueError, AttributeError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
     for name in sorted(recorded.keys() | corpus_sha256.keys()):
         if recorded.get(name) != corpus_sha256.get(name):
@@ -89,10 +93,11 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
 def forget_metrics_after(output: Path, step: int) -> None:
     """Drop the learning-curve records of steps after the checkpoint: the resumed run redoes them."""
     path = output / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    data = read_regular(path, "metrics file", RECORD_BYTES)
     try:
+        lines = data.decode("utf-8").splitlines(keepends=True)
         kept = [line for line in lines if json.loads(line)["step"] <= step]
     except (ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
@@ -121,11 +126,11 @@ def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, 
 def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
     model_dir = Path(model_dir)
-    summary = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
+    summary = json.loads(read_regular(model_dir / "training.json", "training summary", RECORD_BYTES))
     config = Config().from_str(summary["config"])
     bilm = load_bilm(model_dir).bilm
     vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
     s = config["softmax"]
     head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
-    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE))
+    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE, what="softmax weights"))
     return bilm, head.eval(), vocab, config

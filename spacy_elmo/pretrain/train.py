@@ -161,7 +161,7 @@ class Trainer:
         return vocab
 
     def _load_head(self, head: torch.nn.Module, path: Path) -> None:
-        state = checkpoint.torch_load(path)
+        state = checkpoint.torch_load(path, what="softmax weights")
         if {k: getattr(v, "shape", None) for k, v in state.items()} != {k: v.shape for k, v in head.state_dict().items()}:
             raise ElmoConfigError(f"{path}: the saved softmax does not match softmax.type = "
                                 f"{self.config['softmax']['type']!r}; set it to the type it was trained with")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -176,6 +177,50 @@ def test_threads_setting_of_the_component(fixture_dir, monkeypatch):
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="threads"):
             spacy.blank("en").add_pipe("elmo", config={"weights": str(fixture_dir), "threads": bad})
+
+
+def count_in_a_new_thread() -> int:
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+@pytest.mark.timeout(120)
+def test_threads_setting_restores_the_process_count(fixture_dir, monkeypatch):
+    """After a pipeline with `threads` ran, the process is at the count it had: the caller and threads
+    started later see it. Also when two threads ran it at once (a web server's threads), the second
+    one started while the first was inside (so it first used torch at the pipeline's count) and
+    finishing last."""
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "threads": 1})
+    nlp.initialize()
+    embed, events = elmo.bilm.embed, {name: threading.Event() for name in ("a_inside", "b_inside", "a_done")}
+
+    def overlapping(*args, **kwargs):
+        first = threading.current_thread().name == "A"
+        events["a_inside" if first else "b_inside"].set()
+        assert events["b_inside" if first else "a_done"].wait(30)
+        return embed(*args, **kwargs)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        list(nlp.pipe(["A short text .", "Another one ."]))
+        assert torch.get_num_threads() == 2 and count_in_a_new_thread() == 2
+        monkeypatch.setattr(elmo.bilm, "embed", overlapping)
+        a = threading.Thread(target=lambda: nlp("The text of A .") and events["a_done"].set(), name="A")
+        b = threading.Thread(target=lambda: nlp("The text of B ."), name="B")
+        a.start()
+        assert events["a_inside"].wait(30)
+        b.start()
+        a.join()
+        b.join()
+        assert events["a_done"].is_set() and not b.is_alive()
+        assert torch.get_num_threads() == 2 and count_in_a_new_thread() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_threads_option_of_embed(fixture_dir, tmp_path):
