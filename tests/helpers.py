@@ -2,6 +2,7 @@
 sentences, tiny pretraining corpora and configs, and the command line run in-process or as a child."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -14,6 +15,7 @@ from typing import Any, Dict, List
 import h5py
 import numpy as np
 import pytest
+import torch
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
@@ -186,6 +188,42 @@ def tmpfs(path: Path, size: str):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+class _FullDisk:
+    """A file object that takes `room` more bytes, then raises ENOSPC."""
+
+    def __init__(self, file, room: int):
+        self.file, self.room = file, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            self.file.write(bytes(data[: self.room]))
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+def full_disk_in_torch_save(monkeypatch, name: str, number: int = 1, room: int = 100) -> None:
+    """The `number`-th `torch.save` to a file whose name holds `name` meets a full disk after `room`
+    bytes: torch raises its RuntimeError from the OSError, as on a real full disk."""
+    real, calls = torch.save, []
+
+    def save(obj, f, *args, **kwargs):
+        if name in str(getattr(f, "name", f)):
+            calls.append(f)
+            if len(calls) == number:
+                if isinstance(f, (str, Path)):
+                    with open(f, "wb") as file:
+                        return real(obj, _FullDisk(file, room), *args, **kwargs)
+                return real(obj, _FullDisk(f, room), *args, **kwargs)
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
 
 
 def kill_at_rename(name: str) -> str:

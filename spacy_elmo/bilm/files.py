@@ -5,17 +5,21 @@ library opens it by name): a regular file, or a symlink to one, of a bounded siz
 a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero` never ends).
 
 Writing: files become visible only when complete: written under a temporary name beside the target,
-fsynced, renamed into place, the rename made durable; the temporary is removed on failure.
+fsynced, renamed into place, the rename made durable; the temporary is removed on failure. Where a
+write fails, `write_errors` says what went wrong in one error (a full disk above all).
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Union
 
-from ..errors import ElmoFileError
+from ..errors import ElmoError, ElmoFileError, ElmoResourceError
 
 PathLike = Union[str, Path]
 RECORD_BYTES = 64 << 20  # bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
@@ -107,3 +111,85 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> None:
     """Write `data` (str as UTF-8) to `path` whole (see `atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def append_whole(path: PathLike, data: bytes) -> None:
+    """Append `data` to `path` (made if absent) whole or not at all: a failed write is cut off again."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_dir(path: PathLike) -> Iterator[Path]:
+    """Yield a new temporary directory beside `path` to fill; on success every file in it and it are
+    fsynced and it is renamed to `path`, so `path` appears complete or not at all (a directory there
+    before is removed once the new one is in place); on failure it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = (path.with_name(f".{path.name}.{os.getpid()}.{end}") for end in ("tmp", "old"))
+    for left in (tmp, old):  # left by a killed run of this process id
+        shutil.rmtree(left, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        yield tmp
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                with open(file, "rb+") as f:
+                    os.fsync(f.fileno())
+        fsync_dir(tmp)
+        if path.is_dir() and any(path.iterdir()):
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not path.exists():
+            os.replace(old, path)
+        raise
+    fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_error(err: BaseException, path: PathLike, retry: str = "free space and run again") -> Optional[ElmoError]:
+    """What went wrong writing `path`, as one error: a full disk (ElmoResourceError, then `retry`), a
+    read-only file system or a permission (ElmoFileError), else the system's words; None where `err`
+    is no failed write. torch reports a failed write as a RuntimeError raised while handling the
+    OSError; HDF5 may name the errno in its text only."""
+    cause: Optional[BaseException] = err
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__context__
+    named = re.search(r"errno = (\d+)", str(err))
+    code = (cause.errno if cause is not None else None) or (int(named.group(1)) if named else None)
+    if cause is None and code is None:
+        return None
+    text = str(cause if cause is not None else err)
+    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota" in text.lower():
+        return ElmoResourceError(f"disk full while writing {path}: {retry}")
+    if code == errno.EROFS or "Read-only file system" in text:
+        return ElmoFileError(f"cannot write {path}: read-only file system")
+    if code in (errno.EACCES, errno.EPERM):
+        return ElmoFileError(f"cannot write {path}: permission denied (read-only for this user)")
+    return ElmoFileError(f"cannot write {path}: {os.strerror(code) if code else text}")
+
+
+@contextmanager
+def write_errors(path: PathLike, retry: str = "free space and run again") -> Iterator[None]:
+    """Failed writes in the block -> one error (see `write_error`) naming `path`."""
+    try:
+        yield
+    except ElmoError:
+        raise
+    except (OSError, RuntimeError) as err:
+        error = write_error(err, path, retry)
+        if error is None:
+            raise
+        raise error from None

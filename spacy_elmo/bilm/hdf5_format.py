@@ -7,6 +7,7 @@ one ElmoFileError naming the file.
 from __future__ import annotations
 
 import json
+from io import BytesIO
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple, Union
 
@@ -15,7 +16,7 @@ import torch
 
 from ..errors import ElmoFileError
 from .embedder import ElmoEmbedder
-from .files import regular_file
+from .files import atomic_path, regular_file, write_atomic
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM
 from .options import BiLMOptions
@@ -187,17 +188,21 @@ def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
 
 def export_hdf5(model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None) -> Tuple[Path, Path]:
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
-    AllenNLP and bilm-tf load; returns the two paths."""
+    AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in memory
+    and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes later)."""
     bilm = model.bilm if isinstance(model, ElmoEmbedder) else model
     h5py = _h5py()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
     weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
-    options_path.write_text(json.dumps(bilm.options.to_dict(), indent=2), encoding="utf-8")
-    with h5py.File(weights_path, "w") as f:
+    write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))
+    image = BytesIO()
+    with h5py.File(image, "w") as f:
         for name, arr in _state_dict_to_tf(bilm).items():
             f.create_dataset(name, data=arr)
+    with atomic_path(weights_path) as tmp, open(tmp, "wb") as out:
+        out.write(image.getbuffer())
     return options_path, weights_path
 
 

@@ -41,8 +41,8 @@ def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], sta
     config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": network.options.to_dict(),
               "state": check_state_policy(policy)}
     state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-    with atomic_path(directory / OWN_WEIGHTS) as tmp:  # each file whole, never half written
-        torch.save(state_dict, tmp)
+    with atomic_path(directory / OWN_WEIGHTS) as tmp, open(tmp, "wb") as f:  # each file whole, never half written
+        torch.save(state_dict, f)  # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
     write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
     return directory
 

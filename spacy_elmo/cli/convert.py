@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..bilm import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
+from ..bilm.files import atomic_dir, write_errors
 from ..errors import ElmoConfigError, ElmoFileError
 from .app import WEIGHTS_HELP, app, errors
 
@@ -26,7 +27,8 @@ def convert_cli(
 
     `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary that
     `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
-    --init-from DEST` continues with them.
+    --init-from DEST` continues with them. DEST appears complete or not at all (a full disk leaves
+    nothing behind).
     """
     with errors():
         bilm = load_bilm(src)
@@ -39,13 +41,14 @@ def convert_cli(
         for extra in extras:
             if extra.suffix == ".pt":  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
                 read_state_dict(extra, str(extra))
-        if target == "hdf5":
-            paths = list(export_hdf5(bilm, dest, stem=stem))
-            if bilm.state_policy != "warm":
-                typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
-                           f"state={bilm.state_policy!r} to get the same outputs", err=True)
-        else:
-            paths = locate(save_bilm(bilm, dest)).paths
-        for extra in extras:
-            paths.append(Path(shutil.copy2(extra, dest / extra.name)))
+        with write_errors(dest), atomic_dir(dest) as tmp:  # DEST appears complete or not at all
+            if target == "hdf5":
+                written = list(export_hdf5(bilm, tmp, stem=stem))
+            else:
+                written = locate(save_bilm(bilm, tmp)).paths
+            written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
+        if target == "hdf5" and bilm.state_policy != "warm":
+            typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
+                       f"state={bilm.state_policy!r} to get the same outputs", err=True)
+        paths = [dest / path.name for path in written]
     typer.echo("wrote " + " ".join(str(p) for p in paths))

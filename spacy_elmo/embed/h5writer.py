@@ -26,8 +26,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..bilm import files
 from ..bilm.files import fsync_dir, regular_file
-from ..errors import ElmoFileError, ElmoResourceError
+from ..errors import ElmoError, ElmoFileError
 
 SETTINGS = "spacy_elmo.settings"
 INDEX = "sentence_to_index"
@@ -44,17 +45,9 @@ OBJECT_BYTES = 1024
 CHUNKED_BYTES = 8192
 
 
-def write_error(err: OSError, path: Path) -> ElmoFileError | ElmoResourceError:
-    """What went wrong writing `path`, as one line: a full disk, a read-only file system or a
-    permission, else the system's words. HDF5's own errors carry the errno in their text only."""
-    text = str(err)
-    if err.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota" in text.lower():
-        return ElmoResourceError(f"disk full while writing {path}: free space and run again with --resume")
-    if err.errno == errno.EROFS or "Read-only file system" in text:
-        return ElmoFileError(f"cannot write {path}: read-only file system")
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return ElmoFileError(f"cannot write {path}: permission denied (read-only for this user)")
-    return ElmoFileError(f"cannot write {path}: {err.strerror or text}")
+def write_error(err: OSError, path: Path) -> ElmoError:
+    """What went wrong writing `path`, as one line (see `files.write_error`); a full disk: `--resume`."""
+    return files.write_error(err, path, "free space and run again with --resume") or ElmoFileError(f"cannot write {path}")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..bilm.files import RECORD_BYTES, fsync_dir, open_regular, read_regular, write_atomic
+from ..bilm.files import RECORD_BYTES, fsync_dir, open_regular, read_regular, write_atomic, write_errors
 from ..bilm.hub import sha256_file
 from ..errors import ElmoFileError
 
@@ -64,22 +64,30 @@ def part_names(world: int) -> List[str]:
     return [MODEL_PART, *(rank_part(r) for r in range(world))]
 
 
+def retry_hint(root: Path) -> str:
+    """What to do after a full disk: continue from the checkpoint in `root`, or start again if there is none."""
+    return "free space and run again with --resume" if os.path.lexists(Path(root) / MANIFEST) else \
+        "free space and run again"
+
+
 def prepare(root: Path, step: int) -> Path:
     """An empty directory for the parts of step `step` (left over from a killed attempt: cleared)."""
     directory = step_dir(root, step)
-    if not root.exists():
-        root.mkdir(parents=True)
-        fsync_dir(root.parent)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir()
+    with write_errors(directory, retry_hint(root)):
+        if not root.exists():
+            root.mkdir(parents=True)
+            fsync_dir(root.parent)
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir()
     return directory
 
 
 def save_part(obj: Dict[str, Any], path: Path) -> None:
-    """Write one part and fsync it (the directory is not published yet, so no temporary name)."""
-    with open(path, "wb") as f:
-        torch.save(obj, f)
+    """Write one part and fsync it (the directory is not published yet, so no temporary name). A failed
+    write (a full disk) is one error naming the part (see `write_errors`)."""
+    with write_errors(path, retry_hint(path.parent.parent)), open(path, "wb") as f:
+        torch.save(obj, f)  # to a file object: a failed write keeps its OSError as the cause
         f.flush()
         os.fsync(f.fileno())
 
@@ -87,13 +95,24 @@ def save_part(obj: Dict[str, Any], path: Path) -> None:
 def publish(root: Path, step: int, world: int) -> None:
     """Make the parts of `step` (all written and fsynced) the checkpoint, then drop older ones."""
     directory = step_dir(root, step)
-    fsync_dir(directory)
-    manifest = {"step": step, "world": world, "directory": directory.name,
-                "sha256": {name: sha256_file(directory / name) for name in part_names(world)}}
-    write_atomic(root / MANIFEST, json.dumps(manifest, indent=1))
+    with write_errors(root / MANIFEST, retry_hint(root)):
+        fsync_dir(directory)
+        manifest = {"step": step, "world": world, "directory": directory.name,
+                    "sha256": {name: sha256_file(directory / name, "checkpoint part") for name in part_names(world)}}
+        write_atomic(root / MANIFEST, json.dumps(manifest, indent=1))
     for old in root.glob(f"{STEP_PREFIX}*"):
         if old != directory:
             shutil.rmtree(old)
+
+
+def discard(root: Path, step: int) -> None:
+    """Remove the parts of step `step` after a failure while saving them, unless they were published."""
+    try:
+        published = read_manifest(root)["step"] == step
+    except ElmoFileError:
+        published = False
+    if not published:
+        shutil.rmtree(step_dir(root, step), ignore_errors=True)
 
 
 def retire(root: Path) -> None:

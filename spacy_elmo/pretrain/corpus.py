@@ -168,9 +168,6 @@ class Vocab:
     def to_str(self) -> str:
         return "".join(w + "\n" for w in self.words)
 
-    def to_disk(self, path: Path) -> None:
-        Path(path).write_text(self.to_str(), encoding="utf-8")
-
     @classmethod
     def from_disk(cls, path: Path) -> "Vocab":
         data = read_regular(path, "vocabulary", RECORD_BYTES)

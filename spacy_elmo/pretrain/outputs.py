@@ -17,7 +17,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
-from ..bilm.files import RECORD_BYTES, read_regular
+from ..bilm.files import RECORD_BYTES, atomic_dir, read_regular, write_atomic, write_errors
 from ..bilm.hub import sha256_file
 from ..bilm.locate import PRETRAIN_MODEL
 from ..errors import ElmoFileError, ElmoResumeError
@@ -102,24 +102,30 @@ def forget_metrics_after(output: Path, step: int) -> None:
     except (ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
     if len(kept) < len(lines):
-        checkpoint.write_atomic(path, "".join(kept))
+        with write_errors(path, "free space and run again with --resume"):
+            write_atomic(path, "".join(kept))
 
 
 def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, policy: str, export: bool,
                  summary: Dict[str, Any]) -> Path:
     """Write the final model (warm state computed), its softmax, vocabulary and `training.json` (`summary` plus
-    the weights' sha256 and fingerprint), and the bilm-tf export if asked. Returns the model directory."""
+    the weights' sha256 and fingerprint), and the bilm-tf export if asked. Returns the model directory. Each
+    directory appears complete or not at all (replacing an earlier run's); a full disk is one error."""
     model_dir = output / MODEL_DIR
     bilm.eval()
     bilm.compute_warm_state()
-    save_bilm(bilm, model_dir, state=policy)
-    torch.save(head.state_dict(), model_dir / HEAD_FILE)
-    vocab.to_disk(model_dir / VOCAB_FILE)
-    summary = {**summary, "weights_sha256": sha256_file(model_dir / "weights.pt"),
-               "fingerprint": ElmoEmbedder(bilm, policy).fingerprint()}
-    (model_dir / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    retry = checkpoint.retry_hint(output / CHECKPOINT_DIR)
+    with write_errors(model_dir, retry), atomic_dir(model_dir) as tmp:
+        save_bilm(bilm, tmp, state=policy)
+        with open(tmp / HEAD_FILE, "wb") as f:
+            torch.save(head.state_dict(), f)  # to a file object: a failed write keeps its OSError as the cause
+        (tmp / VOCAB_FILE).write_text(vocab.to_str(), encoding="utf-8")
+        summary = {**summary, "weights_sha256": sha256_file(tmp / "weights.pt"),
+                   "fingerprint": ElmoEmbedder(bilm, policy).fingerprint()}
+        (tmp / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     if export:
-        export_hdf5(bilm, output / HDF5_DIR)
+        with write_errors(output / HDF5_DIR, retry), atomic_dir(output / HDF5_DIR) as tmp:
+            export_hdf5(bilm, tmp)
     return model_dir
 
 

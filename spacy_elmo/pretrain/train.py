@@ -26,6 +26,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..bilm import BiLM, LSTMState, load_bilm
+from ..bilm.files import append_whole, write_atomic, write_errors
 from ..bilm.hub import sha256_file
 from ..errors import ElmoConfigError, ElmoFileError
 from . import checkpoint
@@ -138,9 +139,10 @@ class Trainer:
             self.output.mkdir(parents=True, exist_ok=True)
             checkpoint.retire(self.ckpt_dir)
             (self.output / METRICS_FILE).unlink(missing_ok=True)
-            checkpoint.write_atomic(self.output / CONFIG_FILE, config.to_str())
-            checkpoint.write_atomic(self.output / VOCAB_FILE, self.vocab.to_str())
-            checkpoint.write_atomic(self.output / CORPUS_RECORD, json.dumps(self.corpus_sha256, indent=1))
+            for name, text in ((CONFIG_FILE, config.to_str()), (VOCAB_FILE, self.vocab.to_str()),
+                               (CORPUS_RECORD, json.dumps(self.corpus_sha256, indent=1))):
+                with write_errors(self.output / name):
+                    write_atomic(self.output / name, text)
         n_params = sum(p.numel() for p in bilm.parameters())
         self.log(f"corpus: {self.corpus.n_tokens} tokens in {len(self.corpus.files)} file(s); vocab {len(self.vocab)}; "
                  f"dev {self.dev.n_predicted if self.dev else 0} predicted tokens; biLM {n_params / 1e6:.2f}M "
@@ -177,20 +179,25 @@ class Trainer:
         step = self.progress.step
         if self.saved_step == step:
             return
-        if self.rank == 0:
-            checkpoint.prepare(self.ckpt_dir, step)
-        self._barrier()
-        directory = checkpoint.step_dir(self.ckpt_dir, step)
-        own = {"step": step, "torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
-               "state": None if self.lstm_state is None else tuple(s.cpu() for s in self.lstm_state)}
-        checkpoint.save_part(own, directory / checkpoint.rank_part(self.rank))
-        if self.rank == 0:
-            shared = {"step": step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                      "progress": asdict(self.progress)}
-            checkpoint.save_part(shared, directory / checkpoint.MODEL_PART)
-        self._barrier()
-        if self.rank == 0:
-            checkpoint.publish(self.ckpt_dir, step, self.world)
+        try:
+            if self.rank == 0:
+                checkpoint.prepare(self.ckpt_dir, step)
+            self._barrier()
+            directory = checkpoint.step_dir(self.ckpt_dir, step)
+            own = {"step": step, "torch_rng": torch.get_rng_state(), "head_rng": self.head_rng.get_state(),
+                   "state": None if self.lstm_state is None else tuple(s.cpu() for s in self.lstm_state)}
+            checkpoint.save_part(own, directory / checkpoint.rank_part(self.rank))
+            if self.rank == 0:
+                shared = {"step": step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                          "progress": asdict(self.progress)}
+                checkpoint.save_part(shared, directory / checkpoint.MODEL_PART)
+            self._barrier()
+            if self.rank == 0:
+                checkpoint.publish(self.ckpt_dir, step, self.world)
+        except BaseException:  # a full disk, a kill: the previous checkpoint stays, nothing partial beside it
+            if self.rank == 0:
+                checkpoint.discard(self.ckpt_dir, step)
+            raise
         self._barrier()
         self.saved_step = step
 
@@ -237,8 +244,9 @@ class Trainer:
         record = {"step": p.step, "epoch": p.epoch, "tokens": p.tokens, "train_minutes": p.train_seconds / 60,
                   "train_loss": train_loss, "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9), "dev": dev,
                   "eval_seconds": time.perf_counter() - start}
-        with open(self.output / METRICS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        path = self.output / METRICS_FILE
+        with write_errors(path, checkpoint.retry_hint(self.ckpt_dir)):  # a line whole or not at all
+            append_whole(path, (json.dumps(record) + "\n").encode("utf-8"))
         dev_text = (f"dev ppl fwd {dev['forward']:.1f} bwd {dev['backward']:.1f} mean {dev['mean']:.1f} "
                     f"({dev['policy']}, {record['eval_seconds']:.0f}s)") if dev else "no dev set"
         self._say(f"step {p.step} epoch {p.epoch} {p.train_seconds / 60:.1f} min: train loss {train_loss:.3f}; {dev_text}")

@@ -16,7 +16,7 @@ import torch
 from spacy_elmo import load_bilm, save_bilm
 from spacy_elmo.bilm import hub
 
-from ..helpers import REPO, SENTS, run_cli
+from ..helpers import ENV, REPO, SENTS, full_disk_in_torch_save, one_error_line, run_cli, tmpfs
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
@@ -110,6 +110,34 @@ def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(fixtur
             assert (tmp_path / converted / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
     assert run_cli("info", tmp_path / "h5") == 0
     assert "softmax (lm_head.pt)" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("to", ["hdf5", "own"])
+def test_convert_on_a_full_disk_leaves_nothing(fixture_dir, tmp_path, to):
+    """A real full disk (a 300 KB tmpfs; the fixture's weights take 450 KB): one line, exit 1, nothing
+    left on the disk (HDF5 itself never meets the full disk: it would crash); with space freed the
+    same command succeeds."""
+    with tmpfs(tmp_path / "disk", "300k") as disk:
+        command = [sys.executable, "-m", "spacy_elmo", "convert", str(fixture_dir), str(disk / "out"), "--to", to]
+        done = subprocess.run(command, env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1 and one_error_line(done.stderr) == (
+            f"error: disk full while writing {disk / 'out'}: free space and run again"), done.stderr[-2000:]
+        assert list(disk.iterdir()) == []
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        assert run_cli("convert", fixture_dir, disk / "out", "--to", to) == 0
+
+
+def test_convert_meeting_a_full_disk_in_torch_save(fixture_dir, tmp_path, capsys, monkeypatch):
+    """The same, ENOSPC injected (no root needed): into an existing empty directory, which stays empty."""
+    (tmp_path / "out").mkdir()
+    full_disk_in_torch_save(monkeypatch, "weights.pt")
+    assert run_cli("convert", fixture_dir, tmp_path / "out", "--to", "own") == 1
+    assert one_error_line(capsys.readouterr().err) == (f"error: disk full while writing {tmp_path / 'out'}: "
+                                                       "free space and run again")
+    assert list(tmp_path.iterdir()) == [tmp_path / "out"] and list((tmp_path / "out").iterdir()) == []
+    monkeypatch.undo()
+    assert run_cli("convert", fixture_dir, tmp_path / "out", "--to", "own") == 0
 
 
 def test_convert_notes_a_policy_the_hdf5_layout_cannot_hold(fixture_dir, tmp_path, capsys):

@@ -2,6 +2,7 @@
 disagree are refused, hostile or missing files give one error line, an edited corpus is noticed."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -11,12 +12,12 @@ import sys
 import pytest
 import torch
 
-from spacy_elmo import ElmoFileError
+from spacy_elmo import ElmoFileError, ElmoResourceError
 from spacy_elmo.bilm.hub import sha256_file
 from spacy_elmo.cli import main
 from spacy_elmo.pretrain import train
 
-from ..helpers import REPO, override_args, tiny_config, toy_sentences, write_corpus
+from ..helpers import REPO, full_disk_in_torch_save, override_args, tiny_config, toy_sentences, write_corpus
 
 # Dropout, the sampled softmax and carried states: a resume that mixes two checkpoints shows.
 SETTINGS = dict(training__scheme="stream", training__dropout=0.2, softmax__type="sampled",
@@ -205,3 +206,79 @@ def test_a_new_run_in_the_same_directory_retires_the_old_checkpoint(corpus, tmp_
     assert not (out / "metrics.jsonl").exists()
     with pytest.raises(ElmoFileError, match="no checkpoint"):
         quiet_train(new, out, resume=True)
+
+
+# ----------------------------------------------------------------------------------------- a full disk
+def full_disk_line(err):
+    """The last line of a run that met a full disk: its one `error:` line, no traceback."""
+    assert "Traceback" not in err and err.count("error:") == 1, err
+    return err.splitlines()[-1]
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_while_checkpointing_then_resume_is_bit_exact(corpus, uninterrupted, tmp_path, capsys,
+                                                                  monkeypatch):
+    """ENOSPC while the second checkpoint's model part is written (step 8): one `error:` line naming the
+    part, exit 1; step 4's checkpoint stays and nothing of step 8 is left; with space freed, `--resume`
+    ends with the uninterrupted run's weights."""
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
+    full_disk_in_torch_save(monkeypatch, "model.pt", number=2)
+    code, err = run_cli(args, capsys)
+    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/checkpoint/step-000000008/"
+                                                 "model.pt: free space and run again with --resume")
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["checkpoint.json", "step-000000004"]
+    assert not (out / "model").exists()
+    monkeypatch.undo()
+    assert run_cli([*args, "--resume"], capsys)[0] == 0
+    assert_same_model(out, uninterrupted)
+    assert metric_steps(out) == [3, 6, 9, 10]
+
+
+def test_a_full_disk_at_the_first_checkpoint_leaves_none(corpus, tmp_path, monkeypatch):
+    """Without an earlier checkpoint the advice is to run again (`--resume` would find none)."""
+    out = tmp_path / "out"
+    full_disk_in_torch_save(monkeypatch, "rank0.pt")
+    with pytest.raises(ElmoResourceError) as info:
+        quiet_train(tiny_config(corpus, None, training__max_steps=2, training__checkpoint_every=1), out)
+    assert str(info.value) == (f"disk full while writing {out}/checkpoint/step-000000001/rank0.pt: "
+                               "free space and run again")
+    assert list((out / "checkpoint").iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("part", ["weights.pt", "lm_head.pt"])
+def test_a_full_disk_while_saving_the_model_leaves_none(corpus, uninterrupted, tmp_path, capsys, monkeypatch,
+                                                        part):
+    """ENOSPC while the final model is written: no `model` directory, no temporary one; `--resume`
+    writes it (from the final checkpoint, without training again)."""
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
+    full_disk_in_torch_save(monkeypatch, part, number=1)
+    code, err = run_cli(args, capsys)
+    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/model: "
+                                                 "free space and run again with --resume")
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "config.cfg", "corpus.json", "metrics.jsonl",
+                                                     "vocab.txt"]
+    monkeypatch.undo()
+    assert run_cli([*args, "--resume"], capsys)[0] == 0
+    assert_same_model(out, uninterrupted)
+
+
+def test_a_full_disk_while_recording_metrics_keeps_whole_lines(corpus, tmp_path, capsys, monkeypatch):
+    """ENOSPC in the middle of a line of metrics.jsonl: the line is cut off again, one error line."""
+    out = tmp_path / "out"
+    real = os.write
+
+    def write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl") and (out / "metrics.jsonl").stat().st_size:
+            real(fd, bytes(data[:10]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    args = [out, "--no-progress", *override_args(corpus, None, training__max_steps=4, training__eval_every=1)]
+    code, err = run_cli(args, capsys)
+    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/metrics.jsonl: "
+                                                 "free space and run again")
+    assert metric_steps(out) == [1]
