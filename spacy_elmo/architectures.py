@@ -4,10 +4,13 @@
 - `spacy_elmo.ElmoFeatures.v2` (and `.v1`, the same with dropout and l2 0 by default): a task's own mix of
   the layers that `elmo` stored on each Doc, `ELMo_k = gamma * sum_j softmax(s)_j h_kj` (Peters et al. 2018,
   sec. 3.3).
+- `spacy_elmo.ElmoFeatures.v3`: `.v2` plus `layers`, the biLM layers to mix (null: all).
 - `spacy_elmo.ElmoMultiHashEmbed.v1`: `[x_k; ELMo_k]`, `MultiHashEmbed` beside the features, reduced to
-  `width`, as the `embed` of `spacy.Tok2Vec.v2`. No gradient flows into the frozen biLM.
+  `width`, as the `embed` of `spacy.Tok2Vec.v2` (ELMo at the task model's input).
+- `spacy_elmo.ElmoAtOutput.v1`: `[h_k; ELMo_k]`, a task encoder's output beside features with their own mix
+  (ELMo at the output). No gradient flows into the frozen biLM.
 
-The layers themselves are in `layers.py`.
+The layers themselves are in `layers/`.
 """
 from __future__ import annotations
 
@@ -53,6 +56,20 @@ def ElmoFeatures(
     layer_norm: bool = False,
     projection: Optional[int] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
+    """A task's own mix of the Doc's ELMo layers: Docs -> `(n_tokens, projection or width)` per Doc (see
+    `features`)."""
+    return features(n_layers, width, dropout, l2, layer_norm, projection)
+
+
+def features(
+    n_layers: Optional[int],
+    width: Optional[int],
+    dropout: float,
+    l2: float,
+    layer_norm: bool,
+    projection: Optional[int],
+    layers: Optional[List[int]] = None,
+) -> Model[List[Doc], List[Floats2d]]:
     """A task's own mix of the Doc's ELMo layers: Docs -> `(n_tokens, projection or width)` per Doc.
 
     n_layers: the biLM's output layers (`n_layers + 1` of the biLM, 3 for the published models).
@@ -60,14 +77,15 @@ def ElmoFeatures(
     biLM at initialize; where set, initialize checks them against it. dropout: on the output.
     l2: the penalty `l2 * ||s||^2` on the mix logits. layer_norm: normalise each layer per token
     (zero mean, unit variance) before mixing. projection: a learned linear map down to this width.
+    layers (`.v3`): the biLM layers to mix, null for all.
     """
     install_extensions()
-    layers: List[Model] = [elmo_mix(n_layers, width, l2=l2, layer_norm=layer_norm)]
+    parts: List[Model] = [elmo_mix(n_layers, width, l2=l2, layer_norm=layer_norm, layers=layers)]
     if projection:
-        layers.append(with_array(Linear(projection, width)))
+        parts.append(with_array(Linear(projection, width)))
     if dropout:
-        layers.append(Dropout(dropout))
-    model = chain(*layers) if len(layers) > 1 else layers[0]
+        parts.append(Dropout(dropout))
+    model = chain(*parts) if len(parts) > 1 else parts[0]
     model.set_dim("nO", projection or width)
     return model
 
@@ -83,7 +101,38 @@ def ElmoFeaturesRecommended(
 ) -> Model[List[Doc], List[Floats2d]]:
     """`ElmoFeatures.v1` with the recommended defaults, which `spacy init fill-config` writes: sizes
     from the biLM, dropout 0.2, l2 0.001. Docs -> `(n_tokens, projection or width)` per Doc."""
-    return ElmoFeatures(n_layers, width, dropout=dropout, l2=l2, layer_norm=layer_norm, projection=projection)
+    return features(n_layers, width, dropout, l2, layer_norm, projection)
+
+
+@registry.architectures("spacy_elmo.ElmoFeatures.v3")
+def ElmoFeaturesLayers(
+    n_layers: Optional[int] = None,
+    width: Optional[int] = None,
+    dropout: float = 0.2,
+    l2: float = 0.001,
+    layer_norm: bool = False,
+    projection: Optional[int] = None,
+    layers: Optional[List[int]] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """`ElmoFeatures.v2` plus `layers`: the biLM layers to mix (0: the token layer; null: all). With one layer
+    the mix is `gamma * h_j` exactly; `[0, 1]` mixes the token layer and the first LSTM layer only (Reimers and
+    Gurevych 2019 found that often as good). Docs -> `(n_tokens, projection or width)` per Doc."""
+    return features(n_layers, width, dropout, l2, layer_norm, projection, layers)
+
+
+@registry.architectures("spacy_elmo.ElmoAtOutput.v1")
+def ElmoAtOutput(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    elmo: Model[List[Doc], List[Floats2d]],
+) -> Model[List[Doc], List[Floats2d]]:
+    """ELMo at the task encoder's output (Peters et al. 2018, sec. 3.3): `[h_k; ELMo_k]`, the encoder's output
+    `h_k` (`tok2vec`, which may itself read ELMo at its input) beside `elmo`, an `ElmoFeatures` with a mix of its
+    own. Docs -> `(n_tokens, tok2vec width + elmo width)` per Doc, as the `tok2vec` of a tagger or NER."""
+    model = concatenate(tok2vec, elmo)
+    widths = [tok2vec.maybe_get_dim("nO"), elmo.maybe_get_dim("nO")]
+    if None not in widths:
+        model.set_dim("nO", sum(widths))
+    return model
 
 
 @registry.architectures("spacy_elmo.ElmoMultiHashEmbed.v1")

@@ -66,14 +66,21 @@ class Upstream:
 
 
 def elmo_mix(
-    n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False
+    n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False,
+    layers: Optional[List[int]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """Docs -> `gamma * sum_j softmax(s)_j h_j`, `(n_tokens, width)` per Doc; params `s` `(n_layers,)`, `gamma` `(1,)`.
-    Null sizes are set by `mix_init`."""
+    """Docs -> `gamma * sum_j softmax(s)_j h_j` over the biLM's layers j in `layers` (None: all), `(n_tokens, width)`
+    per Doc; params `s` `(len(layers) or n_layers,)`, `gamma` `(1,)`. Null sizes are set by `mix_init`."""
+    if layers is not None:
+        if (not isinstance(layers, (list, tuple)) or not layers or len(set(layers)) != len(layers)
+                or any(isinstance(j, bool) or not isinstance(j, int) for j in layers)):
+            raise ElmoConfigError(f"ElmoFeatures: layers must be a non-empty list of distinct layer indices (or "
+                                  f"null for all), got {layers!r}")
+        layers = sorted(layers)
     return Model(MIX_NAME, mix_forward, init=mix_init, dims={"nL": n_layers, "nO": width},
                  params={"s": None, "gamma": None},
                  attrs={"l2": float(l2), "layer_norm": bool(layer_norm), "shape_inference_docs": ShapeInferenceDocs(),
-                        "upstream": Upstream()})
+                        "upstream": Upstream(), "layers": layers})
 
 
 def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
@@ -89,7 +96,11 @@ def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
             set_sizes(model, *upstream, [])
     if model.maybe_get_dim("nL") is None or model.maybe_get_dim("nO") is None:
         raise ElmoConfigError(NO_SIZES)
-    model.set_param("s", model.ops.alloc1f(model.get_dim("nL")))
+    n_layers, chosen = model.get_dim("nL"), model.attrs["layers"]
+    if chosen is not None and not all(0 <= j < n_layers for j in chosen):
+        raise ElmoConfigError(f"ElmoFeatures: layers = {chosen}, but the biLM has layers 0 to {n_layers - 1} "
+                              "(0: the token layer)")
+    model.set_param("s", model.ops.alloc1f(n_layers if chosen is None else len(chosen)))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
     for doc in docs:
         if doc._.elmo_data is None:
@@ -162,6 +173,8 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
 def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
     ops, xp = model.ops, model.ops.xp
     X, lengths = doc_layers(model, docs, is_train)  # (nL, N, nO)
+    if model.attrs["layers"] is not None:
+        X = X[model.attrs["layers"]]  # (len(layers), N, nO)
     s, gamma = model.get_param("s"), model.get_param("gamma")
     w = ops.softmax(s)  # (nL,)
     mixed = xp.tensordot(w, X, axes=1)  # (N, nO)

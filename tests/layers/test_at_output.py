@@ -1,0 +1,103 @@
+"""ElmoFeatures.v3 (`layers`: a subset of the biLM's layers) and ElmoAtOutput.v1 (`[h_k; ELMo_k]`, ELMo at the task
+encoder's output beside ELMo at its input): values, training with two mixes, a round trip, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spacy
+from spacy.util import registry
+
+from spacy_elmo import ElmoConfigError
+from spacy_elmo.architectures import ElmoFeaturesLayers
+from spacy_elmo.layers import MIX_NAME
+
+from ..helpers import data_path, read_conllu, tagged_examples
+from .test_architectures import N_LAYERS, docs_with_layers, mix_layer
+
+FIXTURE_WIDTH = 32
+
+
+def features_v3(**settings):
+    return registry.resolve({"x": {"@architectures": "spacy_elmo.ElmoFeatures.v3", **settings}})["x"]
+
+
+@pytest.mark.parametrize("layer", range(N_LAYERS))
+def test_one_layer_is_gamma_times_that_layer_exactly(layer):
+    docs = docs_with_layers([5, 0, 3])
+    model = features_v3(n_layers=N_LAYERS, width=8, dropout=0.0, layers=[layer])
+    model.initialize(X=docs)
+    mix_layer(model).set_param("gamma", np.array([1.75], dtype="f"))
+    for doc, y in zip(docs, model.predict(docs)):
+        np.testing.assert_array_equal(y, np.float32(1.75) * doc._.elmo_data.layers[layer])
+
+
+def test_a_subset_mixes_only_its_layers():
+    docs = docs_with_layers([4, 6])
+    model = features_v3(n_layers=N_LAYERS, width=8, dropout=0.0, layers=[1, 0])
+    model.initialize(X=docs)
+    mix = mix_layer(model)
+    assert mix.get_param("s").shape == (2,)
+    mix.set_param("s", np.array([0.3, -0.2], dtype="f"))  # layers sorted: s[0] for layer 0, s[1] for layer 1
+    w = np.exp([0.3, -0.2]) / np.exp([0.3, -0.2]).sum()
+    for doc, y in zip(docs, model.predict(docs)):
+        layers = doc._.elmo_data.layers
+        np.testing.assert_allclose(y, w[0] * layers[0] + w[1] * layers[1], rtol=1e-5, atol=1e-6)
+    docs[0]._.elmo_data.layers[2] += 100.0  # a layer outside the subset changes nothing
+    np.testing.assert_array_equal(model.predict(docs[:1])[0], model.predict(docs[:1])[0])
+
+
+@pytest.mark.parametrize("layers", [[], [0, 0], [1.5], "top"])
+def test_bad_layer_lists_are_one_config_error(layers):
+    with pytest.raises(ElmoConfigError, match="layers must be a non-empty list of distinct layer indices"):
+        ElmoFeaturesLayers(layers=layers)  # from Python; a config's types are checked by spaCy first
+
+
+def test_a_layer_the_biLM_lacks_is_named_at_initialize():
+    model = features_v3(n_layers=N_LAYERS, width=8, layers=[0, 3])
+    with pytest.raises(ElmoConfigError, match=r"layers = \[0, 3\], but the biLM has layers 0 to 2"):
+        model.initialize(X=docs_with_layers([3]))
+
+
+def at_output_tagger(fixture_dir):
+    """elmo + a tagger whose tok2vec is ElmoAtOutput.v1 over an encoder that reads ELMo at its input (.v3, all
+    layers), beside ELMo at its output (.v3, layers [1, 2]): two mixes of one component."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    encoder = {"@architectures": "spacy.Tok2Vec.v2",
+               "embed": {"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", "width": 24,
+                         "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "rows": [1000, 500, 500, 500],
+                         "include_static_vectors": False, "elmo": {"@architectures": "spacy_elmo.ElmoFeatures.v3"}},
+               "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 24, "depth": 1,
+                          "window_size": 1, "maxout_pieces": 3}}
+    nlp.add_pipe("tagger", config={"model": {
+        "@architectures": "spacy.Tagger.v2", "nO": None, "normalize": False,
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoAtOutput.v1", "tok2vec": encoder,
+                    "elmo": {"@architectures": "spacy_elmo.ElmoFeatures.v3", "layers": [1, 2], "dropout": 0.0}}}})
+    return nlp
+
+
+def test_a_tagger_with_elmo_at_input_and_output_trains_and_round_trips(fixture_dir, tmp_path):
+    nlp = at_output_tagger(fixture_dir)
+    train = [(s.words, s.tags) for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 60)]
+    examples = tagged_examples(nlp, train)
+    spacy.util.fix_random_seed(0)
+    optimizer = nlp.initialize(lambda: examples)
+    tok2vec = nlp.get_pipe("tagger").model.get_ref("tok2vec")
+    assert tok2vec.get_dim("nO") == 24 + FIXTURE_WIDTH  # encoder + ELMo
+    mixes = [node for node in tok2vec.walk() if node.name == MIX_NAME]
+    assert sorted(m.get_param("s").shape for m in mixes) == [(2,), (3,)]  # output: layers [1, 2]; input: all
+    assert set(nlp.get_pipe("elmo").listening_components) == {"tagger"}
+    before = [m.get_param("s").copy() for m in mixes]
+    for _ in range(3):
+        for batch in spacy.util.minibatch(examples, 8):
+            nlp.update(batch, sgd=optimizer, annotates=["elmo"])
+    after = [m.get_param("s") for m in mixes]
+    assert all(np.abs(a - b).max() > 1e-3 for a, b in zip(after, before))  # both mixes learn, separately
+    texts = [" ".join(words) for words, _ in train[:10]]
+    expected = [[t.tag_ for t in doc] for doc in nlp.pipe(texts)]
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert [[t.tag_ for t in doc] for doc in loaded.pipe(texts)] == expected
+    loaded_mixes = [n for n in loaded.get_pipe("tagger").model.walk() if n.name == MIX_NAME]
+    for a, b in zip(loaded_mixes, mixes):
+        np.testing.assert_array_equal(a.get_param("s"), b.get_param("s"))
