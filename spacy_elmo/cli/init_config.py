@@ -2,8 +2,9 @@
 
 spaCy's `init config` has no hook for plugins: `-p elmo,tagger` gives a tagger that never reads the
 `elmo` component's layers. This writes the wiring of project/configs/*_elmo.cfg for any of the
-supported components: `elmo` first and in [training] annotating_components, and every component's
-embedding `[x_k; ELMo_k]` (`spacy_elmo.ElmoMultiHashEmbed.v1` with `spacy_elmo.ElmoFeatures.v2`).
+supported components: `elmo` first and in [training] annotating_components, and ELMo where `--elmo-at`
+says: at the input, every component's embedding `[x_k; ELMo_k]` (`spacy_elmo.ElmoMultiHashEmbed.v1` with
+`spacy_elmo.ElmoFeatures.v3`); at the output, `[h_k; ELMo_k]` (`spacy_elmo.ElmoAtOutput.v1`), a mix per component.
 """
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ ADDED = ("elmo", "tok2vec")  # written by the command: ignored in --pipeline
 # embedding, encoder and mix (the task-specific weights of Peters et al. 2018, sec. 3.3), wider and deeper.
 SIZES = {"efficiency": {"width": 96, "depth": 4}, "accuracy": {"width": 256, "depth": 8}}
 SHARED = "${components.tok2vec.model.encode.width}"
+ELMO_AT = ("input", "output", "both")
+ATTRS, ROWS = ["NORM", "PREFIX", "SUFFIX", "SHAPE"], [5000, 1000, 2500, 2500]
+FEATURES = {"@architectures": "spacy_elmo.ElmoFeatures.v3", "n_layers": None, "width": None, "dropout": 0.2,
+            "l2": 0.001, "layer_norm": False, "projection": None, "layers": None}
 
 
 def parse_pipeline(pipeline: str) -> List[str]:
@@ -49,24 +54,26 @@ def parse_pipeline(pipeline: str) -> List[str]:
     return names
 
 
-def tok2vec_model(width: int, depth: int, embed_width: Any) -> Dict[str, Any]:
-    """`spacy.Tok2Vec.v2` whose embedding is `[x_k; ELMo_k]`, the ELMo mix's sizes taken from the biLM."""
-    elmo = {"@architectures": "spacy_elmo.ElmoFeatures.v2", "n_layers": None, "width": None, "dropout": 0.2,
-            "l2": 0.001, "layer_norm": False, "projection": None}
+def tok2vec_model(width: int, depth: int, embed_width: Any, elmo_in: bool) -> Dict[str, Any]:
+    """`spacy.Tok2Vec.v2` whose embedding is `[x_k; ELMo_k]` (`elmo_in`; the mix's sizes taken from the biLM),
+    else spaCy's `MultiHashEmbed`."""
+    embed: Dict[str, Any] = {"width": embed_width, "attrs": ATTRS, "rows": ROWS, "include_static_vectors": False}
+    embed = ({"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", **embed, "elmo": dict(FEATURES)} if elmo_in
+             else {"@architectures": "spacy.MultiHashEmbed.v2", **embed})
     return {
         "@architectures": "spacy.Tok2Vec.v2",
-        "embed": {"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", "width": embed_width,
-                  "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "rows": [5000, 1000, 2500, 2500],
-                  "include_static_vectors": False, "elmo": elmo},
+        "embed": embed,
         "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": width, "depth": depth,
                    "window_size": 1, "maxout_pieces": 3},
     }
 
 
-def base_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool) -> Dict[str, Any]:
+def base_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool,
+                elmo_at: str = "input") -> Dict[str, Any]:
     """The settings that differ from spaCy's defaults, as a config dict (spaCy fills in the rest)."""
     sizes = SIZES[optimize]
     shared = optimize == "efficiency"
+    elmo_in = elmo_at in ("input", "both")
     corpus = {"@readers": "spacy.Corpus.v1", "max_length": 0, "gold_preproc": False, "limit": 0, "augmenter": None}
     config: Dict[str, Any] = {
         "paths": {"train": None, "dev": None, "elmo": weights},
@@ -78,15 +85,17 @@ def base_config(lang: str, components: List[str], weights: str, optimize: str, g
     }
     if shared:
         config["components"]["tok2vec"] = {"factory": "tok2vec",
-                                           "model": tok2vec_model(sizes["width"], sizes["depth"], SHARED)}
+                                           "model": tok2vec_model(sizes["width"], sizes["depth"], SHARED, elmo_in)}
     for name in components:
         tok2vec = ({"@architectures": "spacy.Tok2VecListener.v1", "width": SHARED, "upstream": "*"} if shared
-                   else tok2vec_model(sizes["width"], sizes["depth"], sizes["width"]))
+                   else tok2vec_model(sizes["width"], sizes["depth"], sizes["width"], elmo_in))
+        if elmo_at in ("output", "both"):  # [h_k; ELMo_k]: the component's own mix at its encoder's output
+            tok2vec = {"@architectures": "spacy_elmo.ElmoAtOutput.v1", "tok2vec": tok2vec, "elmo": dict(FEATURES)}
         config["components"][name] = {"factory": name, "model": {**HEADS[name], "tok2vec": tok2vec}}
     return config
 
 
-def build_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool):
+def build_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool, elmo_at: str = "input"):
     """The complete config (a thinc `Config`), auto-filled by spaCy as `spacy init config` fills its own."""
     from spacy import util
     from thinc.api import Config
@@ -95,7 +104,7 @@ def build_config(lang: str, components: List[str], weights: str, optimize: str, 
         util.get_lang_class(lang)
     except ImportError:
         raise ElmoConfigError(f"--lang {lang!r}: spaCy has no such language") from None
-    text = Config(base_config(lang, components, weights, optimize, gpu)).to_str()
+    text = Config(base_config(lang, components, weights, optimize, gpu, elmo_at)).to_str()
     try:
         nlp = util.load_model_from_config(Config().from_str(text, interpolate=False), auto_fill=True)
     except ImportError as err:  # a language whose tokenizer needs a package that is not installed
@@ -128,12 +137,16 @@ def init_config_cli(
                                           "embedding, encoder (width 256, depth 8) and ELMo mix")] = "efficiency",
     gpu: Annotated[bool, typer.Option("--gpu", "-G", help="train on a GPU: [system] gpu_allocator = \"pytorch\", "
                                       "so the biLM and spaCy share one memory pool")] = False,
+    elmo_at: Annotated[str, typer.Option("--elmo-at", help="where ELMo goes: input ([x_k; ELMo_k], the embedding), "
+                                         "output ([h_k; ELMo_k] after the encoder, a mix per component) or both "
+                                         "(Peters et al. 2018, sec. 3.3)")] = "input",
     force: Annotated[bool, typer.Option("--force", "-F", help="overwrite OUTPUT if it exists")] = False,
 ):
     """Write a complete `spacy train` config whose components read ELMo.
 
     Unlike `spacy init config -p elmo,...`, every component learns its own mix of the biLM's layers
-    beside spaCy's hash embedding (`spacy_elmo.ElmoFeatures.v2`), and `elmo` annotates every training
+    beside spaCy's hash embedding (`spacy_elmo.ElmoFeatures.v3`; `--elmo-at output` or `both`: after the
+    encoder too), and `elmo` annotates every training
     batch. The weights are checked now (a typo fails here, not at training); the biLM loads when
     training starts. Then: `python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy`.
     """
@@ -141,11 +154,13 @@ def init_config_cli(
         components = parse_pipeline(pipeline)
         if optimize not in SIZES:
             raise ElmoConfigError(f"--optimize must be efficiency or accuracy, got {optimize!r}")
+        if elmo_at not in ELMO_AT:
+            raise ElmoConfigError(f"--elmo-at must be input, output or both, got {elmo_at!r}")
         try:
             locate(weights)
         except ElmoError as err:
             raise type(err)(f"--weights: {err}") from None
-        text = build_config(lang, components, weights, optimize, gpu).to_str()
+        text = build_config(lang, components, weights, optimize, gpu, elmo_at).to_str()
         if str(output) == "-":
             typer.echo(text)
             return

@@ -106,6 +106,30 @@ def test_every_supported_component_reads_ELMo(fixture_dir, ud, tmp_path, optimiz
             assert np.abs(s).max() > 0, name
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("elmo_at,optimize,expected", [
+    ("output", "efficiency", {"tagger": [3], "ner": [3]}),  # the shared tok2vec reads no ELMo; each head its own
+    ("both", "efficiency", {"tok2vec": [3], "tagger": [3], "ner": [3]}),
+    ("both", "accuracy", {"tagger": [3, 3], "ner": [3, 3]}),  # each component: input and output, two mixes
+])
+def test_elmo_at_the_output_gives_each_component_its_own_mix(fixture_dir, ud, tmp_path, elmo_at, optimize, expected):
+    """`--elmo-at output|both` wraps each component's tok2vec in ElmoAtOutput.v1 ([h_k; ELMo_k]); the config
+    initializes without the unused-ELMo warning and every mix learns."""
+    config = write(tmp_path, "-p", "tagger,ner", "-w", fixture_dir, "-o", optimize, "--elmo-at", elmo_at)
+    for name in ("tagger", "ner"):
+        assert config["components"][name]["model"]["tok2vec"]["@architectures"] == "spacy_elmo.ElmoAtOutput.v1"
+    nlp = spacy.util.load_model_from_config(config, auto_fill=False, validate=True)
+    train = examples(nlp, ud[:8])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoUnusedWarning)
+        optimizer = nlp.initialize(lambda: train)
+    for _ in range(3):  # the heads' output layers start at zero: the encoder's gradient arrives from the 2nd
+        nlp.update(train, sgd=optimizer, annotates=["elmo"])
+    found = {name: sorted(len(s) for s in found) for name, found in mixes(nlp).items() if found}
+    assert found == expected
+    assert all(np.abs(s).max() > 0 for found in mixes(nlp).values() for s in found), mixes(nlp)
+
+
 def test_options(fixture_dir, tmp_path, capsys):
     """--lang, --gpu (spacy-transformers' convention), the weights as given in [paths] elmo, and - for stdout."""
     config = write(tmp_path, "-p", "ner", "-w", fixture_dir, "--lang", "de", "--gpu")
@@ -127,6 +151,7 @@ def test_options(fixture_dir, tmp_path, capsys):
     (["-p", "elmo"], "no component"),
     (["-p", "tagger,tagger"], "a component named twice"),
     (["-o", "fast"], "--optimize must be efficiency or accuracy, got 'fast'"),
+    (["--elmo-at", "middle"], "--elmo-at must be input, output or both, got 'middle'"),
     (["--lang", "xx_nope"], "--lang 'xx_nope': spaCy has no such language"),
 ])
 def test_bad_settings_are_one_error_line(fixture_dir, tmp_path, capsys, args, expected):
