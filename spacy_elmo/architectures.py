@@ -21,6 +21,8 @@ from spacy.ml.models.tok2vec import MultiHashEmbed
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Dropout, Linear, Maxout, Model, chain, concatenate, with_array
+from thinc.layers.concatenate import forward as concatenate_forward
+from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d
 
 from .bilm import BiLMOptions, StatePolicy
@@ -128,11 +130,11 @@ def ElmoAtOutput(
     """ELMo at the task encoder's output (Peters et al. 2018, sec. 3.3): `[h_k; ELMo_k]`, the encoder's output
     `h_k` (`tok2vec`, which may itself read ELMo at its input) beside `elmo`, an `ElmoFeatures` with a mix of its
     own. Docs -> `(n_tokens, tok2vec width + elmo width)` per Doc, as the `tok2vec` of a tagger or NER."""
-    model = concatenate(tok2vec, elmo)
     widths = [tok2vec.maybe_get_dim("nO"), elmo.maybe_get_dim("nO")]
-    if None not in widths:
-        model.set_dim("nO", sum(widths))
-    return model
+    # thinc's concatenate, built here: `concatenate()` would merge `elmo` into a `tok2vec` that is one (an
+    # ElmoAtOutput), changing that model's width
+    return Model("elmo_at_output", concatenate_forward, init=concatenate_init, layers=[tok2vec, elmo],
+                 dims={"nO": None if None in widths else sum(widths)})
 
 
 @registry.architectures("spacy_elmo.ElmoMultiHashEmbed.v1")

@@ -96,11 +96,8 @@ def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
             set_sizes(model, *upstream, [])
     if model.maybe_get_dim("nL") is None or model.maybe_get_dim("nO") is None:
         raise ElmoConfigError(NO_SIZES)
-    n_layers, chosen = model.get_dim("nL"), model.attrs["layers"]
-    if chosen is not None and not all(0 <= j < n_layers for j in chosen):
-        raise ElmoConfigError(f"ElmoFeatures: layers = {chosen}, but the biLM has layers 0 to {n_layers - 1} "
-                              "(0: the token layer)")
-    model.set_param("s", model.ops.alloc1f(n_layers if chosen is None else len(chosen)))
+    check_layers(model, [])
+    model.set_param("s", model.ops.alloc1f(len(mixed_layers(model))))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
     for doc in docs:
         if doc._.elmo_data is None:
@@ -144,6 +141,23 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
             f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: set {' and '.join(fixes)} "
             "(or null: taken from the biLM)"
         )
+    check_layers(model, paths)
+
+
+def check_layers(model: Model, paths: List[str]) -> None:
+    """Raise one line naming `layers` (and its overrides in `paths`) where an index is not a layer of the biLM."""
+    n_layers, chosen = model.get_dim("nL"), model.attrs["layers"]
+    if chosen is not None and not all(0 <= j < n_layers for j in chosen):
+        overrides = " or ".join(f"--{path}.layers" for path in paths)
+        fix = f": set {overrides} to indices below {n_layers} (or null: all layers)" if paths else ""
+        raise ElmoConfigError(f"ElmoFeatures: layers = {chosen}, but the biLM has layers 0 to {n_layers - 1} "
+                              f"(0: the token layer){fix}")
+
+
+def mixed_layers(model: Model) -> List[int]:
+    """The indices of the biLM layers an `elmo_mix` reads: its `layers`, or all `nL`."""
+    chosen = model.attrs["layers"]
+    return list(range(model.get_dim("nL"))) if chosen is None else chosen
 
 
 def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d, List[int]]:
@@ -193,8 +207,11 @@ def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Flo
 
 
 def learned_mix(model: Model) -> Floats1d:
-    """The softmax-normalised mix `(n_layers,)` of the first `elmo_mix` inside `model`."""
+    """The softmax-normalised mix `(n_layers,)` of the first `elmo_mix` inside `model`: 0 for a layer outside
+    its `layers`."""
     for node in model.walk():
         if node.name == MIX_NAME:
-            return node.ops.softmax(node.get_param("s"))
+            weights = node.ops.alloc1f(node.get_dim("nL"))
+            weights[mixed_layers(node)] = node.ops.softmax(node.get_param("s"))
+            return weights
     raise ElmoConfigError(f"no {MIX_NAME} layer in this model")
