@@ -90,12 +90,16 @@ def mix_sizes(nlp) -> tuple:
 
 # ------------------------------------------------------------------------------ item: sizes from the biLM
 def test_shipped_configs_take_the_sizes_from_the_biLM():
+    def feature_blocks(section):
+        for value in section.values():
+            if isinstance(value, dict):
+                if str(value.get("@architectures", "")).startswith("spacy_elmo.ElmoFeatures."):
+                    yield value
+                yield from feature_blocks(value)
+
     for path in sorted(CONFIGS.glob("*.cfg")):
-        config = Config().from_disk(path, interpolate=False)
-        blocks = [config["components"][c]["model"]["embed"]["elmo"] for c in config["components"]
-                  if "elmo" in config["components"][c].get("model", {}).get("embed", {})]
-        for block in blocks:
-            assert block["@architectures"] == "spacy_elmo.ElmoFeatures.v2", path
+        for block in feature_blocks(Config().from_disk(path, interpolate=False)["components"]):
+            assert block["@architectures"] in ("spacy_elmo.ElmoFeatures.v2", "spacy_elmo.ElmoFeatures.v3"), path
             assert block["n_layers"] is None and block["width"] is None, path
 
 
