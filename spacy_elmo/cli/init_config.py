@@ -4,12 +4,13 @@ spaCy's `init config` has no hook for plugins: `-p elmo,tagger` gives a tagger t
 `elmo` component's layers. This writes the wiring of project/configs/*_elmo.cfg for any of the
 supported components: `elmo` first and in [training] annotating_components, and ELMo where `--elmo-at`
 says: at the input, every component's embedding `[x_k; ELMo_k]` (`spacy_elmo.ElmoMultiHashEmbed.v1` with
-`spacy_elmo.ElmoFeatures.v3`); at the output, `[h_k; ELMo_k]` (`spacy_elmo.ElmoAtOutput.v1`), a mix per component.
+`spacy_elmo.ElmoFeatures.v3`); at the output, `[h_k; ELMo_k]` (`spacy_elmo.ElmoAtOutput.v1`), a mix per component;
+every mix over the biLM layers `--elmo-layers` names (all by default).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List
+from typing import Annotated, Any, Dict, List, Optional
 
 import typer
 
@@ -38,8 +39,12 @@ SIZES = {"efficiency": {"width": 96, "depth": 4}, "accuracy": {"width": 256, "de
 SHARED = "${components.tok2vec.model.encode.width}"
 ELMO_AT = ("input", "output", "both")
 ATTRS, ROWS = ["NORM", "PREFIX", "SUFFIX", "SHAPE"], [5000, 1000, 2500, 2500]
-FEATURES = {"@architectures": "spacy_elmo.ElmoFeatures.v3", "n_layers": None, "width": None, "dropout": 0.2,
-            "l2": 0.001, "layer_norm": False, "projection": None, "layers": None}
+
+
+def features(layers: Optional[List[int]]) -> Dict[str, Any]:
+    """`spacy_elmo.ElmoFeatures.v3` over `layers` (None: all), its sizes taken from the biLM."""
+    return {"@architectures": "spacy_elmo.ElmoFeatures.v3", "n_layers": None, "width": None, "dropout": 0.2,
+            "l2": 0.001, "layer_norm": False, "projection": None, "layers": layers}
 
 
 def parse_pipeline(pipeline: str) -> List[str]:
@@ -54,11 +59,23 @@ def parse_pipeline(pipeline: str) -> List[str]:
     return names
 
 
-def tok2vec_model(width: int, depth: int, embed_width: Any, elmo_in: bool) -> Dict[str, Any]:
-    """`spacy.Tok2Vec.v2` whose embedding is `[x_k; ELMo_k]` (`elmo_in`; the mix's sizes taken from the biLM),
-    else spaCy's `MultiHashEmbed`."""
+def parse_layers(text: str) -> List[int]:
+    """`0,1` -> `[0, 1]`; raises ElmoConfigError on anything but distinct indices from 0."""
+    try:
+        layers = [int(part) for part in text.split(",")]
+    except ValueError:
+        layers = []
+    if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+        raise ElmoConfigError(f"--elmo-layers {text!r}: give distinct layer indices from 0, comma-separated, "
+                              "e.g. 0,1 (0: the token layer)")
+    return layers
+
+
+def tok2vec_model(width: int, depth: int, embed_width: Any, elmo: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """`spacy.Tok2Vec.v2` whose embedding is `[x_k; ELMo_k]` with `elmo` (an ElmoFeatures block), else spaCy's
+    `MultiHashEmbed`."""
     embed: Dict[str, Any] = {"width": embed_width, "attrs": ATTRS, "rows": ROWS, "include_static_vectors": False}
-    embed = ({"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", **embed, "elmo": dict(FEATURES)} if elmo_in
+    embed = ({"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", **embed, "elmo": elmo} if elmo
              else {"@architectures": "spacy.MultiHashEmbed.v2", **embed})
     return {
         "@architectures": "spacy.Tok2Vec.v2",
@@ -69,11 +86,10 @@ def tok2vec_model(width: int, depth: int, embed_width: Any, elmo_in: bool) -> Di
 
 
 def base_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool,
-                elmo_at: str = "input") -> Dict[str, Any]:
+                elmo_at: str = "input", elmo_layers: Optional[List[int]] = None) -> Dict[str, Any]:
     """The settings that differ from spaCy's defaults, as a config dict (spaCy fills in the rest)."""
     sizes = SIZES[optimize]
     shared = optimize == "efficiency"
-    elmo_in = elmo_at in ("input", "both")
     corpus = {"@readers": "spacy.Corpus.v1", "max_length": 0, "gold_preproc": False, "limit": 0, "augmenter": None}
     config: Dict[str, Any] = {
         "paths": {"train": None, "dev": None, "elmo": weights},
@@ -83,19 +99,24 @@ def base_config(lang: str, components: List[str], weights: str, optimize: str, g
         "training": {"annotating_components": ["elmo"]},  # elmo annotates every batch; it has nothing to train
         "components": {"elmo": {"factory": "elmo", "weights": "${paths.elmo}"}},
     }
+    elmo_in = elmo_at in ("input", "both")
     if shared:
         config["components"]["tok2vec"] = {"factory": "tok2vec",
-                                           "model": tok2vec_model(sizes["width"], sizes["depth"], SHARED, elmo_in)}
+                                           "model": tok2vec_model(sizes["width"], sizes["depth"], SHARED,
+                                                                 features(elmo_layers) if elmo_in else None)}
     for name in components:
         tok2vec = ({"@architectures": "spacy.Tok2VecListener.v1", "width": SHARED, "upstream": "*"} if shared
-                   else tok2vec_model(sizes["width"], sizes["depth"], sizes["width"], elmo_in))
+                   else tok2vec_model(sizes["width"], sizes["depth"], sizes["width"],
+                                      features(elmo_layers) if elmo_in else None))
         if elmo_at in ("output", "both"):  # [h_k; ELMo_k]: the component's own mix at its encoder's output
-            tok2vec = {"@architectures": "spacy_elmo.ElmoAtOutput.v1", "tok2vec": tok2vec, "elmo": dict(FEATURES)}
+            tok2vec = {"@architectures": "spacy_elmo.ElmoAtOutput.v1", "tok2vec": tok2vec,
+                       "elmo": features(elmo_layers)}
         config["components"][name] = {"factory": name, "model": {**HEADS[name], "tok2vec": tok2vec}}
     return config
 
 
-def build_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool, elmo_at: str = "input"):
+def build_config(lang: str, components: List[str], weights: str, optimize: str, gpu: bool, elmo_at: str = "input",
+                 elmo_layers: Optional[List[int]] = None):
     """The complete config (a thinc `Config`), auto-filled by spaCy as `spacy init config` fills its own."""
     from spacy import util
     from thinc.api import Config
@@ -104,7 +125,7 @@ def build_config(lang: str, components: List[str], weights: str, optimize: str, 
         util.get_lang_class(lang)
     except ImportError:
         raise ElmoConfigError(f"--lang {lang!r}: spaCy has no such language") from None
-    text = Config(base_config(lang, components, weights, optimize, gpu, elmo_at)).to_str()
+    text = Config(base_config(lang, components, weights, optimize, gpu, elmo_at, elmo_layers)).to_str()
     try:
         nlp = util.load_model_from_config(Config().from_str(text, interpolate=False), auto_fill=True)
     except ImportError as err:  # a language whose tokenizer needs a package that is not installed
@@ -140,6 +161,10 @@ def init_config_cli(
     elmo_at: Annotated[str, typer.Option("--elmo-at", help="where ELMo goes: input ([x_k; ELMo_k], the embedding), "
                                          "output ([h_k; ELMo_k] after the encoder, a mix per component) or both "
                                          "(Peters et al. 2018, sec. 3.3)")] = "input",
+    elmo_layers: Annotated[Optional[str], typer.Option("--elmo-layers", help="the biLM layers every ELMo mix reads, "
+                                                       "comma-separated, 0 the token layer: e.g. 0,1 (Reimers and "
+                                                       "Gurevych 2019); checked against the biLM when training "
+                                                       "starts. Default: all")] = None,
     force: Annotated[bool, typer.Option("--force", "-F", help="overwrite OUTPUT if it exists")] = False,
 ):
     """Write a complete `spacy train` config whose components read ELMo.
@@ -156,11 +181,12 @@ def init_config_cli(
             raise ElmoConfigError(f"--optimize must be efficiency or accuracy, got {optimize!r}")
         if elmo_at not in ELMO_AT:
             raise ElmoConfigError(f"--elmo-at must be input, output or both, got {elmo_at!r}")
+        layers = parse_layers(elmo_layers) if elmo_layers is not None else None
         try:
             locate(weights)
         except ElmoError as err:
             raise type(err)(f"--weights: {err}") from None
-        text = build_config(lang, components, weights, optimize, gpu, elmo_at).to_str()
+        text = build_config(lang, components, weights, optimize, gpu, elmo_at, layers).to_str()
         if str(output) == "-":
             typer.echo(text)
             return

@@ -16,7 +16,7 @@ from spacy.training import Example
 from spacy.training.converters import conllu_to_docs
 from thinc.api import Config
 
-from spacy_elmo import ElmoUnusedWarning
+from spacy_elmo import ElmoConfigError, ElmoUnusedWarning
 from spacy_elmo.cli.init_config import SUPPORTED
 
 from ..helpers import ENV, REPO, data_path, one_error_line, run_cli
@@ -130,6 +130,30 @@ def test_elmo_at_the_output_gives_each_component_its_own_mix(fixture_dir, ud, tm
     assert all(np.abs(s).max() > 0 for found in mixes(nlp).values() for s in found), mixes(nlp)
 
 
+@pytest.mark.timeout(120)
+def test_elmo_layers_go_to_every_mix(fixture_dir, ud, tmp_path):
+    """`--elmo-layers 0,1` (Reimers and Gurevych 2019): every mix the config writes reads layers 0 and 1 only,
+    and learns."""
+    config = write(tmp_path, "-p", "tagger,ner", "-w", fixture_dir, "--elmo-at", "both", "--elmo-layers", "0, 1")
+    assert config["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] == [0, 1]
+    for name in ("tagger", "ner"):
+        assert config["components"][name]["model"]["tok2vec"]["elmo"]["layers"] == [0, 1]
+    nlp = spacy.util.load_model_from_config(config, auto_fill=False, validate=True)
+    train = examples(nlp, ud[:8])
+    optimizer = nlp.initialize(lambda: train)
+    for _ in range(3):
+        nlp.update(train, sgd=optimizer, annotates=["elmo"])
+    found = mixes(nlp)
+    assert {name: len(s) for name, s in found.items()} == {"tok2vec": 1, "tagger": 1, "ner": 1}
+    for name, (s,) in found.items():
+        assert s.shape == (2,) and np.abs(s).max() > 0, (name, s)
+    beyond = spacy.util.load_model_from_config(write(tmp_path, "-p", "tagger", "-w", fixture_dir, "--elmo-layers",
+                                                     "0,3", "--force"), auto_fill=False)
+    with pytest.raises(ElmoConfigError, match=r"layers = \[0, 3\], but the biLM has layers 0 to 2 .*: set "
+                                              r"--components\.tok2vec\.model\.embed\.elmo\.layers to indices below 3"):
+        beyond.initialize(lambda: examples(beyond, ud[:2]))  # checked against the biLM when training starts
+
+
 def test_options(fixture_dir, tmp_path, capsys):
     """--lang, --gpu (spacy-transformers' convention), the weights as given in [paths] elmo, and - for stdout."""
     config = write(tmp_path, "-p", "ner", "-w", fixture_dir, "--lang", "de", "--gpu")
@@ -152,6 +176,9 @@ def test_options(fixture_dir, tmp_path, capsys):
     (["-p", "tagger,tagger"], "a component named twice"),
     (["-o", "fast"], "--optimize must be efficiency or accuracy, got 'fast'"),
     (["--elmo-at", "middle"], "--elmo-at must be input, output or both, got 'middle'"),
+    (["--elmo-layers", "0,x"], "--elmo-layers '0,x': give distinct layer indices from 0, comma-separated, e.g. 0,1"),
+    (["--elmo-layers", "1,1"], "--elmo-layers '1,1': give distinct layer indices from 0"),
+    (["--elmo-layers", "1,-1"], "--elmo-layers '1,-1': give distinct layer indices from 0"),
     (["--lang", "xx_nope"], "--lang 'xx_nope': spaCy has no such language"),
 ])
 def test_bad_settings_are_one_error_line(fixture_dir, tmp_path, capsys, args, expected):
