@@ -8,7 +8,7 @@ read without unpickling code). The network is AllenNLP's ELMo with three differe
 the token encoder (`CharTable`, `BiLMOptions.char_table` / `word_dim`): code points through a table,
 `<bow>` / `<eow>` swapped, a word embedding before the character features. The weights are in torch's
 layout: `Linear` weights `(out, in)`, LSTM gates in AllenNLP's order (i, f, g, o) with the forget bias
-stored, the highway gate on the carried input (1 - t of bilm-tf's).
+stored (`BiLMOptions.forget_bias` 0), the highway gate on the carried input (1 - t of bilm-tf's).
 """
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def efml_options(arch: Dict[str, Any], source: str, n_characters: int, n_words: 
     cnn = {key: embedder.get(key) for key in ("activation", "filters", "n_highway", "word_dim")}
     cnn.update(embedding={"dim": char_dim}, char_table=True, n_characters=n_characters, n_words=n_words,
                max_characters_per_token=embedder.get("max_characters_per_token", 50))
-    return BiLMOptions.from_dict({"lstm": dict(lstm, use_skip_connections=True), "char_cnn": cnn}, source)
+    lstm.update(use_skip_connections=True, forget_bias=0)  # EFML's bias holds the forget bias
+    return BiLMOptions.from_dict({"lstm": lstm, "char_cnn": cnn}, source)
 
 
 def expected_shapes(opts: BiLMOptions) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Tuple[int, ...]]]:
@@ -164,11 +165,10 @@ def _linear(weight: torch.Tensor) -> torch.Tensor:
     return weight.float().t().contiguous()
 
 
-def _gates(w: torch.Tensor, D: int, forget_bias: float = 0.0) -> torch.Tensor:
-    """`(..., 4D)` in AllenNLP's gate order (i, f, g, o) -> the internal order, less `forget_bias` (which
-    the LSTM adds back at run time)."""
+def _gates(w: torch.Tensor, D: int) -> torch.Tensor:
+    """`(..., 4D)` in AllenNLP's gate order (i, f, g, o) -> the internal order."""
     i, f, g, o = w.split(D, dim=-1)
-    return gates_to_internal(torch.cat([i, g, f - forget_bias, o], dim=-1), D)
+    return gates_to_internal(torch.cat([i, g, f, o], dim=-1), D)
 
 
 def efml_to_state_dict(token: Dict[str, torch.Tensor], encoder: Dict[str, torch.Tensor],
@@ -199,7 +199,7 @@ def efml_to_state_dict(token: Dict[str, torch.Tensor], encoder: Dict[str, torch.
 
         sd[f"lstm.layers.{l}.w_input"] = torch.stack([_gates(_linear(w), D) for w in both("input_linearity.weight")])
         sd[f"lstm.layers.{l}.w_hidden"] = torch.stack([_gates(_linear(w), D) for w in both("state_linearity.weight")])
-        sd[f"lstm.layers.{l}.bias"] = torch.stack([_gates(b.float(), D, 1.0) for b in both("state_linearity.bias")])
+        sd[f"lstm.layers.{l}.bias"] = torch.stack([_gates(b.float(), D) for b in both("state_linearity.bias")])
         sd[f"lstm.layers.{l}.w_proj"] = torch.stack([_linear(w) for w in both("state_projection.weight")])
     sd["warm_h"] = torch.zeros(opts.n_layers, 2, opts.projection_dim)
     sd["warm_c"] = torch.zeros(opts.n_layers, 2, D)

@@ -51,7 +51,7 @@ class BiLM(nn.Module):
         # (another language) has none until one is given
         self.warmup: Optional[Sequence[Sequence[str]]] = None if options.char_table else WARMUP_SENTENCES
         self.lstm = BiLSTMStack(options.projection_dim, options.lstm_dim, options.n_layers, options.cell_clip,
-                                options.proj_clip, options.use_skip_connections)
+                                options.proj_clip, options.use_skip_connections, options.forget_bias)
         n, P, D = options.n_layers, options.projection_dim, options.lstm_dim
         self.register_buffer("warm_h", torch.zeros(n, 2, P))
         self.register_buffer("warm_c", torch.zeros(n, 2, D))

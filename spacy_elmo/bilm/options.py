@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Literal, Tuple, get_args
@@ -56,6 +57,7 @@ class BiLMOptions:
     cell_clip: float = 3.0
     proj_clip: float = 3.0
     use_skip_connections: bool = True
+    forget_bias: float = 1.0  # added to the forget gate at run time: bilm-tf's, not stored (0: stored in the bias)
     activation: str = "relu"
     max_characters_per_token: int = 50
     n_characters: int = 262
@@ -164,6 +166,9 @@ class BiLMOptions:
                 clips[key] = float(value)
             else:
                 raise ElmoFileError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
+        forget_bias = lstm.get("forget_bias", 1.0)
+        if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)) or not math.isfinite(forget_bias):
+            raise ElmoFileError(f"{source}: 'lstm.forget_bias' must be a finite number, got {forget_bias!r}")
         embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
         options = cls(
@@ -176,6 +181,7 @@ class BiLMOptions:
             cell_clip=clips["cell_clip"],
             proj_clip=clips["proj_clip"],
             use_skip_connections=boolean(lstm.get("use_skip_connections", False), "lstm.use_skip_connections"),
+            forget_bias=float(forget_bias),
             activation=activation,
             max_characters_per_token=max_chars,
             n_characters=n_chars,
@@ -206,6 +212,8 @@ class BiLMOptions:
             value = getattr(self, key)
             if value != float("inf"):
                 lstm[key] = int(value) if float(value).is_integer() else value
+        if self.forget_bias != 1.0:
+            lstm["forget_bias"] = self.forget_bias
         out: Dict[str, Any] = dict(self.extra)
         out["lstm"] = lstm
         out["char_cnn"] = {
@@ -227,5 +235,7 @@ class BiLMOptions:
         if not self.char_table:
             for key in ("char_table", "word_dim", "n_words"):
                 d.pop(key)
+        if self.forget_bias == 1.0:
+            d.pop("forget_bias")
         d["filters"] = [list(f) for f in self.filters]
         return d
