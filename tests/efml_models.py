@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Dict, List, Sequence
 from unittest import mock
@@ -42,8 +43,9 @@ SENTENCES = [
 ]
 
 
-def efml_lexicons(corpus: Sequence[str], max_chars: int = 50):
-    """EFML's word and character tables for `corpus` (elmoformanylangs/biLM.py, `train`)."""
+def efml_lexicons(corpus: Sequence[str], max_chars: int = 50, extra_chars: str = ""):
+    """EFML's word and character tables for `corpus` (elmoformanylangs/biLM.py, `train`), with `extra_chars`
+    (characters its CoNLL-U reader can meet inside tokens, such as a space) before the special ones."""
     tokens = [t[: max_chars - 2] for line in corpus for t in line.split()]
     words: Dict[str, int] = {}
     for special in ("<oov>", "<bos>", "<eos>", "<pad>"):
@@ -53,13 +55,15 @@ def efml_lexicons(corpus: Sequence[str], max_chars: int = 50):
         words.setdefault(token, len(words))
         for c in token:
             chars.setdefault(c, len(chars))
+    for c in extra_chars:
+        chars.setdefault(c, len(chars))
     for special in ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"):
         chars.setdefault(special, len(chars))
     return words, chars
 
 
 def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, architecture: dict = ARCHITECTURE,
-                     config_path: str = FOREIGN_CONFIG) -> Path:
+                     config_path: str = FOREIGN_CONFIG, extra_chars: str = "") -> Path:
     """A model written by EFML's classes (`biLM.Model.save_model`, or `torch.save` in the pre-1.6 format with
     `legacy`), every parameter random (padding rows too), its tables written as EFML's trainer writes them,
     `config.json` naming `config_path`, and the architecture saved beside under that file name."""
@@ -68,9 +72,11 @@ def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, ar
 
     torch.manual_seed(seed)
     emb = architecture["token_embedder"]
-    words, chars = efml_lexicons(CORPUS, emb["max_characters_per_token"])
+    words, chars = efml_lexicons(CORPUS, emb["max_characters_per_token"], extra_chars)
     word_layer = EmbeddingLayer(emb["word_dim"], words, fix_emb=False) if emb["word_dim"] else None
-    model = Model(architecture, word_layer, EmbeddingLayer(emb["char_dim"], chars, fix_emb=False), len(words))
+    with warnings.catch_warnings():  # its softmax's loss takes an argument torch deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        model = Model(architecture, word_layer, EmbeddingLayer(emb["char_dim"], chars, fix_emb=False), len(words))
     with torch.no_grad():
         for p in model.parameters():
             p.uniform_(-0.5, 0.5)
@@ -91,14 +97,16 @@ def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, ar
     return directory
 
 
-def efml_outputs(directory: Path, sentences: Sequence[Sequence[str]]) -> List[np.ndarray]:
+def efml_outputs(directory: Path, sentences: Sequence[Sequence[str]], float64: bool = False) -> List[np.ndarray]:
     """EFML's own layers `(n_layers + 1, n_tokens, 2P)` per sentence, each read after `reset_states` (zero
-    states), on the CPU."""
+    states), on the CPU, in float32 (or float64)."""
     from elmoformanylangs import Embedder
 
     logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)
     with mock.patch("torch.cuda.is_available", return_value=False):
         embedder = Embedder(str(directory))
+    if float64:
+        embedder.model.double()
     out = []
     for sentence in sentences:
         embedder.model.encoder.reset_states()
