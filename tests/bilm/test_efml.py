@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,7 @@ def test_spacy_pipeline_gives_efml_outputs(efml_dir, tmp_path, lang, text):
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.get_pipe("elmo").bilm.state_policy == "zero"
     assert np.array_equal(loaded(text)._.elmo_layers, doc._.elmo_layers)
+    assert np.array_equal(pickle.loads(pickle.dumps(nlp))(text)._.elmo_layers, doc._.elmo_layers)  # n_process
 
 
 def test_convert_round_trips(efml_dir, tmp_path, capsys):

@@ -7,13 +7,14 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import spacy
 import torch
 
 from spacy_elmo import ElmoFileError, load_bilm, save_bilm
 
 from ..efml_models import write_efml_model
 from ..helpers import one_error_line, run_cli
-from ..test_hostile_files import load_in_3gb
+from ..test_hostile_files import edit_pipeline_bilm, load_in_3gb
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +161,12 @@ def test_own_format_character_table(model_dir, tmp_path, capsys):
     refused(tmp_path / "own", "char_table.json", "not found")
     assert run_cli("info", tmp_path / "own") == 1
     assert "char_table.json" in one_error_line(capsys.readouterr().err)
+
+
+def test_pipeline_without_its_character_table(model_dir, tmp_path):
+    nlp = spacy.blank("de")
+    nlp.add_pipe("elmo", config={"weights": str(model_dir)})
+    nlp.to_disk(tmp_path / "p")
+    edit_pipeline_bilm(tmp_path / "p" / "elmo" / "model", lambda msg: msg.pop("char_table"))
+    with pytest.raises(ElmoFileError, match="elmo/model: the serialized model lacks its character table"):
+        spacy.load(tmp_path / "p")
