@@ -33,14 +33,16 @@ from .layers import bilm_layer, elmo_mix
 @registry.architectures("spacy_elmo.ElmoModel.v1")
 def ElmoModel(
     options: Optional[Dict[str, Any]] = None,
-    state: StatePolicy = "warm",
+    state: Optional[StatePolicy] = "warm",
     batch_size: int = 64,
     token_cache_size: int = 50_000,
 ) -> Model[List[List[str]], List[np.ndarray]]:
     """The frozen biLM: token texts -> float32 layers `(n_layers + 1, n_tokens, 2P)` per sequence.
 
     options: the biLM sizes in the bilm-tf options layout (`{"lstm": {...}, "char_cnn": {...}}`), or
-        null to take them from the weights. state: the state policy ("warm", "zero", "carry").
+        null to take them from the weights. state: the state policy ("warm", "zero", "carry"), or null for
+        the weights' own (the `elmo` component's default: "warm" for bilm-tf weights, "zero" for
+        ELMoForManyLangs models, the saved one for this project's format).
     batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences and
         256x this many tokens, regrouped by length (see `spacy_elmo.bilm.check_batch_size`).
     token_cache_size: entries of the token-layer cache.

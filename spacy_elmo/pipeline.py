@@ -41,7 +41,7 @@ DEFAULT_MODEL_CONFIG = """
 [model]
 @architectures = "spacy_elmo.ElmoModel.v1"
 options = null
-state = "warm"
+state = null
 batch_size = 64
 token_cache_size = 50000
 """

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Iterable, List, NamedTuple, Sequence, Tuple
 
-SENTENCE_END = frozenset(".!?\u2026")
-CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb"])
+# sentence-final marks: Latin, CJK full and half width (。！？｡), Arabic and Urdu (؟ ۔), Devanagari dandas (। ॥)
+SENTENCE_END = frozenset(".!?\u2026\u3002\uff01\uff1f\uff61\u061f\u06d4\u0964\u0965")
+CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb", "\u300d", "\u300f", "\uff09"])
 
 
 class Window(NamedTuple):

@@ -6,10 +6,11 @@ block that needs the network or hours has `<!-- readme-test: skip network|hours 
 line before it and is skipped with that reason; nothing else is left out.
 
 The working directory holds what a user brings along: `corpus.txt` and `dev.txt` (tokenized text,
-one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), and `project/configs/` (the
-repository's configs). `SPACY_ELMO_CACHE` names a cache where `small` is random weights in the
-published small model's layout (the test does not download 54 MB), so the sizes the examples
-show are the published ones.
+one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), `project/configs/` (the
+repository's configs), `de.model` (a small random ELMoForManyLangs model written by its own classes) and
+`de_train.spacy` / `de_dev.spacy` (tagged German toy sentences). `SPACY_ELMO_CACHE` names a cache where
+`small` is random weights in the published small model's layout (the test does not download 54 MB), so
+the sizes the examples show are the published ones.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import List, NamedTuple, Optional
 
 import pytest
 
+from .efml_models import write_efml_model
 from .helpers import REPO, data_path
 from .reference_bilm import write_random_weights
 
@@ -135,9 +137,24 @@ def workdir(tmp_path_factory):
     (small / "options.json").rename(small / f"elmo_{stem}_options.json")
     (small / "weights.hdf5").rename(small / f"elmo_{stem}_weights.hdf5")
 
+    write_efml_model(root / "de.model")
+    write_german_tagged(root)
     env = dict(os.environ, SPACY_ELMO_CACHE=str(root / "cache"), OMP_NUM_THREADS="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return root, env
+
+
+def write_german_tagged(root: Path) -> None:
+    """`de_train.spacy` (16) and `de_dev.spacy` (8): tagged German sentences."""
+    import spacy
+    from spacy.tokens import Doc, DocBin
+
+    vocab = spacy.blank("de").vocab
+    docs = [Doc(vocab, words=f"{s} {v} {e}".split(), tags=f"{st} VERB {et}".split())
+            for s, st in (("Der Hund", "DET NOUN"), ("Die Katze", "DET NOUN"), ("Ein Kind", "DET NOUN"), ("Anna", "PROPN"))
+            for v in ("bellt", "schläft", "lacht") for e, et in ((".", "PUNCT"), ("heute .", "ADV PUNCT"))]
+    DocBin(docs=docs[::3] + docs[1::3]).to_disk(root / "de_train.spacy")
+    DocBin(docs=docs[2::3]).to_disk(root / "de_dev.spacy")
 
 
 def _command(block: Block) -> List[str]:

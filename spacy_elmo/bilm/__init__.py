@@ -2,7 +2,7 @@
 import warnings
 
 from ..errors import ElmoFileError
-from .chars import batch_char_ids, word_char_ids, words_char_ids
+from .chars import ByteIds, CharTable, batch_char_ids, word_char_ids, words_char_ids
 from .embedder import ElmoEmbedder, check_batch_size
 from .hdf5_format import export_hdf5
 from .load import load_bilm
@@ -13,9 +13,10 @@ from .options import STATE_POLICIES, BiLMOptions, StatePolicy, check_state_polic
 from .own_format import bilm_from_state_dict, read_state_dict, save_bilm
 
 __all__ = [
-    "BiLM", "BiLMOutput", "BiLMOptions", "ElmoEmbedder", "LSTMState", "ModelFiles", "STATE_POLICIES", "StatePolicy",
-    "batch_char_ids", "bilm_from_state_dict", "check_batch_size", "check_state_policy", "export_hdf5", "load_bilm",
-    "locate", "read_state_dict", "save_bilm", "word_char_ids", "words_char_ids",
+    "BiLM", "BiLMOutput", "BiLMOptions", "ByteIds", "CharTable", "ElmoEmbedder", "LSTMState", "ModelFiles",
+    "STATE_POLICIES", "StatePolicy", "batch_char_ids", "bilm_from_state_dict", "check_batch_size",
+    "check_state_policy", "export_hdf5", "load_bilm", "locate", "read_state_dict", "save_bilm", "word_char_ids",
+    "words_char_ids",
 ]
 
 _RENAMED = {"WeightFileError": "ElmoFileError", "BiLMConfigError": "ElmoFileError"}

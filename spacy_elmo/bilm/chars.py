@@ -1,16 +1,21 @@
-"""Token texts -> ELMo character ids (the bilm-tf / AllenNLP mapping).
+"""Token texts -> the ids the token encoder reads: `ByteIds` (bilm-tf / AllenNLP) or `CharTable`
+(ELMoForManyLangs).
 
-A token becomes `max_chars` slots `[BOW, utf-8 bytes..., EOW, PAD...]`, bytes cut to
+bilm-tf: a token becomes `max_chars` slots `[BOW, utf-8 bytes..., EOW, PAD...]`, bytes cut to
 `max_chars - 2`; every id is then shifted by +1 so that 0 means "no token" (padding).
 `<S>` / `</S>` (added around each sentence, or given literally as token texts) become
 `[BOW, 256 or 257, EOW, PAD...]`.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import lru_cache
-from typing import Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from ..errors import ElmoFileError
 
 BOS_CHAR = 256
 EOS_CHAR = 257
@@ -61,3 +66,124 @@ def batch_char_ids(sentences: Sequence[Sequence[str]], max_chars: int = 50) -> n
     for i, sent in enumerate(sentences):
         out[i, : len(sent) + 2] = words_char_ids([BOS_TOKEN, *sent, EOS_TOKEN], max_chars)
     return out
+
+
+class ByteIds:
+    """bilm-tf's ids (the functions above): `width` = `max_chars` columns per token."""
+
+    boundary: Tuple[str, str] = (BOS_TOKEN, EOS_TOKEN)
+    pad_id = PAD_CHAR + 1
+
+    def __init__(self, max_chars: int):
+        self.max_chars = self.width = max_chars
+
+    def words_ids(self, words: Sequence[str]) -> np.ndarray:
+        """Token texts -> int64 `(n_words, width)`."""
+        return words_char_ids(words, self.max_chars)
+
+    def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded with 0."""
+        return batch_char_ids(sentences, self.max_chars)
+
+
+CHAR_SPECIALS = ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>")
+WORD_SPECIALS = ("<oov>", "<pad>")
+
+
+class CharTable:
+    """ELMoForManyLangs' ids. Characters are code points looked up in `chars` (`char.dic`; `<oov>` where
+    missing); a token is cut to `max_chars - 2` characters and becomes `[BOW, chars..., EOW, PAD...]`, where
+    BOW is the id of `<eow>` and EOW the id of `<bow>` (EFML swaps them, in training and inference alike).
+    `<bos>` / `<eos>` (around each sentence, or given literally) become `[BOW, its id, EOW, PAD...]`. With
+    `words` (`word.dic`), one more column holds the word id of the cut token (case-sensitive, `<oov>` where
+    missing). Every id is shifted by +1, so that 0 means "no token"; `width` = columns per token."""
+
+    boundary: Tuple[str, str] = ("<bos>", "<eos>")
+
+    def __init__(self, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int):
+        self.chars, self.words, self.max_chars = chars, words, max_chars
+        self.width = max_chars + (words is not None)
+        self.pad_id = chars["<pad>"] + 1
+        self._bow, self._eow, self._oov = chars["<eow>"] + 1, chars["<bow>"] + 1, chars["<oov>"]
+
+    @classmethod
+    def checked(cls, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int, n_characters: int,
+                n_words: int, source: str, word_source: Optional[str] = None) -> "CharTable":
+        """A table whose specials are there, with one entry per row of its embedding (`n_characters`,
+        `n_words`, row 0 included: ELMoForManyLangs sizes its embeddings by the entries), ids indexing
+        them; else ElmoFileError naming `source` (`word_source` for the word table, if other)."""
+        for kind, table, rows, where, specials in (
+                ("character", chars, n_characters - 1, source, CHAR_SPECIALS),
+                ("word", words, n_words - 1, word_source or source, WORD_SPECIALS)):
+            if table is None:
+                continue
+            missing = [s for s in specials if s not in table]
+            if missing:
+                raise ElmoFileError(f"{where}: the {kind} table lacks {', '.join(missing)}")
+            if len(table) != rows:
+                raise ElmoFileError(f"{where}: {len(table):,} {kind}s for the {rows:,} rows of the {kind} embedding: "
+                                    "the table and the weights do not belong together")
+            for text, i in table.items():
+                if not 0 <= i < rows:
+                    raise ElmoFileError(f"{where}: {kind} {text!r} has id {i:,}, outside the {rows:,} rows of the "
+                                        f"{kind} embedding")
+        return cls(chars, words, max_chars)
+
+    def token_ids(self, text: str) -> np.ndarray:
+        """One token text -> int64 `(width,)`."""
+        ids = np.full(self.width, self.pad_id, dtype=np.int64)
+        if text in self.boundary:
+            body = [self.chars[text]]
+        else:
+            text = text[: self.max_chars - 2]
+            body = [self.chars.get(c, self._oov) for c in text]
+        ids[0] = self._bow
+        ids[1 : 1 + len(body)] = np.asarray(body, dtype=np.int64) + 1
+        ids[1 + len(body)] = self._eow
+        if self.words is not None:
+            ids[-1] = self.words.get(text, self.words["<oov>"]) + 1
+        return ids
+
+    def words_ids(self, words: Sequence[str]) -> np.ndarray:
+        """Token texts -> int64 `(n_words, width)`."""
+        out = np.zeros((len(words), self.width), dtype=np.int64)
+        for i, w in enumerate(words):
+            if not isinstance(w, str):
+                raise TypeError(f"token texts must be str, got {type(w).__name__}: {w!r}")
+            out[i] = self.token_ids(w)
+        return out
+
+    def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded with 0."""
+        max_len = max((len(s) for s in sentences), default=0)
+        out = np.zeros((len(sentences), max_len + 2, self.width), dtype=np.int64)
+        for i, sent in enumerate(sentences):
+            out[i, : len(sent) + 2] = self.words_ids([self.boundary[0], *sent, self.boundary[1]])
+        return out
+
+    def to_json(self) -> str:
+        """`{"chars": {text: id}, "words": {text: id} or null}` (what `from_json` reads)."""
+        return json.dumps({"chars": self.chars, "words": self.words}, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, max_chars: int, n_characters: int, n_words: int, source: str) -> "CharTable":
+        """The inverse of `to_json`, checked (see `checked`); ElmoFileError naming `source`."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ElmoFileError(f"{source}: not a valid JSON character table ({type(err).__name__}: {err})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("chars"), dict) or \
+                not isinstance(data.get("words"), (dict, type(None))):
+            raise ElmoFileError(f"{source}: expected {{\"chars\": {{text: id}}, \"words\": {{text: id}} or null}}")
+        for table in (data["chars"], data["words"] or {}):
+            bad = next((i for i in table.values() if isinstance(i, bool) or not isinstance(i, int)), None)
+            if bad is not None:
+                raise ElmoFileError(f"{source}: ids must be integers, got {bad!r}")
+        if (data["words"] is None) != (n_words == 0):
+            raise ElmoFileError(f"{source}: a word table {'is missing' if n_words else 'is given'}, but the options "
+                                f"say n_words = {n_words}")
+        return cls.checked(data["chars"], data["words"], max_chars, n_characters, n_words, source)
+
+    def digest(self) -> str:
+        """sha256 of the tables (part of a model's fingerprint)."""
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()

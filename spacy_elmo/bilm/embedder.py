@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..errors import ElmoConfigError
 from .cache import TokenLayerCache
-from .chars import BOS_TOKEN, EOS_TOKEN, batch_char_ids, words_char_ids
+from .chars import CharTable
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions, StatePolicy, check_state_policy
@@ -117,10 +117,14 @@ class ElmoEmbedder(nn.Module):
             self._derived_from = key
 
     def fingerprint(self) -> str:
-        """sha256 over the options and every parameter and buffer of the network: identifies its outputs."""
+        """sha256 over the options, every parameter and buffer of the network and its character table, if
+        any: identifies its outputs."""
         self._follow_weights()
         if self._fingerprint is None:
             h = hashlib.sha256(repr(sorted(self.options.sizes().items())).encode())
+            token_ids = self.bilm.token_encoder.token_ids
+            if isinstance(token_ids, CharTable):
+                h.update(token_ids.digest().encode())
             for name, t in self.bilm.state_dict().items():
                 h.update(name.encode())
                 h.update(t.detach().cpu().contiguous().numpy().tobytes())
@@ -173,7 +177,7 @@ class ElmoEmbedder(nn.Module):
         out = encoder.w_proj.new_empty(len(words), options.projection_dim)
         for start in range(0, len(words), ENCODER_CHUNK):
             chunk = order[start : start + ENCODER_CHUNK]
-            ids = torch.from_numpy(words_char_ids([words[i] for i in chunk], options.max_characters_per_token))
+            ids = torch.from_numpy(encoder.token_ids.words_ids([words[i] for i in chunk]))
             out[torch.tensor(chunk, device=device)] = encoder(ids.to(device))
         return out
 
@@ -182,10 +186,11 @@ class ElmoEmbedder(nn.Module):
         return self.token_cache.lookup(words, self._encode_words)
 
     def _boundary_step(self, policy: str) -> LSTMState:
-        """The state after the first step of each direction (over `<S>` forward, over `</S>` backward):
+        """The state after the first step of each direction (over `<S>` forward, over `</S>` backward, or the
+        boundary tokens of the model's `token_ids`):
         under a fixed start state the same for every sentence, so computed once per policy. Batch 1."""
         if policy not in self._after_boundary:
-            x = self._token_layer_of([BOS_TOKEN, EOS_TOKEN])  # (2, P)
+            x = self._token_layer_of(list(self.bilm.token_encoder.token_ids.boundary))  # (2, P)
             first = torch.zeros(1, dtype=torch.long, device=self.device)
             _, lstm_state = self.bilm.lstm.run_directions(x.view(2, 1, 1, -1), self.initial_state(1, policy), first)
             self._after_boundary[policy] = lstm_state
@@ -239,7 +244,7 @@ class ElmoEmbedder(nn.Module):
         device = self.device
         lengths = torch.tensor([len(s) + 2 for s in sentences], device=device)
         mask = torch.arange(int(lengths.max()), device=device).unsqueeze(0) < lengths.unsqueeze(1)
-        ids = torch.from_numpy(batch_char_ids(sentences, self.options.max_characters_per_token))
+        ids = torch.from_numpy(self.bilm.token_encoder.token_ids.batch_ids(sentences))
         return self.forward(ids.to(device), mask).layers
 
     def _empty(self, as_tensor: bool):

@@ -1,13 +1,14 @@
-"""The context-independent token layer: character CNN + highway + projection."""
+"""The context-independent token layer: character CNN + highway (+ a word embedding) + projection."""
 from __future__ import annotations
+
+from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
 
-from .chars import PAD_CHAR
+from ..errors import ElmoConfigError
+from .chars import ByteIds, CharTable
 from .options import BiLMOptions
-
-PAD_ID = PAD_CHAR + 1  # the shifted id of the padding character
 
 
 class Highway(nn.Module):
@@ -31,20 +32,30 @@ class Highway(nn.Module):
 
 
 class TokenEncoder(nn.Module):
-    """Character ids `(N, max_chars)` -> token layer `(N, projection_dim)`.
+    """Token ids `(N, token_ids.width)` -> token layer `(N, projection_dim)`.
 
-    One convolution per filter width (no padding), max over positions, then the activation;
-    highway layers; a linear projection.
+    One convolution per filter width (no padding) over the characters, max over positions, then the
+    activation; highway layers; where the options have a word embedding (ELMoForManyLangs), the word
+    vector of the id in the last column concatenated before those features; a linear projection.
+    `token_ids` turns texts into ids: bilm-tf's utf-8 bytes, or the model's `CharTable`.
     """
 
-    def __init__(self, options: BiLMOptions):
+    def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
         super().__init__()
+        if options.char_table != (char_table is not None):
+            raise ElmoConfigError("a biLM whose options say char_table needs its CharTable, and only such a biLM "
+                                  "takes one (load the model with load_bilm)")
         self.max_chars = options.max_characters_per_token
-        # 262 rows whatever `n_characters` says: ids run to 261 and row 0 is the padding id.
-        self.char_embedding = nn.Embedding(262, options.char_dim, padding_idx=0)
+        self.token_ids: Union[ByteIds, CharTable] = char_table or ByteIds(self.max_chars)
+        self.pad_id = self.token_ids.pad_id
+        # bilm-tf: 262 rows whatever `n_characters` says: ids run to 261 and row 0 is the padding id.
+        rows = options.n_characters if options.char_table else 262
+        self.char_embedding = nn.Embedding(rows, options.char_dim, padding_idx=0)
+        self.word_embedding = nn.Embedding(options.n_words, options.word_dim, padding_idx=0) if options.word_dim \
+            else None
         self.convs = nn.ModuleList(nn.Conv1d(options.char_dim, n, w) for w, n in options.filters)
         self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
-        self.w_proj = nn.Parameter(torch.empty(options.n_filters, options.projection_dim))
+        self.w_proj = nn.Parameter(torch.empty(options.word_dim + options.n_filters, options.projection_dim))
         self.b_proj = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
         self.max_width = max(w for w, _ in options.filters)
@@ -63,28 +74,36 @@ class TokenEncoder(nn.Module):
             nn.init.constant_(hw.b_carry, -2.0)  # start close to the identity, as bilm-tf does
         nn.init.xavier_uniform_(self.w_proj)
         nn.init.zeros_(self.b_proj)
+        if self.word_embedding is not None:
+            nn.init.uniform_(self.word_embedding.weight, -0.25, 0.25)
+            with torch.no_grad():
+                self.word_embedding.weight[0].zero_()
 
     def forward(self, char_ids: Tensor) -> Tensor:
-        """char_ids: `(..., max_chars)` int64 -> `(..., projection_dim)` float."""
+        """char_ids: `(..., token_ids.width)` int64 -> `(..., projection_dim)` float."""
         lead = char_ids.shape[:-1]
         ids = char_ids.reshape(-1, char_ids.shape[-1])
-        x = torch.cat(self._filters(ids), dim=1)  # (N, F)
+        chars = ids if self.word_embedding is None else ids[:, :-1]
+        x = torch.cat(self._filters(chars), dim=1)  # (N, F)
         for hw in self.highways:
             x = hw(x)
+        if self.word_embedding is not None:
+            x = torch.cat([self.word_embedding(ids[:, -1]), x], dim=1)  # (N, word_dim + F)
         x = torch.addmm(self.b_proj, x, self.w_proj)
         return x.reshape(*lead, -1)
 
     def _filters(self, ids: Tensor):
         """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the activation.
 
-        Positions after the longest word of the batch hold only PAD characters, and every window
-        made of PAD alone has the same value. So each convolution runs over the used positions
+        Positions after the last one that holds anything but PAD in the batch hold only PAD, and every
+        window made of PAD alone has the same value. So each convolution runs over the used positions
         only, and that one all-PAD window joins the max (exactly the same set of windows).
         """
         C = ids.shape[1]
-        used = int((ids != PAD_ID).sum(1).max()) if ids.numel() else C
+        real = (ids != self.pad_id).any(0).nonzero()
+        used = int(real[-1]) + 1 if len(real) else 1
         chars = self.char_embedding(ids[:, :used + self.max_width - 1]).transpose(1, 2)  # (N, E, C')
-        pad = self.char_embedding.weight[PAD_ID].view(1, -1, 1)
+        pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)
         pooled = []
         for conv in self.convs:
             w = conv.kernel_size[0]

@@ -14,7 +14,7 @@ from typing import Dict, Iterator, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError
 from .embedder import ElmoEmbedder
 from .files import atomic_path, regular_file, write_atomic
 from .lstm import gates_to_internal, gates_to_tf
@@ -191,6 +191,9 @@ def export_hdf5(model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Opt
     AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in memory
     and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes later)."""
     bilm = model.bilm if isinstance(model, ElmoEmbedder) else model
+    if bilm.options.char_table:
+        raise ElmoConfigError("the bilm-tf hdf5 layout has no character table or word embedding: keep this "
+                              "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)")
     h5py = _h5py()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

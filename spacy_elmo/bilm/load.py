@@ -7,6 +7,7 @@ from typing import Optional
 
 from ..errors import ElmoResourceError
 from . import hub
+from .efml_format import load_efml
 from .embedder import ElmoEmbedder
 from .hdf5_format import read_hdf5, tf_to_state_dict
 from .locate import ModelPath, locate
@@ -25,9 +26,11 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
 
     `path`: anything `locate` takes: a directory with an options JSON and one `.hdf5` weight file
     (bilm-tf / AllenNLP layout, published or plain names), an `(options_file, weight_file)` pair, a
-    directory saved by `save_bilm`, or the name of a published model (`small`, `medium`, `original`,
-    `original-5.5b`) stored in the cache by `python -m spacy_elmo download NAME`. `state`: "warm"
-    (default for hdf5 weights), "zero" or "carry"; a saved model keeps its policy unless one is given.
+    directory saved by `save_bilm`, an ELMoForManyLangs model directory, or the name of a published model
+    (`small`, `medium`, `original`, `original-5.5b`) stored in the cache by `python -m spacy_elmo download
+    NAME`. `state`: "warm" (default for hdf5 weights), "zero" (default for ELMoForManyLangs models: their
+    outputs after `reset_states`; "warm" needs a warm-up text in the model's language, see
+    `BiLM.compute_warm_state`) or "carry"; a saved model keeps its policy unless one is given.
     `cache_size`: rows of the token-layer cache. Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
     """
     if state is not None:
@@ -36,6 +39,8 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
     with _memory(files.weights):
         if files.kind == "own":
             embedder = load_own(files.config.parent, state, cache_size)
+        elif files.kind == "efml":
+            embedder = load_efml(files.config.parent, state, cache_size)
         else:
             options = BiLMOptions.from_file(files.config)
             check_memory(HDF5_COPIES * 4 * options.n_parameters, str(files.weights))
@@ -43,8 +48,8 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
             bilm = BiLM(options)
             bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
             embedder = ElmoEmbedder(bilm, state or "warm", cache_size)
-            if embedder.state_policy == "warm":
-                bilm.compute_warm_state()
+        if embedder.state_policy == "warm":
+            embedder.bilm.warm_state(1)  # computed now unless loaded (ElmoConfigError where it cannot be)
     if files.published and not files.verified:  # files placed by hand: trusted now that they load, checked from now on
         hub.record(files.config.parent, files.published, {f: "placed by hand" for f, _ in hub.published_files(files.published)})
     return embedder

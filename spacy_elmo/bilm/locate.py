@@ -12,8 +12,9 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from ..errors import ElmoConfigError, ElmoFileError
 from . import hub
+from .efml_format import EFML_CHARS, EFML_CONFIG, EFML_ENCODER, EFML_MARKERS, EFML_TOKEN_EMBEDDER, EFML_WORDS
 from .options import read_json
-from .own_format import OWN_CONFIG, OWN_WEIGHTS
+from .own_format import OWN_CONFIG, OWN_TABLE, OWN_WEIGHTS
 
 ModelPath = Union[str, Path, Tuple[Union[str, Path], Union[str, Path]]]
 PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
@@ -21,20 +22,34 @@ PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the 
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """One model's files: `kind` "own" (`bilm.json` + `weights.pt`) or "hdf5" (options JSON + bilm-tf
-    weights); `published`: the name it was found under, with `verified` False while its files were placed
-    by hand and not yet recorded in the cache manifest."""
+    """One model's files: `kind` "own" (`bilm.json` + `weights.pt` (+ `char_table.json`)), "hdf5" (options
+    JSON + bilm-tf weights) or "efml" (an ELMoForManyLangs directory: `config.json`, `token_embedder.pkl`,
+    then `encoder.pkl`, `char.dic` and `word.dic` as `others`); `published`: the name it was found under,
+    with `verified` False while its files were placed by hand and not yet recorded in the cache manifest."""
 
     kind: str
     config: Path
     weights: Path
     published: Optional[str] = None
     verified: bool = True
+    others: Tuple[Path, ...] = ()
 
     @property
     def paths(self) -> List[Path]:
-        """The config (options) file, then the weights."""
-        return [self.config, self.weights]
+        """The config (options) file, then the weights, then the other files."""
+        return [self.config, self.weights, *self.others]
+
+
+def _own(directory: Path) -> ModelFiles:
+    table = directory / OWN_TABLE
+    return ModelFiles("own", directory / OWN_CONFIG, directory / OWN_WEIGHTS,
+                      others=(table,) if os.path.lexists(table) else ())
+
+
+def _efml(directory: Path) -> ModelFiles:
+    others = [directory / name for name in (EFML_ENCODER, EFML_CHARS, EFML_WORDS)]
+    return ModelFiles("efml", directory / EFML_CONFIG, directory / EFML_TOKEN_EMBEDDER,
+                      others=tuple(p for p in others if os.path.lexists(p)))
 
 
 def _listing(directory: Path) -> List[Path]:
@@ -97,10 +112,10 @@ def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
 
 def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here), a
-    directory (this project's format, the output directory of `pretrain`, or an options JSON + one `.hdf5`,
-    published or plain names) or an `(options_file, weight_file)` pair. `verify`: check a cached model's
-    files against the manifest's sha256. Raises ElmoFileError (missing, ambiguous, changed files) or
-    ElmoConfigError (not a path or a pair)."""
+    directory (this project's format, the output directory of `pretrain`, an ELMoForManyLangs model, or an
+    options JSON + one `.hdf5`, published or plain names) or an `(options_file, weight_file)` pair.
+    `verify`: check a cached model's files against the manifest's sha256. Raises ElmoFileError (missing,
+    ambiguous, changed files) or ElmoConfigError (not a path or a pair)."""
     if hub.is_published(path) and not Path(path).exists():
         directory = hub.model_dir(path)
         names = [f for f, _ in hub.published_files(path)]
@@ -118,7 +133,9 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if not directory.is_dir():
         raise ElmoConfigError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
     if os.path.lexists(directory / OWN_CONFIG):
-        return ModelFiles("own", directory / OWN_CONFIG, directory / OWN_WEIGHTS)
+        return _own(directory)
     if os.path.lexists(directory / PRETRAIN_MODEL / OWN_CONFIG):  # the output directory of `pretrain`
-        return ModelFiles("own", directory / PRETRAIN_MODEL / OWN_CONFIG, directory / PRETRAIN_MODEL / OWN_WEIGHTS)
+        return _own(directory / PRETRAIN_MODEL)
+    if any(os.path.lexists(directory / name) for name in EFML_MARKERS):  # missing ones: one error when read
+        return _efml(directory)
     return ModelFiles("hdf5", *resolve_hdf5_pair(directory))

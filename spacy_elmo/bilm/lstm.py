@@ -1,7 +1,7 @@
 """The projected LSTM stack of the biLM, both directions computed together.
 
 The step, with TF's gate blocks (input i, new memory j, forget f, output o) and TF's forget
-bias of 1.0 added at run time (not stored):
+bias of 1.0 added at run time (not stored; `forget_bias`, 0 for weights that store it):
 
     [i, j, f, o] = x W_input + h_prev W_hidden + bias
     c = clip(sigmoid(f + 1) * c_prev + sigmoid(i) * tanh(j), cell_clip)
@@ -58,7 +58,8 @@ def gather_time(x: Tensor, index: Tensor) -> Tensor:
 class ProjectedLSTMLayer(nn.Module):
     """One layer, both directions: weights carry a leading direction axis of size 2, gates in (i, f, o, j)."""
 
-    def __init__(self, input_dim: int, dim: int, projection_dim: int, cell_clip: float, proj_clip: float):
+    def __init__(self, input_dim: int, dim: int, projection_dim: int, cell_clip: float, proj_clip: float,
+                 forget_bias: float = 1.0):
         super().__init__()
         self.dim, self.projection_dim = dim, projection_dim
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
@@ -67,7 +68,7 @@ class ProjectedLSTMLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(2, 4 * dim))
         self.w_proj = nn.Parameter(torch.empty(2, dim, projection_dim))
         forget = torch.zeros(4 * dim)
-        forget[dim : 2 * dim] = 1.0
+        forget[dim : 2 * dim] = forget_bias
         self.register_buffer("forget_bias", forget, persistent=False)
         self.reset_parameters()
 
@@ -163,12 +164,13 @@ class BiLSTMStack(nn.Module):
     """`n_layers` projected LSTM layers per direction; layers after the first add their input (skip)."""
 
     def __init__(self, projection_dim: int, dim: int, n_layers: int, cell_clip: float, proj_clip: float,
-                 use_skip_connections: bool):
+                 use_skip_connections: bool, forget_bias: float = 1.0):
         super().__init__()
         self.projection_dim, self.dim = projection_dim, dim
         self.use_skip_connections = use_skip_connections
         self.layers = nn.ModuleList(
-            ProjectedLSTMLayer(projection_dim, dim, projection_dim, cell_clip, proj_clip) for _ in range(n_layers)
+            ProjectedLSTMLayer(projection_dim, dim, projection_dim, cell_clip, proj_clip, forget_bias)
+            for _ in range(n_layers)
         )
 
     def zero_state(self, batch: int, device=None, dtype=None) -> LSTMState:

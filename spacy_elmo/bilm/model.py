@@ -11,7 +11,8 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from .chars import batch_char_ids
+from ..errors import ElmoConfigError
+from .chars import CharTable
 from .encoder import TokenEncoder
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
@@ -42,12 +43,15 @@ class BiLM(nn.Module):
     whatever is derived from the weights (the warm state here, an embedder's caches) follows it.
     """
 
-    def __init__(self, options: BiLMOptions):
+    def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
         super().__init__()
         self.options = options
-        self.token_encoder = TokenEncoder(options)
+        self.token_encoder = TokenEncoder(options, char_table)
+        # the text `compute_warm_state` reads: the built-in one is English, so a model with a character table
+        # (another language) has none until one is given
+        self.warmup: Optional[Sequence[Sequence[str]]] = None if options.char_table else WARMUP_SENTENCES
         self.lstm = BiLSTMStack(options.projection_dim, options.lstm_dim, options.n_layers, options.cell_clip,
-                                options.proj_clip, options.use_skip_connections)
+                                options.proj_clip, options.use_skip_connections, options.forget_bias)
         n, P, D = options.n_layers, options.projection_dim, options.lstm_dim
         self.register_buffer("warm_h", torch.zeros(n, 2, P))
         self.register_buffer("warm_c", torch.zeros(n, 2, D))
@@ -94,6 +98,11 @@ class BiLM(nn.Module):
             self.invalidate()
         return super().train(mode)
 
+    @property
+    def has_warm_state(self) -> bool:
+        """Whether `warm_h` / `warm_c` hold the warm state of the weights as they are."""
+        return self._warm_key == self.state_key()
+
     def mark_warm_state_current(self) -> None:
         """Declare `warm_h` / `warm_c` to be the warm state of the weights as they are (after loading both)."""
         self._warm_key = self.state_key()
@@ -109,15 +118,23 @@ class BiLM(nn.Module):
                          self.warm_c.unsqueeze(2).expand(-1, -1, batch, -1))
 
     @torch.no_grad()
-    def compute_warm_state(self, sentences: Sequence[Sequence[str]] = WARMUP_SENTENCES) -> None:
-        """Read `sentences` in one row with carried state from zeros (eval mode, one torch thread, so the
-        bits do not depend on the thread count); keep the final state in `warm_h` / `warm_c`."""
+    def compute_warm_state(self, sentences: Optional[Sequence[Sequence[str]]] = None) -> None:
+        """Read `sentences` (token lists; default: `warmup`, which they replace) in one row with carried state
+        from zeros (eval mode, one torch thread, so the bits do not depend on the thread count); keep the final
+        state in `warm_h` / `warm_c`. ElmoConfigError where there are none (a model with a character table
+        has no built-in text in its language)."""
+        if sentences is None and self.warmup is None:
+            raise ElmoConfigError(
+                "the 'warm' state policy needs a warm-up text in this model's language (the built-in one is "
+                "English): call bilm.bilm.compute_warm_state(sentences) with token lists first, or use state='zero' "
+                "(the default for ELMoForManyLangs models)")
+        self.warmup = sentences = self.warmup if sentences is None else [list(s) for s in sentences]
         was_training = self.training
         super().train(False)
         lstm_state = self.lstm.zero_state(1, self.device, self.warm_h.dtype)
         with torch_threads(1):
             for sent in sentences:
-                ids = torch.from_numpy(batch_char_ids([list(sent)], self.options.max_characters_per_token))
+                ids = torch.from_numpy(self.token_encoder.token_ids.batch_ids([list(sent)]))
                 lstm_state = self.forward(ids.to(self.device), initial_state=lstm_state, return_state=True).lstm_state
         super().train(was_training)
         self.warm_h.copy_(lstm_state.h[:, :, 0])
@@ -127,14 +144,14 @@ class BiLM(nn.Module):
 
     def forward(self, char_ids: Tensor, mask: Optional[Tensor] = None, initial_state: Optional[LSTMState] = None,
                 return_state: bool = False) -> BiLMOutput:
-        """char_ids `(B, T, max_chars)` int64, `<S>`/`</S>` included; mask `(B, T)` bool, True on each row's
+        """char_ids `(B, T, width)` int64 (`token_encoder.token_ids`: `width` = max_chars, + 1 with a word
+        embedding), boundaries included; mask `(B, T)` bool, True on each row's
         first `length` positions (default: positions whose ids are not all 0); `initial_state` defaults to
         zeros. Returns layers `(n_layers + 1, B, T, 2P)` and, with `return_state`, the LSTM state at each
         row's last position. Raises ValueError on other shapes."""
-        if char_ids.dim() != 3 or char_ids.shape[-1] != self.options.max_characters_per_token:
-            raise ValueError(
-                f"char_ids must be (batch, time, {self.options.max_characters_per_token}), got {tuple(char_ids.shape)}"
-            )
+        width = self.token_encoder.token_ids.width
+        if char_ids.dim() != 3 or char_ids.shape[-1] != width:
+            raise ValueError(f"char_ids must be (batch, time, {width}), got {tuple(char_ids.shape)}")
         if mask is None:
             mask = (char_ids > 0).any(-1)
         return self.forward_token_layer(self.token_encoder(char_ids), mask, initial_state, return_state)

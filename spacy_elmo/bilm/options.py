@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Literal, Tuple, get_args
 
 from ..errors import ElmoConfigError, ElmoFileError
+from .chars import CHAR_SPECIALS, WORD_SPECIALS
 from .files import read_regular
 
 ACTIVATIONS = ("relu", "tanh")
@@ -16,6 +18,7 @@ MAX_DIM = 2**16
 MAX_LAYERS = 64
 MAX_FILTERS = 256
 MAX_CHARACTERS_PER_TOKEN = 1024
+MAX_TABLE_ROWS = 2**24  # rows of a character or word table (ELMoForManyLangs: thousands to a few 100,000)
 MAX_PARAMETERS = 2**30
 MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 
@@ -54,9 +57,16 @@ class BiLMOptions:
     cell_clip: float = 3.0
     proj_clip: float = 3.0
     use_skip_connections: bool = True
+    forget_bias: float = 1.0  # added to the forget gate at run time: bilm-tf's, not stored (0: stored in the bias)
     activation: str = "relu"
     max_characters_per_token: int = 50
     n_characters: int = 262
+    # ELMoForManyLangs: characters through a table saved with the model (`CharTable`), whose rows
+    # `n_characters` counts (row 0: no token), and a word embedding of `word_dim` (0: none) and `n_words`
+    # rows concatenated before the character features.
+    char_table: bool = False
+    word_dim: int = 0
+    n_words: int = 0
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -72,7 +82,9 @@ class BiLMOptions:
     def n_parameters(self) -> int:
         """Parameters of the biLM these options describe, counted without building it."""
         E, F, P, D = self.char_dim, self.n_filters, self.projection_dim, self.lstm_dim
-        encoder = 262 * E + sum(w * E * n + n for w, n in self.filters) + self.n_highway * 2 * (F * F + F) + F * P + P
+        chars = (self.n_characters if self.char_table else 262) * E + self.n_words * self.word_dim
+        encoder = chars + sum(w * E * n + n for w, n in self.filters) + self.n_highway * 2 * (F * F + F) \
+            + (self.word_dim + F) * P + P
         return encoder + self.n_layers * 2 * (2 * P * 4 * D + 4 * D + D * P)
 
     @classmethod
@@ -128,7 +140,18 @@ class BiLMOptions:
                          integer(n, "char_cnn.filters count", 1, MAX_DIM)) for w, n in raw_filters)
         if max(w for w, _ in filters) > max_chars:
             raise ElmoFileError(f"{source}: a filter is wider than max_characters_per_token={max_chars}")
-        n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)
+        char_table = boolean(cnn.get("char_table", False), "char_cnn.char_table")
+        if char_table:
+            n_chars = integer(need(cnn, "n_characters", "char_cnn"), "char_cnn.n_characters", len(CHAR_SPECIALS) + 1,
+                              MAX_TABLE_ROWS)
+            word_dim = integer(cnn.get("word_dim", 0), "char_cnn.word_dim", 0, MAX_DIM)
+            n_words = integer(cnn.get("n_words", 0), "char_cnn.n_words", len(WORD_SPECIALS) + 1 if word_dim else 0,
+                              MAX_TABLE_ROWS if word_dim else 0)
+        else:
+            n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)
+            word_dim = n_words = 0
+            if cnn.get("word_dim", 0) or cnn.get("n_words", 0):
+                raise ElmoFileError(f"{source}: 'char_cnn.word_dim' needs 'char_cnn.char_table' (a word table)")
         activation = cnn.get("activation", "relu")
         if activation not in ACTIVATIONS:
             raise ElmoFileError(
@@ -143,6 +166,9 @@ class BiLMOptions:
                 clips[key] = float(value)
             else:
                 raise ElmoFileError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
+        forget_bias = lstm.get("forget_bias", 1.0)
+        if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)) or not math.isfinite(forget_bias):
+            raise ElmoFileError(f"{source}: 'lstm.forget_bias' must be a finite number, got {forget_bias!r}")
         embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
         options = cls(
@@ -155,9 +181,13 @@ class BiLMOptions:
             cell_clip=clips["cell_clip"],
             proj_clip=clips["proj_clip"],
             use_skip_connections=boolean(lstm.get("use_skip_connections", False), "lstm.use_skip_connections"),
+            forget_bias=float(forget_bias),
             activation=activation,
             max_characters_per_token=max_chars,
             n_characters=n_chars,
+            char_table=char_table,
+            word_dim=word_dim,
+            n_words=n_words,
             extra={k: v for k, v in opts.items() if k not in known},
         )
         if options.n_parameters > MAX_PARAMETERS:
@@ -182,6 +212,8 @@ class BiLMOptions:
             value = getattr(self, key)
             if value != float("inf"):
                 lstm[key] = int(value) if float(value).is_integer() else value
+        if self.forget_bias != 1.0:
+            lstm["forget_bias"] = self.forget_bias
         out: Dict[str, Any] = dict(self.extra)
         out["lstm"] = lstm
         out["char_cnn"] = {
@@ -192,11 +224,18 @@ class BiLMOptions:
             "n_characters": self.n_characters,
             "max_characters_per_token": self.max_characters_per_token,
         }
+        if self.char_table:
+            out["char_cnn"].update(char_table=True, word_dim=self.word_dim, n_words=self.n_words)
         return out
 
     def sizes(self) -> Dict[str, Any]:
         """A flat, JSON-friendly summary (for configs and `info`)."""
         d = asdict(self)
         d.pop("extra")
+        if not self.char_table:
+            for key in ("char_table", "word_dim", "n_words"):
+                d.pop(key)
+        if self.forget_bias == 1.0:
+            d.pop("forget_bias")
         d["filters"] = [list(f) for f in self.filters]
         return d

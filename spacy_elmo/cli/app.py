@@ -13,8 +13,8 @@ app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="mar
                   pretty_exceptions_enable=False,
                   help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
                        "pretrain a biLM, write a training config whose components read ELMo.")
-WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, or this project's format) "
-                f"or a published model downloaded before ({', '.join(hub.PUBLISHED)})")
+WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, an ELMoForManyLangs model, or this "
+                f"project's format) or a published model downloaded before ({', '.join(hub.PUBLISHED)})")
 # Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python 3.10).
 
 

@@ -23,7 +23,8 @@ def convert_cli(
     stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, "
                                                      "`elmo_<stem>_weights.hdf5`")] = None,
 ):
-    """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format.
+    """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format (an
+    ELMoForManyLangs model converts to this project's format only).
 
     `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary that
     `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain

@@ -27,7 +27,8 @@ def embed_cli(
     layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
     batch_size: Annotated[int, typer.Option(min=1, help="biLM batch size: sentences per batch under --state carry; "
                                                          "else a memory bound (up to 8x this many per packed batch)")] = 64,
-    state: Annotated[Optional[str], typer.Option(help="state policy: warm (default), zero or carry")] = None,
+    state: Annotated[Optional[str], typer.Option(help="state policy: warm (the default; zero for an "
+                                                     "ELMoForManyLangs model), zero or carry")] = None,
     dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
     compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
     resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "

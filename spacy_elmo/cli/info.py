@@ -24,7 +24,8 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
         if parts[1] == "highways":
             key = f"highway {parts[2]}"
         else:
-            key = {"char_embedding": "char embedding", "convs": "char CNN"}.get(parts[1], "projection")
+            key = {"char_embedding": "char embedding", "word_embedding": "word embedding",
+                   "convs": "char CNN"}.get(parts[1], "projection")
         counts[key] = counts.get(key, 0) + p.numel()
     return dict(sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection")))
 

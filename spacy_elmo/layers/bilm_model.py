@@ -24,6 +24,7 @@ from torch import nn
 from ..bilm import (
     BiLM,
     BiLMOptions,
+    CharTable,
     ElmoEmbedder,
     StatePolicy,
     bilm_from_state_dict,
@@ -34,26 +35,29 @@ from ..bilm import (
 )
 from ..bilm.files import read_regular
 from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
+from ..bilm.own_format import MAX_TABLE_BYTES
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
 # A serialized model holds at most MAX_PARAMETERS weights of at most 4 bytes, its options and framing.
-MAX_SERIALIZED_BYTES = 4 * MAX_PARAMETERS + MAX_JSON_BYTES
+MAX_SERIALIZED_BYTES = 4 * MAX_PARAMETERS + MAX_JSON_BYTES + MAX_TABLE_BYTES  # + a character table
 
 
 class FrozenBiLM(nn.Module):
     """The embedder as a frozen feature extractor: `forward(sentences)` -> one float32 numpy array
     `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until sizes are known."""
 
-    def __init__(self, options: Optional[BiLMOptions], state: StatePolicy, batch_size: int, token_cache_size: int):
+    def __init__(self, options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
+                 token_cache_size: int):
         super().__init__()
         self.configured = options
-        self.state, self.batch_size = check_state_policy(state), check_batch_size(batch_size)
+        self.state = None if state is None else check_state_policy(state)  # None: the weights' own policy
+        self.batch_size = check_batch_size(batch_size)
         self.token_cache_size = token_cache_size
         self.embedder: Optional[ElmoEmbedder] = None
-        if options is not None:
-            self.embedder = ElmoEmbedder(BiLM(options), state=state, cache_size=token_cache_size)
+        if options is not None and not options.char_table:  # a character table comes with the weights
+            self.embedder = ElmoEmbedder(BiLM(options), state=state or "warm", cache_size=token_cache_size)
         self.has_weights = False
 
     def train(self, mode: bool = True) -> "FrozenBiLM":
@@ -63,7 +67,10 @@ class FrozenBiLM(nn.Module):
     def set_embedder(self, embedder: ElmoEmbedder, source: str) -> None:
         """Adopt a loaded embedder, after checking its sizes against the configured ones."""
         check_sizes(self.configured, embedder.options, source)
-        embedder.state_policy = self.state
+        if self.state is not None:
+            embedder.state_policy = self.state
+        if embedder.state_policy == "warm":
+            embedder.bilm.warm_state(1)  # ElmoConfigError now where there is no warm-up text (see load_bilm)
         embedder.token_cache.capacity = int(self.token_cache_size)
         embedder.token_cache.clear()
         embedder.eval()
@@ -93,14 +100,18 @@ def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: 
 
 
 def serialize_bilm(module: FrozenBiLM) -> bytes:
-    """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network)}`."""
+    """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network), state (the
+    policy), warm_state (whether the state dict holds one)}`, and `char_table` (JSON) where the model has one."""
     if module.embedder is None or not module.has_weights:
         raise ElmoConfigError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
     network = module.embedder.bilm
     buf = BytesIO()
     torch.save({k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}, buf)
-    return srsly.msgpack_dumps({"format": SERIAL_FORMAT, "version": SERIAL_VERSION,
-                                "options": json.dumps(network.options.to_dict()), "state_dict": buf.getvalue()})
+    msg = {"format": SERIAL_FORMAT, "version": SERIAL_VERSION, "options": json.dumps(network.options.to_dict()),
+           "state_dict": buf.getvalue(), "state": module.embedder.state_policy, "warm_state": network.has_warm_state}
+    if isinstance(network.token_encoder.token_ids, CharTable):
+        msg["char_table"] = network.token_encoder.token_ids.to_json()
+    return srsly.msgpack_dumps(msg)
 
 
 def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> FrozenBiLM:
@@ -115,9 +126,20 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
     except json.JSONDecodeError as err:
         raise ElmoFileError(f"its options are not valid JSON ({err})") from None
     options = BiLMOptions.from_dict(options, source="options")
+    try:
+        policy = check_state_policy(module.state or msg.get("state", "warm"))
+    except ElmoConfigError as err:
+        raise ElmoFileError(f"its state policy: {err}") from None
+    table = None
+    if options.char_table:
+        if not isinstance(msg.get("char_table"), str):
+            raise ElmoFileError("the serialized model lacks its character table")
+        table = CharTable.from_json(msg["char_table"], options.max_characters_per_token, options.n_characters,
+                                    options.n_words, "its character table")
     state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
-    module.set_embedder(bilm_from_state_dict(options, state_dict, "weights", module.state, module.token_cache_size),
-                        "the serialized pipeline")
+    embedder = bilm_from_state_dict(options, state_dict, "weights", policy, module.token_cache_size, table,
+                                    warm_state=msg.get("warm_state", True) is True)
+    module.set_embedder(embedder, "the serialized pipeline")
     return module.to(device)
 
 
@@ -153,9 +175,10 @@ class ElmoBiLMModel(Model):
         return self
 
 
-def bilm_layer(options: Optional[BiLMOptions], state: StatePolicy, batch_size: int,
+def bilm_layer(options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
                token_cache_size: int) -> ElmoBiLMModel:
-    """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the weights."""
+    """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the weights;
+    `state` None: the weights' own policy."""
     return ElmoBiLMModel(FrozenBiLM(options, state, batch_size, token_cache_size))
 
 

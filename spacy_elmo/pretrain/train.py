@@ -118,6 +118,9 @@ class Trainer:
 
         torch.manual_seed(t["seed"])
         bilm = load_bilm(init_dir).bilm if init_dir else BiLM(bilm_options(config))
+        if bilm.options.char_table:
+            raise ElmoConfigError(f"--init-from {init_from}: a model with a character table (ELMoForManyLangs) "
+                                  "cannot be trained here; pretrain reads utf-8 bytes")
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         s = config["softmax"]
         try:

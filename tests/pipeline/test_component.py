@@ -112,6 +112,7 @@ def test_rule_sentences():
     texts = 'He said " Go . " Then he left ! Why ? ( Really ... ) Fine'.split()
     assert rule_sentences(texts) == [(0, 6), (6, 10), (10, 12), (12, 16), (16, 17)]
     assert rule_sentences([]) == []
+    assert rule_sentences(list("我们喜欢北京。「猫在睡觉！」好？")) == [(0, 7), (7, 14), (14, 16)]
 
 
 def test_windows_cover_long_sentences_once():

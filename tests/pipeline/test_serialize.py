@@ -13,6 +13,8 @@ import spacy
 import torch
 from spacy.tokens import Doc, DocBin
 
+from spacy_elmo import load_bilm, save_bilm
+
 from ..helpers import FLOAT32_ATOL
 
 TEXTS = ["The quick brown fox jumped over the lazy dog .", "Colorless green ideas sleep furiously !",
@@ -55,6 +57,17 @@ def test_to_bytes_from_bytes(nlp):
     other.from_bytes(nlp.to_bytes())
     for a, b in zip(expected, layers_of(other)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("configured, used", [(None, "zero"), ("carry", "carry")])
+def test_the_state_policy_is_the_weights_own_unless_configured(fixture_dir, tmp_path, configured, used):
+    """`state` null (the default): a model saved with the zero policy is read with it, through spacy.load too."""
+    save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "zero")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zero"), "model": {"state": configured}})
+    assert nlp.get_pipe("elmo").bilm.state_policy == used
+    nlp.to_disk(tmp_path / "pipeline")
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").bilm.state_policy == used
 
 
 def test_saved_sizes_must_match_the_config(nlp):
