@@ -76,7 +76,7 @@ def assert_arrays(out, expected, dtype="float32"):
             np.testing.assert_array_equal(a, b.astype(dtype), err_msg=f"line {i}")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(local_ray, corpus, fixture_dir, tmp_path,
                                                                     workers):
@@ -114,7 +114,7 @@ def die_on_first_try_at_shard_1():
     spacy_elmo.embed.job.write_piece = write_piece
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, corpus, fixture_dir, tmp_path):
     """float16 output, with the actor writing shard 1 killed halfway on its first try: Ray
     restarts it and shard 1 is written whole; float16 equals float32 rounded. Then a rerun after
@@ -191,7 +191,7 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
 NO_RAY = "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import main; main(sys.argv[1:])"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
     """In fresh processes: the package imports without Ray, and `--engine ray` says what to install;
     an address where no cluster listens is one line, at once (Ray itself would retry for minutes)."""
