@@ -25,7 +25,7 @@ from thinc.layers.concatenate import forward as concatenate_forward
 from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d
 
-from .bilm import BiLMOptions, StatePolicy
+from .bilm import BiLMOptions, Precision, StatePolicy
 from .doc_data import install_extensions
 from .layers import bilm_layer, elmo_mix
 
@@ -36,6 +36,7 @@ def ElmoModel(
     state: Optional[StatePolicy] = "warm",
     batch_size: int = 64,
     token_cache_size: int = 50_000,
+    precision: Precision = "float32",
 ) -> Model[List[List[str]], List[np.ndarray]]:
     """The frozen biLM: token texts -> float32 layers `(n_layers + 1, n_tokens, 2P)` per sequence.
 
@@ -46,9 +47,11 @@ def ElmoModel(
     batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences and
         256x this many tokens, regrouped by length (see `spacy_elmo.bilm.check_batch_size`).
     token_cache_size: entries of the token-layer cache.
+    precision: of the biLM's LSTM matrix products: "float32", "bfloat16" (where native), "int8" (CPU) or
+        "auto" (see `spacy_elmo.bilm.precision`); outputs stay float32.
     """
     opts = BiLMOptions.from_dict(dict(options), source="[components.elmo.model.options]") if options else None
-    return bilm_layer(opts, state, batch_size, token_cache_size)
+    return bilm_layer(opts, state, batch_size, token_cache_size, precision)
 
 
 @registry.architectures("spacy_elmo.ElmoFeatures.v1")

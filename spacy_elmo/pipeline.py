@@ -44,6 +44,7 @@ options = null
 state = null
 batch_size = 64
 token_cache_size = 50000
+precision = "float32"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 
@@ -270,7 +271,7 @@ class Elmo(Pipe):
         """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
         if not self.caching or self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: no reuse
             return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
-        prefix = (bilm.fingerprint(), bilm.state_policy)
+        prefix = (bilm.fingerprint(), bilm.state_policy, bilm.precision)
         keys = [(prefix, tuple(seq)) for seq in inputs]
         results = [self.cache.get(key) for key in keys]
         todo: Dict[Hashable, List[int]] = {}

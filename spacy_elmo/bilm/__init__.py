@@ -11,12 +11,13 @@ from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import STATE_POLICIES, BiLMOptions, StatePolicy, check_state_policy
 from .own_format import bilm_from_state_dict, read_state_dict, save_bilm
+from .precision import PRECISIONS, Precision, check_precision
 
 __all__ = [
     "BiLM", "BiLMOutput", "BiLMOptions", "ByteIds", "CharTable", "ElmoEmbedder", "LSTMState", "ModelFiles",
-    "STATE_POLICIES", "StatePolicy", "batch_char_ids", "bilm_from_state_dict", "check_batch_size",
-    "check_state_policy", "export_hdf5", "load_bilm", "locate", "read_state_dict", "save_bilm", "word_char_ids",
-    "words_char_ids",
+    "PRECISIONS", "Precision", "STATE_POLICIES", "StatePolicy", "batch_char_ids", "bilm_from_state_dict",
+    "check_batch_size", "check_precision", "check_state_policy", "export_hdf5", "load_bilm", "locate",
+    "read_state_dict", "save_bilm", "word_char_ids", "words_char_ids",
 ]
 
 _RENAMED = {"WeightFileError": "ElmoFileError", "BiLMConfigError": "ElmoFileError"}

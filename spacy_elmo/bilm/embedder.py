@@ -21,6 +21,7 @@ from .chars import CharTable
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions, StatePolicy, check_state_policy
+from .precision import Precision, resolve_precision
 from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word_index
 
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
@@ -65,10 +66,14 @@ class ElmoEmbedder(nn.Module):
     of the previous call ended (exact parity: rows and batches as given, no cache).
     """
 
-    def __init__(self, bilm: BiLM, state: StatePolicy = "warm", cache_size: int = 50_000):
+    def __init__(self, bilm: BiLM, state: StatePolicy = "warm", cache_size: int = 50_000,
+                 precision: Precision = "float32"):
         super().__init__()
         self.bilm = bilm
         self._state_policy = check_state_policy(state)
+        self._precision = "float32"
+        self._products: Optional[list] = None  # the LSTM's products in a precision other than float32
+        self.precision = precision
         self.token_cache = TokenLayerCache(cache_size, bilm.options.projection_dim)
         self._carried: Optional[LSTMState] = None
         self._after_boundary: dict = {}
@@ -102,6 +107,28 @@ class ElmoEmbedder(nn.Module):
         self._state_policy = check_state_policy(state)
         self._carried = None
 
+    @property
+    def precision(self) -> str:
+        """The precision of the LSTM's matrix products (resolved: "float32", "bfloat16" or "int8"); set it to one
+        of those or "auto" (see `precision.resolve_precision`). The "carry" policy runs float32."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision) -> None:
+        self._precision = resolve_precision(precision, self.device)
+        self._products = None
+
+    def _lstm_products(self) -> list:
+        """The LSTM's products in this precision (per layer, per direction), made once per weights."""
+        if self._precision == "float32":
+            return self.bilm.lstm.products()
+        if self._products is None:
+            self._products = self.bilm.lstm.products(self._precision)
+        return self._products
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_products": None}  # derived: made again after unpickling
+
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
         self._carried = None
@@ -114,6 +141,7 @@ class ElmoEmbedder(nn.Module):
             self._carried = None
             self._after_boundary = {}
             self._fingerprint = None
+            self._products = None
             self._derived_from = key
 
     def fingerprint(self) -> str:
@@ -214,7 +242,7 @@ class ElmoEmbedder(nn.Module):
         start = self._boundary_step(self._state_policy) if init is None else init
         B = len(sentences)
         init = LSTMState(start.h.expand(-1, -1, B, -1), start.c.expand(-1, -1, B, -1))
-        outputs, final = self.bilm.lstm.run_packed(vectors, trees, init, directions)
+        outputs, final = self.bilm.lstm.run_packed(vectors, trees, init, directions, self._lstm_products())
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
                              + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])

@@ -15,13 +15,15 @@ from .memory import check_memory, is_allocation_failure
 from .model import BiLM
 from .options import BiLMOptions, StatePolicy, check_state_policy
 from .own_format import load_own
+from .precision import Precision, check_precision
 
 # Float32 copies of the weights alive at once while an hdf5 file loads: the arrays read, the state dict
 # converted from them, the network's parameters.
 HDF5_COPIES = 3
 
 
-def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_size: int = 50_000) -> ElmoEmbedder:
+def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_size: int = 50_000,
+              precision: Precision = "float32") -> ElmoEmbedder:
     """Load a biLM for inference (eval mode).
 
     `path`: anything `locate` takes: a directory with an options JSON and one `.hdf5` weight file
@@ -31,10 +33,12 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
     NAME`. `state`: "warm" (default for hdf5 weights), "zero" (default for ELMoForManyLangs models: their
     outputs after `reset_states`; "warm" needs a warm-up text in the model's language, see
     `BiLM.compute_warm_state`) or "carry"; a saved model keeps its policy unless one is given.
-    `cache_size`: rows of the token-layer cache. Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
+    `cache_size`: rows of the token-layer cache. `precision`: of the LSTM's matrix products, "float32",
+    "bfloat16", "int8" or "auto" (see `ElmoEmbedder.precision`). Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
     """
     if state is not None:
         check_state_policy(state)
+    check_precision(precision)
     files = locate(path, verify=True)
     with _memory(files.weights):
         if files.kind == "own":
@@ -48,6 +52,7 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
             bilm = BiLM(options)
             bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
             embedder = ElmoEmbedder(bilm, state or "warm", cache_size)
+        embedder.precision = precision
         if embedder.state_policy == "warm":
             embedder.bilm.warm_state(1)  # computed now unless loaded (ElmoConfigError where it cannot be)
     if files.published and not files.verified:  # files placed by hand: trusted now that they load, checked from now on

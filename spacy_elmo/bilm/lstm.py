@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .precision import LayerProducts, MatrixProduct, make_product
 from .schedule import PrefixTree, reverse_index
 from .threads import both_directions
 
@@ -41,6 +42,11 @@ def gates_to_tf(w: Tensor, dim: int) -> Tensor:
     blocks = w.split(dim, dim=-1)
     inverse = [TF_TO_INTERNAL.index(k) for k in range(4)]
     return torch.cat([blocks[k] for k in inverse], dim=-1)
+
+
+def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Tensor:
+    """Gate inputs of packed positions `start:start+rows` of x `(N, I)` -> `(rows, 4D)`."""
+    return product(x[start : start + rows])
 
 
 class LSTMState(NamedTuple):
@@ -111,15 +117,20 @@ class ProjectedLSTMLayer(nn.Module):
                 cs.append(c)
         return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
 
-    def project_packed(self, direction: int, x: Tensor, start: int, rows: int) -> Tensor:
-        """Gate inputs of one direction at packed positions `start:start+rows` of x `(N, I)` -> `(rows, 4D)`."""
-        bias = self.bias[direction] + self.forget_bias
-        return torch.addmm(bias, x[start : start + rows], self.w_input[direction])
+    def products(self, direction: int, precision: str = "float32", input_bound: float = float("inf")) -> LayerProducts:
+        """The matrix products of one direction for the packed path, in `precision` (float32: views of the
+        weights; the others: copies in their precision, stale once the weights change). `input_bound`: the
+        largest |input| this layer can see. The hidden product's input is clipped at `proj_clip`; the cell
+        projection's is `sigmoid(o) * tanh(c)`, within 1."""
+        return LayerProducts(make_product(precision, self.w_input[direction], self.bias[direction] + self.forget_bias,
+                                          input_bound),
+                             make_product(precision, self.w_hidden[direction], bound=self.proj_clip),
+                             make_product(precision, self.w_proj[direction], bound=1.0))
 
-    def forward_packed(self, direction: int, gate_inputs: Callable[[int, int], Tensor], batch_sizes: Sequence[int],
-                       parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor,
+    def forward_packed(self, products: LayerProducts, gate_inputs: Callable[[int, int], Tensor],
+                       batch_sizes: Sequence[int], parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor,
                        out: Tensor) -> Tuple[Tensor, Tensor]:
-        """Inference for one direction on packed positions, time-major: step t holds `batch_sizes[t]`
+        """Inference for one direction (its `products`) on packed positions, time-major: step t holds `batch_sizes[t]`
         positions, each continuing position `parents[t][k]` of step t - 1 (None: position k; at step
         0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose rows are all the same).
         `gate_inputs(start, rows)` gives the input projection `(rows, 4D)` of packed positions
@@ -131,7 +142,6 @@ class ProjectedLSTMLayer(nn.Module):
         in chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
         """
         D = self.dim
-        w_hidden, w_proj = self.w_hidden[direction], self.w_proj[direction]
         h, c = h0, c0
         start = t = 0
         while t < len(batch_sizes):
@@ -146,14 +156,14 @@ class ProjectedLSTMLayer(nn.Module):
                     h_prev, c_prev = h[:n], c[:n]
                 else:
                     h_prev, c_prev = h.index_select(0, parent), c.index_select(0, parent)
-                g = xw[local : local + n].addmm_(h_prev, w_hidden)
+                g = products.hidden.add_into(xw[local : local + n], h_prev)
                 g[:, : 3 * D].sigmoid_()
                 g[:, 3 * D :].tanh_()
                 c = torch.mul(g[:, D : 2 * D], c_prev).addcmul_(g[:, :D], g[:, 3 * D :])
                 c.clamp_(-self.cell_clip, self.cell_clip)
                 m = torch.tanh(c).mul_(g[:, 2 * D : 3 * D])
                 h = out[start + local : start + local + n]
-                torch.mm(m, w_proj, out=h).clamp_(-self.proj_clip, self.proj_clip)
+                products.proj.into(h, m).clamp_(-self.proj_clip, self.proj_clip)
                 local += n
             start += rows
             t = stop
@@ -199,8 +209,17 @@ class BiLSTMStack(nn.Module):
         final = LSTMState(torch.stack(hs), torch.stack(cs)) if final_index is not None else None
         return outputs, final
 
+    def products(self, precision: str = "float32") -> List[List[LayerProducts]]:
+        """Per layer, per direction, the matrix products of the packed path in `precision`. Layer l > 0 reads
+        layer l - 1's output: within `proj_clip`, or `l * proj_clip` with skip connections (sums of l outputs);
+        the first layer reads the token layer, which nothing bounds."""
+        clip = self.layers[0].proj_clip
+        bounds = [float("inf")] + [clip * (l if self.use_skip_connections else 1) for l in range(1, len(self.layers))]
+        return [[layer.products(d, precision, bound) for d in (0, 1)] for layer, bound in zip(self.layers, bounds)]
+
     def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState,
-                   directions: Sequence[int] = (0, 1)) -> Tuple[List[List[Tensor]], LSTMState]:
+                   directions: Sequence[int] = (0, 1),
+                   products: Optional[List[List[LayerProducts]]] = None) -> Tuple[List[List[Tensor]], LSTMState]:
         """Inference on the prefix trees of a batch, one per direction in its reading order (see
         `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
         (`both_directions`); `directions=(1,)`: the backward one only.
@@ -218,20 +237,20 @@ class BiLSTMStack(nn.Module):
 
         def run(d: int) -> None:
             tree = trees[d]
-            word_gates = self.layers[0].project_packed(d, words, 0, words.shape[0])  # (U, 4D)
+            word_gates = products[0][d].input(words)  # (U, 4D)
 
             def gates(start: int, rows: int) -> Tensor:  # (rows, 4D): each node's word's gate inputs
                 return word_gates[tree.words[start : start + rows]]
 
             for l, layer in enumerate(self.layers):
-                out, c = layer.forward_packed(d, gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
+                out, c = layer.forward_packed(products[l][d], gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
                                               initial_state.c[l, d], outputs[l][d])
                 final.h[l, d, : last[d]] = out[len(out) - last[d] :]  # before the skip connection
                 final.c[l, d, : last[d]] = c
                 if self.use_skip_connections and l > 0:
                     out += outputs[l - 1][d]
                 if l + 1 < len(self.layers):
-                    gates = partial(self.layers[l + 1].project_packed, d, out)
+                    gates = partial(project_rows, products[l + 1][d].input, out)
 
         if tuple(directions) == (0, 1):
             both_directions(run)

@@ -29,6 +29,9 @@ def embed_cli(
                                                          "else a memory bound (up to 8x this many per packed batch)")] = 64,
     state: Annotated[Optional[str], typer.Option(help="state policy: warm (the default; zero for an "
                                                      "ELMoForManyLangs model), zero or carry")] = None,
+    precision: Annotated[str, typer.Option(help="of the biLM's LSTM matrix products: float32, bfloat16 (where the "
+                                                 "CPU or GPU has it natively), int8 (CPU) or auto (the fastest of "
+                                                 "these here); the vectors written stay float32")] = "float32",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
     compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
     resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
@@ -75,9 +78,9 @@ def embed_cli(
     with errors():
         options = EmbedOptions(
             input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
-            state=state, dtype=dtype, compression=compression, resume=resume, flush_every=flush_every, shards=shards,
-            shard=shard, threads=threads, engine=engine, address=address, workers=workers,
-            threads_per_worker=threads_per_worker).check()
+            state=state, precision=precision, dtype=dtype, compression=compression, resume=resume,
+            flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
+            workers=workers, threads_per_worker=threads_per_worker).check()
         only, shards = options.only_shard(), options.shards
         if options.engine == "ray":  # the weights' fingerprint as the actors will see it (see `embed_job`)
             torch.set_num_threads(threads_per_worker or 1)

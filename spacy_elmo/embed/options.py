@@ -5,6 +5,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from ..bilm import check_precision
 from ..errors import ElmoConfigError, ElmoResourceError
 
 DTYPES = ("float32", "float16")
@@ -27,6 +28,7 @@ class EmbedOptions:
     layer: str = "all"
     batch_size: int = 64
     state: Optional[str] = None
+    precision: str = "float32"
     dtype: str = "float32"
     compression: str = "none"
     resume: bool = False
@@ -45,6 +47,7 @@ class EmbedOptions:
         if self.dtype not in DTYPES or self.compression not in COMPRESSIONS:
             raise ElmoConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
                                   f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}")
+        check_precision(self.precision)
         only = self.only_shard()
         options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
         options._check_engine()

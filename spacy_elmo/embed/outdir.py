@@ -166,7 +166,8 @@ def differences(then: dict[str, Any], now: dict[str, Any]) -> str:
 
 INPUT_KEYS = ("input", "input_bytes", "input_sha256")
 FLAGS = {"threads": "--threads", "batch_size": "--batch-size", "flush_every": "--flush-every", "layer": "--layer",
-         "dtype": "--dtype", "state": "--state", "compression": "--compression", "shards": "--shards"}
+         "dtype": "--dtype", "state": "--state", "compression": "--compression", "shards": "--shards",
+         "precision": "--precision"}
 
 
 def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:

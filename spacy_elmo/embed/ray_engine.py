@@ -53,7 +53,7 @@ class ShardWriter:
         self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
-            self.bilm = load_bilm(weights, state=job.settings["state"])
+            self.bilm = load_bilm(weights, state=job.settings["state"], precision=job.settings["precision"])
             if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
                 raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
                                     "started: every node must see the same weights")

@@ -26,9 +26,11 @@ from ..bilm import (
     BiLMOptions,
     CharTable,
     ElmoEmbedder,
+    Precision,
     StatePolicy,
     bilm_from_state_dict,
     check_batch_size,
+    check_precision,
     check_state_policy,
     load_bilm,
     read_state_dict,
@@ -49,12 +51,13 @@ class FrozenBiLM(nn.Module):
     `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until sizes are known."""
 
     def __init__(self, options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
-                 token_cache_size: int):
+                 token_cache_size: int, precision: Precision = "float32"):
         super().__init__()
         self.configured = options
         self.state = None if state is None else check_state_policy(state)  # None: the weights' own policy
         self.batch_size = check_batch_size(batch_size)
         self.token_cache_size = token_cache_size
+        self.precision = check_precision(precision)
         self.embedder: Optional[ElmoEmbedder] = None
         if options is not None and not options.char_table:  # a character table comes with the weights
             self.embedder = ElmoEmbedder(BiLM(options), state=state or "warm", cache_size=token_cache_size)
@@ -75,6 +78,7 @@ class FrozenBiLM(nn.Module):
         embedder.token_cache.clear()
         embedder.eval()
         self.embedder = embedder.to(get_torch_default_device())
+        self.embedder.precision = self.precision  # resolved for the device it now runs on
         self.has_weights = True
 
     def forward(self, sentences: List[List[str]]) -> List[np.ndarray]:
@@ -176,10 +180,10 @@ class ElmoBiLMModel(Model):
 
 
 def bilm_layer(options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
-               token_cache_size: int) -> ElmoBiLMModel:
+               token_cache_size: int, precision: Precision = "float32") -> ElmoBiLMModel:
     """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the weights;
     `state` None: the weights' own policy."""
-    return ElmoBiLMModel(FrozenBiLM(options, state, batch_size, token_cache_size))
+    return ElmoBiLMModel(FrozenBiLM(options, state, batch_size, token_cache_size, precision))
 
 
 def frozen_bilm(model: Model) -> FrozenBiLM:

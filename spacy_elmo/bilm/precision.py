@@ -1,0 +1,177 @@
+"""The precision of the inference path's large matrix products: float32, bfloat16 or int8.
+
+A `MatrixProduct` computes `x W (+ b)` for float32 `x (N, I)` and gives float32 `(N, O)`: only the
+product itself runs in the chosen precision; the LSTM's cell state, gates, clipping and every output
+stay float32.
+
+- "bfloat16": W stored in bfloat16, x rounded to bfloat16 per call, products accumulated by the
+  kernel in float32. Fast where the CPU multiplies bfloat16 natively (AMX, AVX512-BF16, Arm BF16)
+  or on a GPU; CPUs without it emulate it slower than float32, so there it runs float32 and warns.
+- "int8": W quantized per output column (symmetric, scale `max|W| / 127`), x on a fixed 7-bit grid
+  over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
+  accumulation: torch's fbgemm (x86) / qnnpack (Arm) kernels. A fixed grid, not one fitted to each
+  call's range, keeps every row's result independent of the rows computed with it (a sentence gets
+  the same vectors in any batch). Products whose input has no bound (the first layer's, from the
+  token layer) stay float32. torchao's int8 route runs `torch._int_mm`, whose CPU kernel is a
+  reference loop (about 1 GFLOP/s on a 2-core AVX2 host, against 60-100 for float32) unless
+  compiled, so these kernels are the fast int8 route on CPUs.
+- "auto": bfloat16 where native, else int8 where a kernel exists (CPU), else float32.
+"""
+from __future__ import annotations
+
+import platform
+import warnings
+from functools import lru_cache
+from typing import Literal, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import ElmoConfigError
+
+Precision = Literal["float32", "bfloat16", "int8", "auto"]
+PRECISIONS = ("float32", "bfloat16", "int8", "auto")
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ElmoConfigError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    return precision
+
+
+@lru_cache(maxsize=None)
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags as Linux reports them (x86 `flags`, Arm `Features`); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 matrices natively."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    flags = cpu_flags()
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "bf16" in flags or platform.system() == "Darwin" and torch.backends.mps.is_available()
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def int8_engine() -> Optional[str]:
+    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its dynamic int8
+    linear kernel runs on this CPU, else None."""
+    try:
+        engine = torch.backends.quantized.engine
+        torch.ops.quantized.linear_dynamic  # noqa: B018 (present in this build)
+    except (AttributeError, RuntimeError):
+        return None
+    return engine if engine in ("x86", "fbgemm", "qnnpack") else None
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native support
+    -> "float32" (with a warning); ElmoConfigError for "int8" where no int8 kernel runs."""
+    check_precision(precision)
+    if precision == "auto":
+        if native_bfloat16(device):
+            return "bfloat16"
+        return "int8" if device.type == "cpu" and int8_engine() else "float32"
+    if precision == "bfloat16" and not native_bfloat16(device):
+        warnings.warn(f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix products "
+                      "(emulated ones are slower than float32), so the biLM runs in float32; 'int8' or 'auto' is the "
+                      "faster choice here", RuntimeWarning, stacklevel=3)
+        return "float32"
+    if precision == "int8" and (device.type != "cpu" or int8_engine() is None):
+        where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
+        raise ElmoConfigError(f"precision 'int8' runs on CPUs with torch's fbgemm or qnnpack kernels, not on {where}; "
+                              "use 'bfloat16' on a GPU, or 'auto'")
+    return precision
+
+
+class MatrixProduct:
+    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions subclass it."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
+
+    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
+        """`out += x W` (no bias), in place."""
+        return out.addmm_(x, self.weight)
+
+    def into(self, out: Tensor, x: Tensor) -> Tensor:
+        """`out = x W` (no bias), in place."""
+        return torch.mm(x, self.weight, out=out)
+
+
+class BFloat16Product(MatrixProduct):
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
+        super().__init__(weight.detach().to(torch.bfloat16), bias)
+
+    def _product(self, x: Tensor) -> Tensor:
+        return torch.mm(x.to(torch.bfloat16), self.weight).float()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = self._product(x)
+        return y if self.bias is None else y.add_(self.bias)
+
+    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
+        return out.add_(self._product(x))
+
+    def into(self, out: Tensor, x: Tensor) -> Tensor:
+        return out.copy_(self._product(x))
+
+
+class Int8Product(MatrixProduct):
+    """int8 products of inputs within `[-bound, bound]` (a bound the network guarantees: a clip or a
+    tanh), quantized on that fixed grid, so each row's result depends on that row alone."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None, *, bound: float):
+        w = weight.detach().t().contiguous().float()  # (O, I), one scale per output
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
+        with warnings.catch_warnings():  # torch marks quantized tensor creation deprecated; its kernels stay
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8)
+        self.packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+        # 7-bit inputs (0..127 around 64): fbgemm's AVX2 u8 x s8 pair sums cannot saturate int16
+        self.input_scale = 2 * bound / 127
+        super().__init__(weight, bias)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            x.contiguous(), self.input_scale, 64, self.packed)
+
+    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
+        return out.add_(self(x))
+
+    def into(self, out: Tensor, x: Tensor) -> Tensor:
+        return out.copy_(self(x))
+
+
+def make_product(precision: str, weight: Tensor, bias: Optional[Tensor] = None,
+                 bound: float = float("inf")) -> MatrixProduct:
+    """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8 needs a finite
+    one, and runs float32 without)."""
+    if precision == "bfloat16":
+        return BFloat16Product(weight, bias)
+    if precision == "int8" and bound < float("inf"):
+        return Int8Product(weight, bias, bound=bound)
+    return MatrixProduct(weight, bias)
+
+
+class LayerProducts(NamedTuple):
+    """The three products of one LSTM layer and direction: input projection (with the bias), hidden, cell projection."""
+
+    input: MatrixProduct
+    hidden: MatrixProduct
+    proj: MatrixProduct
