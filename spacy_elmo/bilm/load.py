@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
+
+import torch
 
 from ..errors import ElmoResourceError
 from . import hub
+from .device import check_device
 from .efml_format import load_efml
 from .embedder import ElmoEmbedder
 from .hdf5_format import read_hdf5, tf_to_state_dict
@@ -23,7 +26,7 @@ HDF5_COPIES = 3
 
 
 def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_size: int = 50_000,
-              precision: Precision = "float32") -> ElmoEmbedder:
+              precision: Precision = "float32", device: Union[str, torch.device] = "cpu") -> ElmoEmbedder:
     """Load a biLM for inference (eval mode).
 
     `path`: anything `locate` takes: a directory with an options JSON and one `.hdf5` weight file
@@ -34,11 +37,13 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
     outputs after `reset_states`; "warm" needs a warm-up text in the model's language, see
     `BiLM.compute_warm_state`) or "carry"; a saved model keeps its policy unless one is given.
     `cache_size`: rows of the token-layer cache. `precision`: of the LSTM's matrix products, "float32",
-    "bfloat16", "int8" or "auto" (see `ElmoEmbedder.precision`). Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
+    "bfloat16", "int8" or "auto" (see `ElmoEmbedder.precision`), chosen for `device` ("cpu", "cuda", "cuda:N").
+    Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
     """
     if state is not None:
         check_state_policy(state)
     check_precision(precision)
+    device = check_device(device)
     files = locate(path, verify=True)
     with _memory(files.weights):
         if files.kind == "own":
@@ -52,6 +57,7 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
             bilm = BiLM(options)
             bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
             embedder = ElmoEmbedder(bilm, state or "warm", cache_size)
+        embedder.to(device)
         embedder.precision = precision
         if embedder.state_policy == "warm":
             embedder.bilm.warm_state(1)  # computed now unless loaded (ElmoConfigError where it cannot be)

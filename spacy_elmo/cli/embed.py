@@ -32,6 +32,7 @@ def embed_cli(
     precision: Annotated[str, typer.Option(help="of the biLM's LSTM matrix products: float32, bfloat16 (where the "
                                                  "CPU or GPU has it natively), int8 (CPU) or auto (the fastest of "
                                                  "these here); the vectors written stay float32")] = "float32",
+    device: Annotated[str, typer.Option(help="where the biLM runs: cpu, cuda or cuda:N")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
     compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
     resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
@@ -78,7 +79,7 @@ def embed_cli(
     with errors():
         options = EmbedOptions(
             input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
-            state=state, precision=precision, dtype=dtype, compression=compression, resume=resume,
+            state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
             flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
             workers=workers, threads_per_worker=threads_per_worker).check()
         only, shards = options.only_shard(), options.shards

@@ -59,7 +59,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
 
     o = options.check()
     regular_file(o.input_path, "input")  # read twice (scanned, then embedded): no pipe
-    bilm = load_bilm(o.weights, state=o.state, precision=o.precision)
+    bilm = load_bilm(o.weights, state=o.state, precision=o.precision, device=o.device)
     chosen = parse_layer(o.layer, bilm.num_output_layers)
     if (o.resume or o.shards) and bilm.state_policy == "carry":
         raise ElmoConfigError(f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
@@ -73,7 +73,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     # what changes a float32 result's bits is recorded too: a run continues only under the same
     settings = {**scanned, "threads": torch.get_num_threads(), "torch": torch.__version__,
                 "spacy_elmo": __version__, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
-                "precision": bilm.precision,
+                "precision": bilm.precision, "device": bilm.device.type,
                 "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.block_size(scanned["lines"]), "dtype": o.dtype,
                 "compression": o.compression, "shards": o.shards,
                 "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}

@@ -29,6 +29,7 @@ class EmbedOptions:
     batch_size: int = 64
     state: Optional[str] = None
     precision: str = "float32"
+    device: str = "cpu"
     dtype: str = "float32"
     compression: str = "none"
     resume: bool = False
@@ -76,6 +77,9 @@ class EmbedOptions:
             if any(option is not None for option in (self.address, self.workers, self.threads_per_worker)):
                 raise ElmoConfigError("--address, --workers and --threads-per-worker go with --engine ray")
             return
+        if self.device != "cpu":
+            raise ElmoConfigError(f"--device {self.device}: --engine ray runs its workers on CPUs; --device goes with "
+                                  "--engine local")
         if not self.shards or self.shard is not None:
             raise ElmoConfigError("--engine ray writes every shard of --shards N: give --shards N (and not --shard I/N)")
         try:

@@ -167,7 +167,7 @@ def differences(then: dict[str, Any], now: dict[str, Any]) -> str:
 INPUT_KEYS = ("input", "input_bytes", "input_sha256")
 FLAGS = {"threads": "--threads", "batch_size": "--batch-size", "flush_every": "--flush-every", "layer": "--layer",
          "dtype": "--dtype", "state": "--state", "compression": "--compression", "shards": "--shards",
-         "precision": "--precision"}
+         "precision": "--precision", "device": "--device"}
 
 
 def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:

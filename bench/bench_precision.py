@@ -1,0 +1,81 @@
+"""`bilm.embed` throughput by precision, in one run, with the host's matmul rates and the error per layer.
+
+    python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto] [--rounds 2]
+
+Each round loads the biLM afresh per precision (cold token cache) and times one pass of `embed` over the UD
+English-EWT test sentences; precisions alternate within a round, so a host that slows down affects them alike.
+Random weights at a published size (`../shared/tools/make_elmo_weights.py`) give the speed; their recurrence is
+chaotic, so accuracy is measured on the trained AllenNLP fixture instead: relative error per layer,
+`||low - fp32|| / ||fp32||`, over the first 500 UD English-EWT dev sentences. "bfloat16" on a CPU without native
+bfloat16 runs float32 (and says so), so it is timed only where native. Prints one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_matmul_precision import rates  # noqa: E402
+from common import DATA, machine, read_conllu_sentences, weights_dir  # noqa: E402
+
+
+def relative_errors(low, ref) -> list:
+    return [round(float(np.linalg.norm(np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref]))
+                        / np.linalg.norm(np.concatenate([x[k] for x in ref]))), 5) for k in range(ref[0].shape[0])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=["small", "medium", "original"], default="original")
+    parser.add_argument("--precisions", default="float32,int8,bfloat16,auto")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from spacy_elmo import load_bilm
+    from spacy_elmo.bilm.precision import native_bfloat16
+
+    native = native_bfloat16(torch.device("cpu"))
+    precisions = [p for p in args.precisions.split(",") if p != "bfloat16" or native]
+    sentences = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")
+    n_tokens = sum(map(len, sentences))
+    speeds: dict = {p: [] for p in precisions}
+    resolved = {}
+    for _ in range(args.rounds):
+        for p in precisions:
+            bilm = load_bilm(weights_dir(args.size), precision=p)
+            resolved[p] = bilm.precision
+            start = time.perf_counter()
+            bilm.embed(sentences, batch_size=args.batch_size)
+            speeds[p].append(round(n_tokens / (time.perf_counter() - start)))
+    dev = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-dev.conllu.gz")[:500]
+    fixture = DATA / "allennlp_elmo_fixture"
+    reference = load_bilm(fixture).embed(dev)
+    errors = {}
+    for p in ("int8", "bfloat16"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bilm = load_bilm(fixture, precision=p)
+        if bilm.precision == p:
+            errors[p] = relative_errors(bilm.embed(dev), reference)
+    best = {p: max(v) for p, v in speeds.items()}
+    result = {
+        "size": args.size, "threads": args.threads, "tokens": n_tokens, "tokens_per_s": speeds,
+        "resolved": resolved, "speedup_vs_float32": {p: round(best[p] / best["float32"], 2) for p in best},
+        "fixture_relative_error_per_layer": errors, "native_bfloat16": native,
+        "matmul_gflop_per_s": [rates(m, k, n, 10) for m, k, n in [(256, 512, 16384), (256, 4096, 512)]],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": machine(),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
