@@ -65,11 +65,13 @@ def test_every_mix_is_recorded_under_its_own_config_path(scripts, fixture_dir, o
     encoder = config["components"].pop("tok2vec")["model"]
     encoder["embed"]["elmo"].update({"@architectures": "spacy_elmo.ElmoFeatures.v3", "layers": [0, 1]})
     at_output = config["components"]["tagger"]["model"]["tok2vec"]
-    features = at_output.pop("elmo")
+    features, _ = at_output.pop("elmo"), at_output.pop("tok2vec")  # the listener gives way to the encoder
     at_output.update({"elmo": features, "tok2vec": encoder} if output_first else {"tok2vec": encoder, "elmo": features})
     nlp = spacy.util.load_model_from_config(Config(config), auto_fill=True)
     nlp.initialize(lambda: tagged_examples(nlp, TAGGED))
     mixes = learned_mixes(nlp)
+    assert list(nlp.config["components"]["tagger"]["model"]["tok2vec"])[1:] == (
+        ["elmo", "tok2vec"] if output_first else ["tok2vec", "elmo"])
     by_path = {mix["path"]: mix for mix in mixes}
     inner, outer = by_path["components.tagger.model.tok2vec.tok2vec.embed.elmo"], by_path[TAGGER_OUTPUT]
     assert len(mixes) == 2 and inner["layers"] == [0, 1] and outer["layers"] == [0, 1, 2]
