@@ -1,15 +1,17 @@
 """The steps of the study (project.yml runs them): corpus, baselines, train, evaluate, probe.
 
     python project/scripts/run_study.py STEP --scale full|smoke [--bilm PATH] [--ner-data conll2003|uner]
-                                        [--tasks pos ner] [--systems base elmo ...]
+                                        [--tasks pos ner] [--systems base elmo ...] [--fractions 0.1 ...]
 
 Every step skips the work whose output already exists, so an interrupted step continues where it
 stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS) or
 `ner` (Universal NER English-EWT, or CoNLL-2003); system `base` (hash embeddings only), `elmo`
-(+ task-specific ELMo mix), `spacy-pretrain` (tok2vec initialised by `spacy pretrain` on the biLM's
-pretraining text) or `floret` (+ static floret vectors trained on that text). At fractions below 1 the
-seed also draws the training subset, so each seed sees a different random subset. A run (or its
-record) made on other NER data than --ner-data names is redone, as is an ELMo run made with another biLM.
+(+ task-specific ELMo mix at the encoder's input), `spacy-pretrain` (tok2vec initialised by `spacy pretrain`
+on the biLM's pretraining text) or `floret` (+ static floret vectors trained on that text); the `placement`
+step's systems put ELMo elsewhere: `elmo-output` (at the encoder's output), `elmo-both` (input and output, two
+mixes), `elmo-layers01` (input, mixing layers 0 and 1 only). At fractions below 1 the seed also draws the
+training subset, so each seed sees a different random subset. A run (or its record) made on other NER data
+than --ner-data names is redone, as is a run of any ELMo system made with another biLM.
 """
 from __future__ import annotations
 
@@ -27,13 +29,17 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import convert_data
-from study import ROOT, SCALES, Scale, machine_line, metrics_dir
+from scoring import evaluate
+from study import ELMO_SYSTEMS, ROOT, SCALES, Scale, machine_line, metrics_dir
 
 ASSETS = ROOT / "project" / "assets"
 CONFIGS = ROOT / "project" / "configs"
 LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
 SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret"]
 SYSTEMS_SAMPLE = ["base", "elmo"]
+SYSTEMS_PLACEMENT = ["elmo-output", "elmo-both", "elmo-layers01"]  # `elmo` and `base` come from main and sample
+PLACEMENT_FRACTIONS = [0.1, 1.0]
+STEPS = {"train": "main", "sample": "sample", "placement": "placement"}  # training step -> the runs it trains
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class Task:
     source: str               # the data set: "ud", "uner" or "conll2003" (its corpus folder)
     kind: str                 # convert_data format
     files: Dict[str, str]     # split -> file under project/assets
-    config: str               # configs/<config>_{base,elmo}.cfg
+    config: str               # configs/<config>_base.cfg, or _<suffix>.cfg of an ELMo system (ELMO_SYSTEMS)
     metric: str               # the score that selects the model and that the summary reports
     data: str                 # what the summary calls the data set
 
@@ -60,10 +66,11 @@ TASKS = {
 
 class Study:
     def __init__(self, scale: Scale, bilm: Optional[str], ner_data: str, tasks: Sequence[str] = ("pos", "ner"),
-                 systems: Optional[Sequence[str]] = None):
+                 systems: Optional[Sequence[str]] = None, fractions: Optional[Sequence[float]] = None):
         self.scale = scale
         self.tasks = [TASKS["pos"] if name == "pos" else TASKS[ner_data] for name in tasks]
         self.systems = systems
+        self.fractions = fractions
         self.corpus = ROOT / "project" / "corpus" / scale.name
         self.training = ROOT / "project" / "training" / scale.name
         self.metrics = metrics_dir(scale.name)
@@ -88,7 +95,7 @@ class Study:
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        return record.get("data") != task.data or (record["system"] == "elmo" and self.other_bilm(record))
+        return record.get("data") != task.data or (record["system"] in ELMO_SYSTEMS and self.other_bilm(record))
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -96,21 +103,21 @@ class Study:
         return self.corpus / task.source / f"{name}.spacy"
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
-        """(task, system, fraction, seed) of the main comparison (`main`) or the smaller fractions (`sample`)."""
-        def keep(system: str) -> bool:
-            return self.systems is None or system in self.systems
-
+        """(task, system, fraction, seed) of the main comparison (`main`), the smaller fractions (`sample`) or
+        where ELMo goes (`placement`), less those that --systems or --fractions leave out."""
+        systems, fractions = {
+            "main": (SYSTEMS_MAIN, [1.0]),
+            "sample": (SYSTEMS_SAMPLE, [f for f in self.scale.fractions if f < 1.0]),
+            "placement": (SYSTEMS_PLACEMENT, PLACEMENT_FRACTIONS),
+        }[which]
         for task in self.tasks:
-            if which == "main":
-                for system in filter(keep, SYSTEMS_MAIN):
-                    for seed in self.scale.seeds:
-                        yield task, system, 1.0, seed
-            else:
-                for fraction in self.scale.fractions:
-                    if fraction < 1.0:
-                        for system in filter(keep, SYSTEMS_SAMPLE):
-                            for seed in self.scale.seeds:
-                                yield task, system, fraction, seed
+            for fraction in fractions:
+                if self.fractions is not None and fraction not in self.fractions:
+                    continue
+                for system in systems:
+                    if self.systems is None or system in self.systems:
+                        for seed in self.scale.seeds:
+                            yield task, system, fraction, seed
 
     @staticmethod
     def run_id(task: Task, system: str, fraction: float, seed: int) -> str:
@@ -210,7 +217,7 @@ class Study:
 
     def train_one(self, task: Task, system: str, fraction: float, seed: int) -> None:
         out = self.run_dir(task, system, fraction, seed)
-        config = CONFIGS / f"{task.config}_{'elmo' if system == 'elmo' else 'base'}.cfg"
+        config = CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"
         if system == "spacy-pretrain":
             config = with_pretraining_section(config, out)
         args = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out),
@@ -218,10 +225,8 @@ class Study:
                 "--paths.dev", str(self.split(task, "dev")), "--system.seed", str(seed)]
         args += [f"--{k}={json.dumps(v)}" for k, v in self.scale.train_overrides.items()]
         baselines = self.training / "baselines"
-        if system == "elmo":
-            n_layers, width, _ = self.bilm_info
-            args += ["--paths.elmo", self.bilm, f"--components.tok2vec.model.embed.elmo.n_layers={n_layers}",
-                     f"--components.tok2vec.model.embed.elmo.width={width}"]
+        if system in ELMO_SYSTEMS:
+            args += ["--paths.elmo", self.bilm, *size_overrides(config, *self.bilm_info[:2])]
         elif system == "spacy-pretrain":
             args += ["--paths.init_tok2vec", str(baselines / "tok2vec" / "model-last.bin")]
         elif system == "floret":
@@ -235,7 +240,7 @@ class Study:
                   "train_sentences": count_docs(self.split(task, "train", fraction, seed)),
                   "train_seconds": seconds, "dev": meta.get("performance", {}).get(task.metric),
                   "date": time.strftime("%Y-%m-%d"), "machine": machine_line()}
-        if system == "elmo":
+        if system in ELMO_SYSTEMS:
             record["bilm_fingerprint"] = self.bilm_info[2]
         (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
@@ -243,7 +248,7 @@ class Study:
         """Test scores, speed and size of every trained run that has none yet."""
         runs_dir = self.metrics / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
-        for which in ("main", "sample"):
+        for which in STEPS.values():
             for task, system, fraction, seed in self.runs(which):
                 out = self.run_dir(task, system, fraction, seed)
                 target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
@@ -315,25 +320,15 @@ def count_docs(path: Path) -> int:
     return len(DocBin().from_disk(path))
 
 
-def evaluate(model_dir: Path, test_path: Path, metric: str) -> Dict:
-    """Scores on the test set, words/s of the whole pipeline (cold caches) and its size on disk."""
-    import spacy
-    from spacy.tokens import Doc, DocBin
-    from spacy.training import Example
+def size_overrides(config: Path, n_layers: int, width: int) -> List[str]:
+    """`spacy train` overrides that give every ElmoFeatures block of `config` the biLM's sizes."""
+    from thinc.api import Config
 
-    nlp = spacy.load(model_dir)
-    gold = list(DocBin().from_disk(test_path).get_docs(nlp.vocab))
-    examples = [Example(Doc(nlp.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref]), ref)
-                for ref in gold]
-    scores = nlp.evaluate(examples)  # runs the whole pipeline once, from cold caches; "speed" is its words/s
-    keep = {k: v for k, v in scores.items() if k in (metric, "tag_acc", "ents_f", "ents_p", "ents_r")}
-    size = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())
-    record = {"test": keep, "words_per_s": scores["speed"], "pipeline_mb": size / 2**20}
-    if "elmo" in nlp.pipe_names:
-        from spacy_elmo.layers import learned_mix
+    from spacy_elmo.layers import feature_paths
 
-        record["layer_weights"] = [float(w) for w in learned_mix(nlp.get_pipe("tok2vec").model)]
-    return record
+    sections = Config().from_disk(config, interpolate=False)["components"]
+    return [f"--{path}.{setting}={value}" for path in feature_paths(sections, "components")
+            for setting, value in (("n_layers", n_layers), ("width", width))]
 
 
 def run(args: List[str]) -> None:
@@ -347,22 +342,25 @@ def run(args: List[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("step", choices=["corpus", "baselines", "train", "sample", "evaluate"])
+    parser.add_argument("step", choices=["corpus", "baselines", *STEPS, "evaluate"])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--bilm", default="", help="the biLM (default: the one the pretrain step trained)")
     parser.add_argument("--ner-data", choices=["uner", "conll2003"], default="uner")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tasks", nargs="+", choices=["pos", "ner"], default=["pos", "ner"],
                         help="only these tasks (e.g. to run the study in parts)")
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS_MAIN, default=None, help="only these systems")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS_MAIN + SYSTEMS_PLACEMENT, default=None,
+                        help="only these systems")
+    parser.add_argument("--fractions", nargs="+", type=float, default=None,
+                        help="only these fractions of the training data (e.g. 0.1 1)")
     args = parser.parse_args()
-    study = Study(SCALES[args.scale], args.bilm, args.ner_data, args.tasks, args.systems)
+    study = Study(SCALES[args.scale], args.bilm, args.ner_data, args.tasks, args.systems, args.fractions)
     if args.step == "corpus":
         study.corpus_step()
     elif args.step == "baselines":
         study.baselines_step(args.threads)
-    elif args.step in ("train", "sample"):
-        study.train_step("main" if args.step == "train" else "sample")
+    elif args.step in STEPS:
+        study.train_step(STEPS[args.step])
     else:
         study.evaluate_step()
 

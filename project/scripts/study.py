@@ -12,6 +12,11 @@ from typing import Any, Dict, List, Optional
 from machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
+# The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg): `elmo` at the
+# task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two mixes), `elmo-layers01` at
+# its input mixing layers 0 and 1 only.
+ELMO_SYSTEMS = {"elmo": "elmo", "elmo-output": "elmo_output", "elmo-both": "elmo_both",
+                "elmo-layers01": "elmo_layers01"}
 
 
 @dataclass(frozen=True)

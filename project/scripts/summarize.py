@@ -3,9 +3,10 @@
     python project/scripts/summarize.py --scale full      # project/metrics/*.json -> project/metrics/summary.md, *.png
 
 Reads runs/*.json (one per trained pipeline: test scores, words/s, size, training time, learned
-layer weights), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
-pretraining) and probe.json (the layer probe). ELMo runs and a probe made with another biLM than
-the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary says so.
+layer mixes), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
+pretraining) and probe.json (the layer probe). Runs of any ELMo system and a probe made with another
+biLM than the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary says so.
+The runs that put ELMo elsewhere than the encoder's input (the `placement` step) get a table of their own.
 Each cell is the mean ± sample sd over seeds (and, below 100% of the data, over random training
 subsets). A claim "holds" when the mean difference
 exceeds the larger of the two sds, is "within the spread" when its size does not, and "does not
@@ -20,9 +21,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from study import SCALES, metrics_dir
+from study import ELMO_SYSTEMS, SCALES, metrics_dir
 
-SYSTEM_NAMES = {"base": "baseline", "spacy-pretrain": "spacy pretrain", "floret": "floret vectors", "elmo": "ELMo"}
+SYSTEM_NAMES = {"base": "baseline", "spacy-pretrain": "spacy pretrain", "floret": "floret vectors", "elmo": "ELMo",
+                "elmo-output": "ELMo at output", "elmo-both": "ELMo at input + output",
+                "elmo-layers01": "ELMo layers [0, 1]"}
+MAIN_SYSTEMS = ["base", "spacy-pretrain", "floret", "elmo"]  # the scores table; the others are placements
+PLACEMENTS = {"base": "baseline", "elmo": "input", "elmo-output": "output", "elmo-both": "input + output",
+              "elmo-layers01": "input, layers [0, 1]"}  # the columns of "Where ELMo goes"
+INPUT_MIX = "components.tok2vec.model.embed.elmo"  # where the `elmo` configs mix, for records of layer_weights only
 METRIC_NAMES = {"pos": ("tag_acc", "UPOS accuracy"), "ner": ("ents_f", "entity F1")}
 
 
@@ -66,9 +73,9 @@ def load(metrics: Path) -> Metrics:
     def other_bilm(record: Dict) -> bool:
         return current is not None and record.get("bilm_fingerprint") != current
 
-    left_out = [f"{r['task']}-elmo-f{r['fraction']:g}-s{r['seed']}" for r in runs
-                if r["system"] == "elmo" and other_bilm(r)]
-    runs = [r for r in runs if not (r["system"] == "elmo" and other_bilm(r))]
+    left_out = [f"{r['task']}-{r['system']}-f{r['fraction']:g}-s{r['seed']}" for r in runs
+                if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    runs = [r for r in runs if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
     if probe and other_bilm(probe):
         left_out.append("the layer probe")
         probe = {}
@@ -126,6 +133,7 @@ def render(m: Metrics) -> str:
     runs, bilm, baselines, probe, table, tasks, data, left_out = m
     fractions = sorted({r["fraction"] for r in runs})
     systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in runs)]
+    scored = [s for s in systems if s in MAIN_SYSTEMS]
     dates = sorted({r["date"] for r in runs})
     machines = sorted({r["machine"] for r in runs})
     bilm_sha = ", ".join(f"{name} `{digest}`" for name, digest in bilm.get("sha256", {}).items()) or "unknown"
@@ -142,18 +150,19 @@ def render(m: Metrics) -> str:
         "",
         "## Scores",
         "",
-        "| task | data | fraction | " + " | ".join(SYSTEM_NAMES[s] for s in systems) + " | ELMo − baseline |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in systems) + " | --- |",
+        "| task | data | fraction | " + " | ".join(SYSTEM_NAMES[s] for s in scored) + " | ELMo − baseline |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in scored) + " | --- |",
     ]
     for task in tasks:
         for fraction in fractions:
-            row = [table.get((task, s, fraction)) for s in systems]
+            row = [table.get((task, s, fraction)) for s in scored]
             if not any(row):
                 continue
             base, elmo = table.get((task, "base", fraction)), table.get((task, "elmo", fraction))
             diff = f"{elmo.mean - base.mean:+.2f}" if base and elmo else "–"
             lines.append(f"| {task} ({METRIC_NAMES[task][1]}) | {data[task]} | {fraction_label(fraction)} | "
                          + " | ".join(str(c) if c else "–" for c in row) + f" | {diff} |")
+    lines += placement_section(m, fractions)
     lines += ["", "## The claims", "", "| claim | task | data | verdict |", "| --- | --- | --- | --- |"]
     for task in tasks:
         on = f"{task} | {data[task]}"
@@ -208,27 +217,72 @@ def match(better: Optional[Cell], reference: Optional[Cell]) -> str:
     return f"{'holds' if diff >= -spread else 'does not hold'} ({better} vs {reference})"
 
 
-def learned_weights(runs: List[Dict]) -> Dict[str, List[float]]:
-    """Mean learned layer weights softmax(s) per task, over the ELMo runs on 100% of the data."""
-    out = {}
-    for task in ("pos", "ner"):
-        group = [r["layer_weights"] for r in runs
-                 if r["task"] == task and r.get("layer_weights") and r["fraction"] == 1.0]
-        if group:
-            out[task] = [statistics.fmean(ws) for ws in zip(*group)]
-    return out
+def placement_section(m: Metrics, fractions: List[float]) -> List[str]:
+    """The table "Where ELMo goes": each placement beside ELMo at the input and the baseline; none without a
+    placement run."""
+    placed = [s for s in PLACEMENTS if s not in MAIN_SYSTEMS]
+    if not any(r["system"] in placed for r in m.runs):
+        return []
+    lines = ["", "## Where ELMo goes", "",
+             "The task encoder's input `[x_k; ELMo_k]`, its output `[h_k; ELMo_k]`, both (two mixes), or the input "
+             "mixing layers 0 and 1 only (Peters et al. 2018, sec. 3.3; Reimers and Gurevych 2019).", "",
+             "| task | data | fraction | " + " | ".join(PLACEMENTS.values()) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in PLACEMENTS) + " |"]
+    for task in m.tasks:
+        for fraction in fractions:
+            row = [m.table.get((task, s, fraction)) for s in PLACEMENTS]
+            if any(m.table.get((task, s, fraction)) for s in placed):
+                lines.append(f"| {task} ({METRIC_NAMES[task][1]}) | {m.data[task]} | {fraction_label(fraction)} | "
+                             + " | ".join(str(c) if c else "–" for c in row) + " |")
+    return lines
+
+
+def run_mixes(run: Dict) -> List[Dict]:
+    """A run's learned mixes; a record of `layer_weights` alone (before gamma was kept) is one input mix."""
+    if "layer_weights" in run:
+        weights = run["layer_weights"]
+        return [{"path": INPUT_MIX, "layers": list(range(len(weights))), "weights": weights}]
+    return run.get("mixes", [])
+
+
+class Mix(NamedTuple):
+    """A learned mix, averaged over seeds: softmax(s) over all the biLM's layers, the layers it reads, gamma."""
+    weights: List[float]
+    layers: List[int]
+    gamma: Optional[float]
+
+
+def learned_mixes(runs: List[Dict]) -> Dict[Tuple[str, str, str], Mix]:
+    """The mean learned mix per (task, system, config path), over the runs on 100% of the data."""
+    group = defaultdict(list)
+    for run in runs:
+        if run["fraction"] == 1.0:
+            for mix in run_mixes(run):
+                group[run["task"], run["system"], mix["path"]].append(mix)
+    return {key: Mix([statistics.fmean(ws) for ws in zip(*(m["weights"] for m in mixes))], mixes[0]["layers"],
+                     statistics.fmean(m["gamma"] for m in mixes) if all("gamma" in m for m in mixes) else None)
+            for key, mixes in group.items()}
 
 
 def layer_section(runs: List[Dict], data: Dict[str, str], probe: Dict) -> List[str]:
     lines = ["", "## Layers", ""]
-    weights = learned_weights(runs)
-    if weights:
-        lines += ["Learned mix softmax(s) of the ELMo pipelines (100% of the data, mean over seeds):", "",
-                  "| task | data | " + " | ".join(f"layer {j}" for j in range(len(next(iter(weights.values())))))
-                  + " |",
-                  "| --- | --- | " + " | ".join("---" for _ in next(iter(weights.values()))) + " |"]
-        lines += [f"| {task} | {data[task]} | " + " | ".join(f"{w:.3f}" for w in ws) + " |"
-                  for task, ws in weights.items()]
+    mixes = learned_mixes(runs)
+    if mixes:
+        n = max(len(mix.weights) for mix in mixes.values())
+        gamma = any(mix.gamma is not None for mix in mixes.values())
+        lines += ["Learned mix softmax(s) of the ELMo pipelines, one row per ElmoFeatures block (100% of the data, "
+                  "mean over seeds; –: a layer the block does not mix):", "",
+                  "| task | data | system | mix | " + " | ".join(f"layer {j}" for j in range(n))
+                  + (" | gamma |" if gamma else " |"),
+                  "| --- | --- | --- | --- | " + " | ".join("---" for _ in range(n)) + (" | --- |" if gamma else " |")]
+        # tasks and systems in the order of the other tables; a run's mixes in its pipeline's order
+        for (task, system, path), mix in sorted(mixes.items(), key=lambda item: (
+                ("pos", "ner").index(item[0][0]), list(SYSTEM_NAMES).index(item[0][1]))):
+            cells = [f"{mix.weights[j]:.3f}" if j in mix.layers else "–" for j in range(n)]
+            if gamma:
+                cells.append("–" if mix.gamma is None else f"{mix.gamma:.3f}")
+            lines.append(f"| {task} | {data[task]} | {SYSTEM_NAMES[system]} | `{path.removeprefix('components.')}` | "
+                         + " | ".join(cells) + " |")
     if probe:
         layers = sorted(probe["layers"], key=int)
         best = max(layers, key=lambda j: probe["layers"][j])
@@ -254,7 +308,7 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     stamp = f"{sorted({r['date'] for r in runs})[-1]}, {sorted({r['machine'] for r in runs})[0]}"
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for system in ("base", "elmo"):
+        for system in PLACEMENTS:
             points = sorted((f, c) for (t, s, f), c in table.items() if t == task and s == system)
             if points:
                 ax.errorbar([100 * f for f, _ in points], [c.mean for _, c in points], yerr=[c.sd for _, c in points],
@@ -269,7 +323,9 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     paths = [out_dir / "accuracy_by_fraction.png"]
     fig.savefig(paths[0], dpi=100)
     plt.close(fig)
-    weights = learned_weights(runs)
+    mixes = learned_mixes(runs)
+    weights = {task: mix.weights for task in ("pos", "ner") for (t, system, _), mix in mixes.items()
+               if t == task and system == "elmo"}
     if probe:
         weights["pos probe"] = probe["mix"]["mix_weights"]
     if weights:

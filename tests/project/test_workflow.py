@@ -35,8 +35,9 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     for name, run in runs.items():
         metric = "tag_acc" if run["task"] == "pos" else "ents_f"
         assert 0.0 <= run["test"][metric] <= 1.0 and run["words_per_s"] > 0 and run["pipeline_mb"] > 0, name
-    elmo = runs["pos-elmo-f1-s0"]
-    assert len(elmo["layer_weights"]) == 3 and abs(sum(elmo["layer_weights"]) - 1) < 1e-5
+    [mix] = runs["pos-elmo-f1-s0"]["mixes"]
+    assert mix["path"] == "components.tok2vec.model.embed.elmo" and mix["layers"] == [0, 1, 2]
+    assert abs(sum(mix["weights"]) - 1) < 1e-5 and mix["gamma"] > 0
     assert runs["pos-floret-f1-s0"]["pipeline_mb"] > runs["pos-base-f1-s0"]["pipeline_mb"]  # carries its vectors
     # the 10% subsets are a tenth of the (sliced) training set
     assert runs["pos-base-f0.1-s0"]["train_sentences"] == 20 and runs["pos-base-f1-s0"]["train_sentences"] == 200
@@ -53,8 +54,46 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     assert "| ner (entity F1) | Universal NER English-EWT (preliminary train split) | 100% |" in summary
     assert not (smoke_project / "project" / "assets" / "conll2003").exists()
     assert "ELMo beats the baseline at 10%" in summary and bilm["sha256"]["weights.pt"] in summary
+    assert "Where ELMo goes" not in summary  # no placement runs in `smoke`
     for png in ("accuracy_by_fraction.png", "layer_weights.png"):
         assert (metrics / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_project, tmp_path):
+    """`run_study.py placement` (here one task and fraction) trains ELMo at the encoder's output, at its input and
+    output, and at its input on layers [0, 1]; `evaluate` records each pipeline's mixes under their config paths;
+    the summary shows them beside ELMo at the input; run again, the step finds nothing to do."""
+    copy_project(tmp_path)
+    for part in ("corpus/smoke", "training/smoke/bilm", "training/smoke/metrics"):
+        shutil.copytree(smoke_project / "project" / part, tmp_path / "project" / part)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+    def step(*args):
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, check=True, capture_output=True,
+                              text=True).stdout
+
+    def study(name, *args):
+        return step("project/scripts/run_study.py", name, "--scale", "smoke", "--tasks", "pos", *args)
+
+    study("placement", "--fractions", "0.1")
+    study("evaluate")
+    metrics = tmp_path / "project" / "training" / "smoke" / "metrics"
+    bilm = json.loads((metrics / "bilm.json").read_text())
+    runs = {system: json.loads((metrics / "runs" / f"pos-{system}-f0.1-s0.json").read_text())
+            for system in ("elmo-output", "elmo-both", "elmo-layers01")}
+    paths = {system: [mix["path"] for mix in run["mixes"]] for system, run in runs.items()}
+    assert paths == {"elmo-output": ["components.tagger.model.tok2vec.elmo"],
+                     "elmo-both": ["components.tok2vec.model.embed.elmo", "components.tagger.model.tok2vec.elmo"],
+                     "elmo-layers01": ["components.tok2vec.model.embed.elmo"]}
+    [layers01] = runs["elmo-layers01"]["mixes"]
+    assert layers01["layers"] == [0, 1] and layers01["weights"][2] == 0.0 and abs(sum(layers01["weights"]) - 1) < 1e-5
+    assert all(run["bilm_fingerprint"] == bilm["fingerprint"] and 0 <= run["test"]["tag_acc"] <= 1
+               for run in runs.values())
+    step("project/scripts/summarize.py", "--scale", "smoke")
+    table = (metrics / "summary.md").read_text().split("## Where ELMo goes")[1].split("##")[0]
+    row = next(line for line in table.splitlines() if line.startswith("| pos (UPOS accuracy) |"))
+    assert "| 10% |" in row and "–" not in row  # baseline, input, output, both, layers [0, 1]: all run
+    assert "0 run(s) to train" in study("placement", "--fractions", "0.1")
 
 
 def test_finished_steps_are_skipped(smoke_project):
