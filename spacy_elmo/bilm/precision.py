@@ -61,7 +61,7 @@ def native_bfloat16(device: torch.device) -> bool:
         return False
     flags = cpu_flags()
     if platform.machine().lower() in ("arm64", "aarch64"):
-        return "bf16" in flags or platform.system() == "Darwin" and torch.backends.mps.is_available()
+        return "bf16" in flags
     return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
