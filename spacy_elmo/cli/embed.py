@@ -57,6 +57,8 @@ def embed_cli(
                                                    "(default: the cluster's CPUs / --threads-per-worker)")] = None,
     threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "
                                                               "CPUs reserved) per actor (default 1)")] = None,
+    gpus_per_worker: Annotated[Optional[float], typer.Option(help="with --engine ray and --device cuda: GPUs reserved "
+                                                             "per actor (default 1; 0.5: two actors share a GPU)")] = None,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
@@ -66,7 +68,7 @@ def embed_cli(
     appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
     with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory). With
     `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on this
-    machine or on a Ray cluster (`--address`).
+    machine or on a Ray cluster (`--address`), on CPUs or, with `--device cuda`, each on its GPU.
     """
     from tqdm import tqdm
 
@@ -81,7 +83,7 @@ def embed_cli(
             input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
             state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
             flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
-            workers=workers, threads_per_worker=threads_per_worker).check()
+            workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker).check()
         only, shards = options.only_shard(), options.shards
         if options.engine == "ray":  # the weights' fingerprint as the actors will see it (see `embed_job`)
             torch.set_num_threads(threads_per_worker or 1)
@@ -107,6 +109,7 @@ def embed_cli(
                 del bilm  # each worker loads its own
                 wrote = embed_job(job, weights, address=address, workers=workers,
                                 threads_per_worker=threads_per_worker or 1,
+                                gpus_per_worker=options.gpus_per_worker or 0.0,
                                 on_shard=lambda lines, n_tokens: on_line(n_tokens, lines))
             else:
                 wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)

@@ -18,7 +18,8 @@ DEFAULT_BLOCK = 10_000
 class EmbedOptions:
     """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files) with the
     biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard` ("I/N") writes one
-    shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`)."""
+    shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`,
+    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default)."""
 
     input_path: Path
     output: Path
@@ -41,6 +42,7 @@ class EmbedOptions:
     address: Optional[str] = None
     workers: Optional[int] = None
     threads_per_worker: Optional[int] = None
+    gpus_per_worker: Optional[float] = None
 
     def check(self) -> "EmbedOptions":
         """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a setting out
@@ -52,6 +54,8 @@ class EmbedOptions:
         only = self.only_shard()
         options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
         options._check_engine()
+        if options.engine == "ray" and options.device == "cuda" and options.gpus_per_worker is None:
+            options = replace(options, gpus_per_worker=1.0)
         return options
 
     def block_size(self, lines: int) -> int:
@@ -74,12 +78,17 @@ class EmbedOptions:
         if self.engine not in ENGINES:
             raise ElmoConfigError(f"--engine must be local or ray, got {self.engine!r}")
         if self.engine == "local":
-            if any(option is not None for option in (self.address, self.workers, self.threads_per_worker)):
-                raise ElmoConfigError("--address, --workers and --threads-per-worker go with --engine ray")
+            if any(option is not None for option in (self.address, self.workers, self.threads_per_worker,
+                                                     self.gpus_per_worker)):
+                raise ElmoConfigError("--address, --workers, --threads-per-worker and --gpus-per-worker go with "
+                                      "--engine ray")
             return
-        if self.device != "cpu":
-            raise ElmoConfigError(f"--device {self.device}: --engine ray runs its workers on CPUs; --device goes with "
-                                  "--engine local")
+        if self.device not in ("cpu", "cuda"):
+            raise ElmoConfigError(f"--device {self.device}: with --engine ray, --device is cpu or cuda (Ray gives each "
+                                  "worker its own GPUs: use --gpus-per-worker, not a device number)")
+        if self.gpus_per_worker is not None and (self.device != "cuda" or not 0 < self.gpus_per_worker):
+            raise ElmoConfigError(f"--gpus-per-worker {self.gpus_per_worker:g} needs --device cuda and a number above 0 "
+                                  "(a fraction shares a GPU between workers)")
         if not self.shards or self.shard is not None:
             raise ElmoConfigError("--engine ray writes every shard of --shards N: give --shards N (and not --shard I/N)")
         try:

@@ -11,7 +11,8 @@ shard redone from the start (Ray Data's defaults: actors restarted and their tas
 limit). The dataset's rows are shards (line ranges), not lines: each actor reads
 its lines from the input with the reader every engine uses (`read_sentences`), and the corpus does
 not travel through Ray's object store. On a cluster the input, the output and the weights must be
-at the same path on every node (shared storage), and spacy_elmo installed on each.
+at the same path on every node (shared storage), and spacy_elmo installed on each. With device
+"cuda" each actor reserves `gpus_per_worker` GPUs and runs its biLM on the one Ray gives it.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class ShardWriter:
         self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
-            self.bilm = load_bilm(weights, state=job.settings["state"], precision=job.settings["precision"])
+            self.bilm = load_bilm(weights, state=job.settings["state"], precision=job.settings["precision"],
+                                  device=job.settings["device"])  # "cuda": the GPU Ray gave this actor
             if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
                 raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
                                     "started: every node must see the same weights")
@@ -102,17 +104,21 @@ def connect(address: str | None) -> bool:
 
 
 def embed_job(job: Job, weights: str, *, address: str | None = None, workers: int | None = None,
-              threads_per_worker: int = 1, runtime_env: dict[str, Any] | None = None,
+              threads_per_worker: int = 1, gpus_per_worker: float = 0.0, runtime_env: dict[str, Any] | None = None,
               on_shard: Callable[[int, int], None] | None = None) -> bool:
     """Write the missing shards of `job` (`new_job` with `shards` N) with a pool of
-    `workers` Ray actors of `threads_per_worker` torch threads each (default: as many as the
-    cluster's CPUs hold, at most one per shard). `on_shard(lines, tokens)` follows each shard
+    `workers` Ray actors of `threads_per_worker` torch threads and `gpus_per_worker` GPUs each
+    (default: as many as the cluster's CPUs and GPUs hold, at most one per shard); a job on
+    device "cuda" needs `gpus_per_worker` > 0, and a cluster without those GPUs is an
+    ElmoResourceError (Ray would wait for them). `on_shard(lines, tokens)` follows each shard
     written. `runtime_env` is the actors' (Ray's runtime environments). Returns False where every
     shard was complete already. Make `job` on `threads_per_worker` torch threads: the biLM's warm
     state, part of the weights' fingerprint, is computed at load and its rounding depends on the
     thread count, so an actor checks that it loaded the weights the settings name."""
     if not job.shards:
         raise ElmoConfigError("--engine ray writes shards: give --shards N")
+    if (job.settings["device"] == "cuda") != (gpus_per_worker > 0):
+        raise ElmoConfigError("a job on device cuda needs GPUs per worker, and only such a job takes them")
     work, ranges, todo = start_sharded(job)
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard
@@ -124,8 +130,13 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
     context.enable_progress_bars = False  # the caller reports progress (on_shard)
     log.setLevel(logging.ERROR)
     try:
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        size = min(len(todo), workers or max(1, cpus // threads_per_worker))
+        resources = ray.cluster_resources()
+        cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
+        if gpus_per_worker > gpus:
+            raise ElmoResourceError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)")
+        fit = cpus // threads_per_worker if not gpus_per_worker else min(cpus // threads_per_worker,
+                                                                         int(gpus / gpus_per_worker))
+        size = min(len(todo), workers or max(1, fit))
         lang = job.nlp.lang if job.nlp is not None else None
         weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # else a published name
         shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
@@ -135,7 +146,7 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
                                                   nlp=None, on_line=None),  # a node's working directory is not ours
                                    "weights": weights, "lang": lang, "ranges": ranges, "threads": threads_per_worker},
             compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
-            num_cpus=threads_per_worker, runtime_env=runtime_env)
+            num_cpus=threads_per_worker, num_gpus=gpus_per_worker or None, runtime_env=runtime_env)
         for row in written.iter_rows():
             if row["error"]:
                 failures.append(row["error"])
@@ -157,15 +168,17 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
 
 def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, weights: str, *, shards: int,
                    address: str | None = None, workers: int | None = None, threads_per_worker: int = 1,
-                   runtime_env: dict[str, Any] | None = None, **settings: Any) -> Job:
+                   gpus_per_worker: float | None = None, runtime_env: dict[str, Any] | None = None,
+                   **settings: Any) -> Job:
     """Embed `input_path` into the shard directory `output` on Ray (see the module's docstring);
-    `settings` are fields of `EmbedOptions` (lang, whitespace, layer, batch_size, state, dtype,
-    compression, flush_every). Rerunning it writes only the missing shards. Returns the Job
+    `settings` are fields of `EmbedOptions` (lang, whitespace, layer, batch_size, state, precision,
+    device, dtype, compression, flush_every). Rerunning it writes only the missing shards. Returns the Job
     (`lines_done`: lines complete before, `lines_run`: lines written now)."""
-    options = EmbedOptions(Path(input_path), Path(output), weights, shards=shards, **settings)
+    options = EmbedOptions(Path(input_path), Path(output), weights, shards=shards, engine="ray",
+                           gpus_per_worker=gpus_per_worker, **settings).check()
     with torch_threads(threads_per_worker):  # the weights' fingerprint as the actors see them (see `embed_job`)
         bilm, job = new_job(options)
     del bilm  # each actor loads its own
     embed_job(job, weights, address=address, workers=workers, threads_per_worker=threads_per_worker,
-              runtime_env=runtime_env)
+              gpus_per_worker=options.gpus_per_worker or 0.0, runtime_env=runtime_env)
     return job

@@ -10,16 +10,19 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import ray
+import torch
 
 import spacy_elmo.embed.job
-from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
+from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
-from spacy_elmo.embed.ray_engine import embed_with_ray
+from spacy_elmo.embed.options import EmbedOptions
+from spacy_elmo.embed.ray_engine import embed_job, embed_with_ray
 
 from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
@@ -140,6 +143,20 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, 
     assert (job.lines_done, job.lines_run) == (300, 0)  # complete: nothing to do
 
 
+@pytest.mark.timeout(300)
+def test_a_gpu_job_on_a_cluster_without_gpus_is_one_error_not_a_wait(local_ray, corpus, fixture_dir, tmp_path):
+    """Ray would wait forever for GPUs the cluster lacks: the engine looks first. (The job is made on
+    the CPU, then marked as a cuda one, as a driver with a GPU would make it.)"""
+    text, _, _ = corpus
+    options = EmbedOptions(text, tmp_path / "o", str(fixture_dir), shards=SHARDS, engine="ray", **SETTINGS)
+    with torch_threads(1):
+        _, job = spacy_elmo.embed.job.new_job(options)
+    gpu_job = replace(job, settings={**job.settings, "device": "cuda"})
+    with pytest.raises(ElmoResourceError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPU\(s\)"):
+        embed_job(gpu_job, str(fixture_dir), gpus_per_worker=1.0)
+    assert not list((tmp_path / "o").glob("*.hdf5"))
+
+
 def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_path):
     """Checked by the driver against the manifest, before Ray is asked for anything."""
     text, _, local = corpus
@@ -178,7 +195,13 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
         (cli(text, tmp_path / "o", fixture_dir, "--shard", "0/4"), "give --shards N (and not --shard I/N)"),
         (cli(text, tmp_path / "o", fixture_dir, "--state", "carry"), "needs a deterministic state policy"),
         (cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--workers", "2"], "go with --engine ray"),
+        (cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--gpus-per-worker", "1"], "go with --engine ray"),
+        (cli(text, tmp_path / "o", fixture_dir, "--gpus-per-worker", "1"), "needs --device cuda"),
+        (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda", "--gpus-per-worker", "0"), "a number above 0"),
+        (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda:1"), "--device is cpu or cuda"),
     ]
+    if not torch.cuda.is_available():
+        cases.append((cli(text, tmp_path / "o", fixture_dir, "--device", "cuda"), "sees no CUDA device"))
     for args, words in cases:
         assert run_cli(*args) == 1, args
         assert words in one_error_line(capsys.readouterr().err)
