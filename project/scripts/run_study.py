@@ -4,14 +4,14 @@
                                         [--tasks pos ner] [--systems base elmo ...] [--fractions 0.1 ...]
 
 Every step skips the work whose output already exists, so an interrupted step continues where it
-stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS) or
-`ner` (Universal NER English-EWT, or CoNLL-2003); system `base` (hash embeddings only), `elmo`
+stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS),
+`ner-uner` (Universal NER English-EWT) or `ner-conll2003` (CoNLL-2003); system `base` (hash embeddings only), `elmo`
 (+ task-specific ELMo mix at the encoder's input), `spacy-pretrain` (tok2vec initialised by `spacy pretrain`
 on the biLM's pretraining text) or `floret` (+ static floret vectors trained on that text); the `placement`
 step's systems put ELMo elsewhere: `elmo-output` (at the encoder's output), `elmo-both` (input and output, two
 mixes), `elmo-layers01` (input, mixing layers 0 and 1 only). At fractions below 1 the seed also draws the
-training subset, so each seed sees a different random subset. A run (or its record) made on other NER data
-than --ner-data names is redone, as is a run of any ELMo system made with another biLM.
+training subset, so each seed sees a different random subset. The runs of the two NER data sets are kept
+side by side (the summary gives each its rows); a run of any ELMo system made with another biLM is redone.
 """
 from __future__ import annotations
 
@@ -51,6 +51,11 @@ class Task:
     config: str               # configs/<config>_base.cfg, or _<suffix>.cfg of an ELMo system (ELMO_SYSTEMS)
     metric: str               # the score that selects the model and that the summary reports
     data: str                 # what the summary calls the data set
+
+    @property
+    def run_name(self) -> str:
+        """The task in run names: `pos`, or `ner-<source>` (NER has two data sets, kept apart)."""
+        return self.name if self.name == "pos" else f"{self.name}-{self.source}"
 
 
 TASKS = {
@@ -121,7 +126,7 @@ class Study:
 
     @staticmethod
     def run_id(task: Task, system: str, fraction: float, seed: int) -> str:
-        return f"{task.name}-{system}-f{fraction:g}-s{seed}"
+        return f"{task.run_name}-{system}-f{fraction:g}-s{seed}"
 
     # ------------------------------------------------------------------ steps
     def corpus_step(self) -> None:

@@ -6,6 +6,7 @@ Reads runs/*.json (one per trained pipeline: test scores, words/s, size, trainin
 layer mixes), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
 pretraining) and probe.json (the layer probe). Runs of any ELMo system and a probe made with another
 biLM than the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary says so.
+Each task on each data set (NER on CoNLL-2003 and on Universal NER, say) has rows and claims of its own.
 The runs that put ELMo elsewhere than the encoder's input (the `placement` step) get a table of their own.
 Each cell is the mean ± sample sd over seeds (and, below 100% of the data, over random training
 subsets). A claim "holds" when the mean difference
@@ -33,6 +34,19 @@ INPUT_MIX = "components.tok2vec.model.embed.elmo"  # where the `elmo` configs mi
 METRIC_NAMES = {"pos": ("tag_acc", "UPOS accuracy"), "ner": ("ents_f", "entity F1")}
 
 
+class Group(NamedTuple):
+    """The runs of one task on one data set: a row group of every table."""
+    task: str  # "pos" or "ner"
+    data: str  # the data set, as the run records name it
+
+    def label(self) -> str:
+        return f"{self.task} ({METRIC_NAMES[self.task][1]})"
+
+
+def group_of(run: Dict) -> Group:
+    return Group(run["task"], run["data"])
+
+
 class Cell:
     """Scores (in %) of one task/system/fraction over its seeds."""
 
@@ -47,20 +61,19 @@ class Cell:
 
 class Metrics(NamedTuple):
     """Everything the summary and the plots read, loaded once: the run records, the other files,
-    the scores per (task, system, fraction), and the tasks present."""
+    the scores per (group, system, fraction), and the groups present (pos first, then NER by data set)."""
     runs: List[Dict]
     bilm: Dict
     baselines: Dict
     probe: Dict
-    table: Dict[Tuple[str, str, float], Cell]
-    tasks: List[str]
-    data: Dict[str, str]  # task -> the data set its runs used
+    table: Dict[Tuple[Group, str, float], Cell]
+    groups: List[Group]
     left_out: List[str]   # ELMo runs (and the probe) made with an earlier biLM
 
 
 def load(metrics: Path) -> Metrics:
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((metrics / "runs").glob("*.json"))]
-    if not runs:
+    named = [(p.stem, json.loads(p.read_text(encoding="utf-8"))) for p in sorted((metrics / "runs").glob("*.json"))]
+    if not named:
         raise SystemExit(f"error: no run metrics in {metrics / 'runs'}; run the train and evaluate steps first")
 
     def optional(name: str) -> Dict:
@@ -73,35 +86,20 @@ def load(metrics: Path) -> Metrics:
     def other_bilm(record: Dict) -> bool:
         return current is not None and record.get("bilm_fingerprint") != current
 
-    left_out = [f"{r['task']}-{r['system']}-f{r['fraction']:g}-s{r['seed']}" for r in runs
-                if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
-    runs = [r for r in runs if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
+    left_out = [name for name, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
     if probe and other_bilm(probe):
         left_out.append("the layer probe")
         probe = {}
-    tasks = [t for t in ("pos", "ner") if any(r["task"] == t for r in runs)]
-    return Metrics(runs, bilm, optional("baselines.json"), probe, cells(runs), tasks, data_sets(runs, metrics),
-                   left_out)
+    groups = sorted({group_of(r) for r in runs}, key=lambda g: (("pos", "ner").index(g.task), g.data))
+    return Metrics(runs, bilm, optional("baselines.json"), probe, cells(runs), groups, left_out)
 
 
-def data_sets(runs: List[Dict], metrics: Path) -> Dict[str, str]:
-    """The data set of each task; one per task, so that no table mixes two (say CoNLL-2003 and UNER)."""
-    found = defaultdict(set)
-    for run in runs:
-        found[run["task"]].add(run["data"])
-    for task, names in found.items():
-        if len(names) > 1:
-            raise SystemExit(f"error: {metrics / 'runs'} holds {task} runs on {len(names)} data sets "
-                             f"({'; '.join(sorted(names))}); finish the train, evaluate and sample-efficiency "
-                             "steps with one --ner-data, or remove the others")
-    return {task: names.pop() for task, names in found.items()}
-
-
-def cells(runs: List[Dict]) -> Dict[Tuple[str, str, float], Cell]:
+def cells(runs: List[Dict]) -> Dict[Tuple[Group, str, float], Cell]:
     scores = defaultdict(list)
     for run in runs:
         metric = METRIC_NAMES[run["task"]][0]
-        scores[run["task"], run["system"], run["fraction"]].append(100 * run["test"][metric])
+        scores[group_of(run), run["system"], run["fraction"]].append(100 * run["test"][metric])
     return {key: Cell(values) for key, values in scores.items()}
 
 
@@ -130,7 +128,7 @@ def fraction_label(fraction: float) -> str:
 
 
 def render(m: Metrics) -> str:
-    runs, bilm, baselines, probe, table, tasks, data, left_out = m
+    runs, bilm, baselines, probe, table, groups, left_out = m
     fractions = sorted({r["fraction"] for r in runs})
     systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in runs)]
     scored = [s for s in systems if s in MAIN_SYSTEMS]
@@ -153,45 +151,45 @@ def render(m: Metrics) -> str:
         "| task | data | fraction | " + " | ".join(SYSTEM_NAMES[s] for s in scored) + " | ELMo − baseline |",
         "| --- | --- | --- | " + " | ".join("---" for _ in scored) + " | --- |",
     ]
-    for task in tasks:
+    for g in groups:
         for fraction in fractions:
-            row = [table.get((task, s, fraction)) for s in scored]
+            row = [table.get((g, s, fraction)) for s in scored]
             if not any(row):
                 continue
-            base, elmo = table.get((task, "base", fraction)), table.get((task, "elmo", fraction))
+            base, elmo = table.get((g, "base", fraction)), table.get((g, "elmo", fraction))
             diff = f"{elmo.mean - base.mean:+.2f}" if base and elmo else "–"
-            lines.append(f"| {task} ({METRIC_NAMES[task][1]}) | {data[task]} | {fraction_label(fraction)} | "
+            lines.append(f"| {g.label()} | {g.data} | {fraction_label(fraction)} | "
                          + " | ".join(str(c) if c else "–" for c in row) + f" | {diff} |")
     lines += placement_section(m, fractions)
     lines += ["", "## The claims", "", "| claim | task | data | verdict |", "| --- | --- | --- | --- |"]
-    for task in tasks:
-        on = f"{task} | {data[task]}"
-        elmo_cells = {f: table.get((task, "elmo", f)) for f in fractions}
+    for g in groups:
+        on = f"{g.task} | {g.data}"
+        elmo_cells = {f: table.get((g, "elmo", f)) for f in fractions}
         for fraction in fractions:
             lines.append(f"| ELMo beats the baseline at {fraction_label(fraction)} | {on} | "
-                         f"{verdict(elmo_cells[fraction], table.get((task, 'base', fraction)))} |")
+                         f"{verdict(elmo_cells[fraction], table.get((g, 'base', fraction)))} |")
         for other in ("spacy-pretrain", "floret"):
             lines.append(f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {on} | "
-                         f"{verdict(elmo_cells.get(1.0), table.get((task, other, 1.0)))} |")
-        gains = [(f, elmo_cells[f].mean - table[task, "base", f].mean) for f in fractions
-                 if elmo_cells[f] and (task, "base", f) in table]
+                         f"{verdict(elmo_cells.get(1.0), table.get((g, other, 1.0)))} |")
+        gains = [(f, elmo_cells[f].mean - table[g, "base", f].mean) for f in fractions
+                 if elmo_cells[f] and (g, "base", f) in table]
         grows = gain_grows([g for _, g in gains])
         gain_text = ", ".join(f"{fraction_label(f)}: {g:+.2f}" for f, g in gains)
         lines.append(f"| the gain grows as the data shrinks | {on} | "
                      + ("not run" if grows is None else ("holds" if grows else "does not hold")) + f" ({gain_text}) |")
         lines.append(f"| ELMo on 1% matches the baseline on 10% | {on} | "
-                     f"{match(elmo_cells.get(0.01), table.get((task, 'base', 0.1)))} |")
-        if task == "pos":
+                     f"{match(elmo_cells.get(0.01), table.get((g, 'base', 0.1)))} |")
+        if g.task == "pos":
             lines.append(f"| ELMo on 10% matches the baseline on 100% | {on} | "
-                         f"{match(elmo_cells.get(0.1), table.get((task, 'base', 1.0)))} |")
+                         f"{match(elmo_cells.get(0.1), table.get((g, 'base', 1.0)))} |")
     lines += ["", "## Cost (100% of the data)", "",
               "| task | data | system | words/s (test set, whole pipeline) | pipeline size (MB) | training time (min) |",
               "| --- | --- | --- | --- | --- | --- |"]
-    for task in tasks:
+    for g in groups:
         for system in systems:
-            group = [r for r in runs if r["task"] == task and r["system"] == system and r["fraction"] == 1.0]
+            group = [r for r in runs if group_of(r) == g and r["system"] == system and r["fraction"] == 1.0]
             if group:
-                lines.append(f"| {task} | {data[task]} | {SYSTEM_NAMES[system]} | "
+                lines.append(f"| {g.task} | {g.data} | {SYSTEM_NAMES[system]} | "
                              f"{statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
                              f"{statistics.fmean(r['pipeline_mb'] for r in group):.1f} | "
                              f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} |")
@@ -204,7 +202,7 @@ def render(m: Metrics) -> str:
         pretraining.append(f"{SYSTEM_NAMES[name]} {cost['seconds'] / 60:.1f} min")
     if pretraining:
         lines += ["", "Pretraining on the same raw text: " + "; ".join(pretraining) + "."]
-    lines += layer_section(runs, data, probe)
+    lines += layer_section(runs, probe)
     return "\n".join(lines) + "\n"
 
 
@@ -228,11 +226,11 @@ def placement_section(m: Metrics, fractions: List[float]) -> List[str]:
              "mixing layers 0 and 1 only (Peters et al. 2018, sec. 3.3; Reimers and Gurevych 2019).", "",
              "| task | data | fraction | " + " | ".join(PLACEMENTS.values()) + " |",
              "| --- | --- | --- | " + " | ".join("---" for _ in PLACEMENTS) + " |"]
-    for task in m.tasks:
+    for g in m.groups:
         for fraction in fractions:
-            row = [m.table.get((task, s, fraction)) for s in PLACEMENTS]
-            if any(m.table.get((task, s, fraction)) for s in placed):
-                lines.append(f"| {task} ({METRIC_NAMES[task][1]}) | {m.data[task]} | {fraction_label(fraction)} | "
+            row = [m.table.get((g, s, fraction)) for s in PLACEMENTS]
+            if any(m.table.get((g, s, fraction)) for s in placed):
+                lines.append(f"| {g.label()} | {g.data} | {fraction_label(fraction)} | "
                              + " | ".join(str(c) if c else "–" for c in row) + " |")
     return lines
 
@@ -252,19 +250,19 @@ class Mix(NamedTuple):
     gamma: Optional[float]
 
 
-def learned_mixes(runs: List[Dict]) -> Dict[Tuple[str, str, str], Mix]:
-    """The mean learned mix per (task, system, config path), over the runs on 100% of the data."""
+def learned_mixes(runs: List[Dict]) -> Dict[Tuple[Group, str, str], Mix]:
+    """The mean learned mix per (group, system, config path), over the runs on 100% of the data."""
     group = defaultdict(list)
     for run in runs:
         if run["fraction"] == 1.0:
             for mix in run_mixes(run):
-                group[run["task"], run["system"], mix["path"]].append(mix)
+                group[group_of(run), run["system"], mix["path"]].append(mix)
     return {key: Mix([statistics.fmean(ws) for ws in zip(*(m["weights"] for m in mixes))], mixes[0]["layers"],
                      statistics.fmean(m["gamma"] for m in mixes) if all("gamma" in m for m in mixes) else None)
             for key, mixes in group.items()}
 
 
-def layer_section(runs: List[Dict], data: Dict[str, str], probe: Dict) -> List[str]:
+def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
     lines = ["", "## Layers", ""]
     mixes = learned_mixes(runs)
     if mixes:
@@ -276,12 +274,12 @@ def layer_section(runs: List[Dict], data: Dict[str, str], probe: Dict) -> List[s
                   + (" | gamma |" if gamma else " |"),
                   "| --- | --- | --- | --- | " + " | ".join("---" for _ in range(n)) + (" | --- |" if gamma else " |")]
         # tasks and systems in the order of the other tables; a run's mixes in its pipeline's order
-        for (task, system, path), mix in sorted(mixes.items(), key=lambda item: (
-                ("pos", "ner").index(item[0][0]), list(SYSTEM_NAMES).index(item[0][1]))):
+        for (g, system, path), mix in sorted(mixes.items(), key=lambda item: (
+                ("pos", "ner").index(item[0][0].task), item[0][0].data, list(SYSTEM_NAMES).index(item[0][1]))):
             cells = [f"{mix.weights[j]:.3f}" if j in mix.layers else "–" for j in range(n)]
             if gamma:
                 cells.append("–" if mix.gamma is None else f"{mix.gamma:.3f}")
-            lines.append(f"| {task} | {data[task]} | {SYSTEM_NAMES[system]} | `{path.removeprefix('components.')}` | "
+            lines.append(f"| {g.task} | {g.data} | {SYSTEM_NAMES[system]} | `{path.removeprefix('components.')}` | "
                          + " | ".join(cells) + " |")
     if probe:
         layers = sorted(probe["layers"], key=int)
@@ -304,19 +302,19 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs, _, _, probe, table, tasks, data, _ = m
+    runs, _, _, probe, table, groups, _ = m
     stamp = f"{sorted({r['date'] for r in runs})[-1]}, {sorted({r['machine'] for r in runs})[0]}"
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, g in zip(axes[0], groups):
         for system in PLACEMENTS:
-            points = sorted((f, c) for (t, s, f), c in table.items() if t == task and s == system)
+            points = sorted((f, c) for (t, s, f), c in table.items() if t == g and s == system)
             if points:
                 ax.errorbar([100 * f for f, _ in points], [c.mean for _, c in points], yerr=[c.sd for _, c in points],
                             marker="o", capsize=3, label=SYSTEM_NAMES[system])
         ax.set_xscale("log")
         ax.set_xlabel("training data (%)")
-        ax.set_ylabel(METRIC_NAMES[task][1] + " (%)")
-        ax.set_title(f"{task}: {data[task]}", fontsize=8)
+        ax.set_ylabel(METRIC_NAMES[g.task][1] + " (%)")
+        ax.set_title(f"{g.task}: {g.data}", fontsize=8)
         ax.legend()
     fig.suptitle(f"Test score against training data ({stamp})", fontsize=9)
     fig.tight_layout()
@@ -324,8 +322,8 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     fig.savefig(paths[0], dpi=100)
     plt.close(fig)
     mixes = learned_mixes(runs)
-    weights = {task: mix.weights for task in ("pos", "ner") for (t, system, _), mix in mixes.items()
-               if t == task and system == "elmo"}
+    weights = {f"{g.task} ({g.data})": mix.weights for g in groups for (t, system, _), mix in mixes.items()
+               if t == g and system == "elmo"}
     if probe:
         weights["pos probe"] = probe["mix"]["mix_weights"]
     if weights:
@@ -333,8 +331,7 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
         n = len(next(iter(weights.values())))
         width = 0.8 / len(weights)
         for i, (name, ws) in enumerate(weights.items()):
-            label = f"{name} ({data[name]})" if name in data else name
-            ax.bar([j + i * width for j in range(n)], ws, width=width, label=label)
+            ax.bar([j + i * width for j in range(n)], ws, width=width, label=name)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(n)], [f"layer {j}" for j in range(n)])
         ax.set_ylabel("softmax(s)")
         ax.set_title(f"Learned layer weights ({stamp})", fontsize=9)

@@ -136,7 +136,7 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
                     "--metrics", str(metrics), "--out", str(tmp_path)], check=True, capture_output=True)
     summary = (tmp_path / "summary.md").read_text()
     note = next(line for line in summary.splitlines() if line.startswith("Made with an earlier biLM"))
-    assert "pos-elmo-f0.1-s0" in note and "ner-elmo-f1-s0" in note and "the layer probe" in note
+    assert "pos-elmo-f0.1-s0" in note and "ner-uner-elmo-f1-s0" in note and "the layer probe" in note
     assert "Linear POS probe" not in summary
     assert "| ELMo |" not in summary.split("## The claims")[0]
 
@@ -168,30 +168,43 @@ def test_the_gain_claim_needs_a_gain(monkeypatch):
     assert gain_grows([1.0, 2.0]) is False and gain_grows([3.0]) is None
 
 
-def test_runs_on_other_ner_data_are_redone(tmp_path, monkeypatch):
-    """After --ner-data changes, a run (or test record) made on the other data set is stale, so the train
-    and evaluate steps redo it; each data set is converted to its own corpus folder."""
+def test_the_ner_data_sets_keep_their_own_runs(tmp_path, monkeypatch):
+    """Runs on UNER and on CoNLL-2003 have their own names, run folders and corpus folders (neither replaces
+    the other); a record whose data is not its task's is stale, so the steps redo it."""
     monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
     from run_study import SCALES, TASKS, Study
 
-    study = Study(SCALES["smoke"], None, "uner")
-    ner = study.tasks[1]
+    study, conll = Study(SCALES["smoke"], None, "uner"), Study(SCALES["smoke"], None, "conll2003")
+    ner, conll_ner = study.tasks[1], conll.tasks[1]
+    assert study.run_id(ner, "elmo", 1.0, 0) == "ner-uner-elmo-f1-s0"
+    assert conll.run_id(conll_ner, "elmo", 1.0, 0) == "ner-conll2003-elmo-f1-s0"
+    assert study.run_id(study.tasks[0], "elmo", 0.1, 2) == "pos-elmo-f0.1-s2"
+    assert study.run_dir(ner, "base", 1.0, 0) != conll.run_dir(conll_ner, "base", 1.0, 0)
     record = tmp_path / "train.json"
     record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["conll2003"].data}))
     assert study.stale(record, ner)
     record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["uner"].data}))
     assert not study.stale(record, ner)
-    conll = Study(SCALES["smoke"], None, "conll2003")
-    assert study.split(ner, "train") != conll.split(conll.tasks[1], "train")
+    assert study.split(ner, "train") != conll.split(conll_ner, "train")
 
 
-def test_a_summary_does_not_mix_two_ner_data_sets(tmp_path):
-    """Runs of one task on two data sets (NER runs redone on UNER beside CoNLL-2003 ones) make no table."""
+def test_a_summary_gives_each_ner_data_set_its_rows(tmp_path):
+    """NER runs on UNER beside the committed CoNLL-2003 ones: the CoNLL rows stay as they were, labelled with
+    their data, and the UNER runs get rows and claims of their own (no cell mixes the two)."""
     metrics = tmp_path / "metrics"
     shutil.copytree(REPO / "project" / "metrics", metrics)
-    run = json.loads((metrics / "runs" / "ner-base-f1-s0.json").read_text())
-    (metrics / "runs" / "ner-base-f1-s0.json").write_text(json.dumps({**run, "data": "Universal NER English-EWT"}))
-    result = subprocess.run([sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics",
-                             str(metrics), "--out", str(tmp_path)], capture_output=True, text=True)
-    assert result.returncode != 0 and not (tmp_path / "summary.md").exists()
-    assert "holds ner runs on 2 data sets (CoNLL-2003 English; Universal NER English-EWT)" in result.stderr
+    for path in [p for p in (metrics / "runs").glob("ner-conll2003-*.json") if p.stem.split("-")[2] in ("base", "elmo")]:
+        run = json.loads(path.read_text())
+        run.update(data="UNER (test)", test={**run["test"], "ents_f": run["test"]["ents_f"] - 0.005})
+        path.with_name(path.name.replace("conll2003", "uner")).write_text(json.dumps(run))
+    summarize = [sys.executable, str(REPO / "project" / "scripts" / "summarize.py"), "--metrics", str(metrics)]
+    subprocess.run([*summarize, "--out", str(tmp_path)], check=True, capture_output=True)
+    summary = (tmp_path / "summary.md").read_text()
+    committed = (REPO / "project" / "metrics" / "summary.md").read_text()
+    conll_rows = [line for line in committed.splitlines() if "| CoNLL-2003 English |" in line]
+    assert conll_rows and all(line in summary for line in conll_rows)
+    uner_rows = [line for line in summary.splitlines() if "| UNER (test) |" in line]
+    f1_at = {line.split(" | ")[2]: line for line in uner_rows if line.startswith("| ner (entity F1)")}
+    assert sorted(f1_at) == ["1%", "10%", "100%"]
+    assert "| 78.40 ± 0.39 | +0.37 |" in f1_at["100%"]  # its own runs: 0.5 points below CoNLL's 78.90
+    assert sum("| ELMo beats the baseline at" in line for line in uner_rows) == 3
