@@ -76,14 +76,15 @@ def int8_engine() -> Optional[str]:
     return engine if engine in ("x86", "fbgemm", "qnnpack") else None
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
+def resolve_precision(precision: str, device: torch.device, allow_int8: bool = True) -> str:
     """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native support
-    -> "float32" (with a warning); ElmoConfigError for "int8" where no int8 kernel runs."""
+    -> "float32" (with a warning); ElmoConfigError for "int8" where no int8 kernel runs. `allow_int8`
+    False (training, which has no int8 path): "auto" never gives int8."""
     check_precision(precision)
     if precision == "auto":
         if native_bfloat16(device):
             return "bfloat16"
-        return "int8" if device.type == "cpu" and int8_engine() else "float32"
+        return "int8" if allow_int8 and device.type == "cpu" and int8_engine() else "float32"
     if precision == "bfloat16" and not native_bfloat16(device):
         warnings.warn(f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix products "
                       "(emulated ones are slower than float32), so the biLM runs in float32; 'int8' or 'auto' is the "

@@ -14,6 +14,7 @@ DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
 SCHEMES = ("stream", "sentences")
 SOFTMAX_TYPES = ("full", "sampled", "adaptive")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
+TRAINING_PRECISIONS = ("float32", "bfloat16", "auto")
 TOKENIZERS = ("spacy", "whitespace")
 # Default state policy of a model, by training scheme: from the README's policy table
 # (dev perplexity of models trained each way, under each inference policy).
@@ -73,6 +74,8 @@ def check_config(config: Config) -> None:
     _need(_positive_int(s["n_samples"]), "softmax.n_samples", "a positive integer", s["n_samples"])
     _need(t["scheme"] in SCHEMES, "training.scheme", f"one of {SCHEMES}", t["scheme"])
     _need(t["optimizer"] in OPTIMIZERS, "training.optimizer", f"one of {OPTIMIZERS}", t["optimizer"])
+    _need(training_precision(config) in TRAINING_PRECISIONS, "training.precision", f"one of {TRAINING_PRECISIONS}",
+          training_precision(config))
     if t["state_policy"] != "auto":
         try:
             check_state_policy(t["state_policy"])
@@ -110,6 +113,11 @@ def bilm_options(config: Config) -> BiLMOptions:
         }, source="config [model]")
     except (ElmoFileError, KeyError) as err:
         raise ElmoConfigError(str(err)) from None
+
+
+def training_precision(config: Config) -> str:
+    """`training.precision` (float32 in configs written before it existed)."""
+    return config["training"].get("precision", "float32")
 
 
 def model_policy(config: Config) -> StatePolicy:

@@ -33,6 +33,8 @@ VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
 METRICS_FILE = "metrics.jsonl"
+# Settings added to the config since its first release, with the value a config without them meant.
+DEFAULTS_BEFORE = {("training", "precision"): "float32"}
 # Settings that may change between a run and its resumption (they only say when to stop or report).
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                      "checkpoint_every", "export_hdf5"}
@@ -71,7 +73,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
         for key, value in config[section].items():
             if section == "training" and key in RESUMABLE_CHANGES:
                 continue
-            old = saved.get(section, {}).get(key)
+            old = saved.get(section, {}).get(key, DEFAULTS_BEFORE.get((section, key)))
             if old != value:
                 raise ElmoResumeError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
                                     f"was trained with {old!r}")

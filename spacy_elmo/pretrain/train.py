@@ -28,9 +28,10 @@ from tqdm import tqdm
 from ..bilm import BiLM, LSTMState, load_bilm
 from ..bilm.files import append_whole, write_atomic, write_errors
 from ..bilm.hub import sha256_file
+from ..bilm.precision import resolve_precision
 from ..errors import ElmoConfigError, ElmoFileError
 from . import checkpoint
-from .config import bilm_options, default_vocab_size, model_policy
+from .config import bilm_options, default_vocab_size, model_policy, training_precision
 from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
 from .heads import build_head
 from .lm import BiLanguageModel, dev_nll, perplexities
@@ -131,6 +132,8 @@ class Trainer:
         if init_dir and (init_dir / HEAD_FILE).is_file():
             self._load_head(head, init_dir / HEAD_FILE)
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
+        # autocast of the forward pass: its products in bfloat16; weights, gradients and optimizer stay float32
+        self.precision = resolve_precision(training_precision(config), self.device, allow_int8=False)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(t["optimizer"], self.params, t["learning_rate"])
         self.progress = Progress()
@@ -149,7 +152,7 @@ class Trainer:
         n_params = sum(p.numel() for p in bilm.parameters())
         self.log(f"corpus: {self.corpus.n_tokens} tokens in {len(self.corpus.files)} file(s); vocab {len(self.vocab)}; "
                  f"dev {self.dev.n_predicted if self.dev else 0} predicted tokens; biLM {n_params / 1e6:.2f}M "
-                 f"parameters; scheme {t['scheme']}; {self.world} process(es)")
+                 f"parameters; scheme {t['scheme']}; {self.precision} products; {self.world} process(es)")
 
     # ------------------------------------------------------------------ setup helpers
     def _vocab(self, init_dir: Optional[Path], resume: bool) -> Vocab:
@@ -282,7 +285,8 @@ class Trainer:
             n_global = int(flags[0])
 
             batch = type(batch)(*(x.to(self.device) for x in batch))
-            nll, lstm_state = self.model(batch, self.lstm_state if carry else None)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bfloat16"):
+                nll, lstm_state = self.model(batch, self.lstm_state if carry else None)
             loss = nll.sum() / (2 * n_global)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -327,7 +331,8 @@ class Trainer:
         p = self.progress
         summary = {
             "config": self.config.to_str(), "seed": self.t["seed"], "scheme": self.t["scheme"], "policy": self.policy,
-            "options": self.model.bilm.options.to_dict(), "processes": self.world, "steps": p.step,
+            "options": self.model.bilm.options.to_dict(), "processes": self.world, "precision": self.precision,
+            "steps": p.step,
             "epochs_started": p.epoch, "tokens": p.tokens, "train_minutes": p.train_seconds / 60,
             "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9), "corpus": self.corpus_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]), "dev": self.last_dev,
