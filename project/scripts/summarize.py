@@ -183,8 +183,10 @@ def render(m: Metrics) -> str:
             lines.append(f"| ELMo on 10% matches the baseline on 100% | {on} | "
                          f"{match(elmo_cells.get(0.1), table.get((g, 'base', 1.0)))} |")
     lines += ["", "## Cost (100% of the data)", "",
-              "| task | data | system | words/s (test set, whole pipeline) | pipeline size (MB) | training time (min) |",
-              "| --- | --- | --- | --- | --- | --- |"]
+              "Speed and time are of the machine each run was made on (compare rows of one machine only).", "",
+              "| task | data | system | words/s (test set, whole pipeline) | pipeline size (MB) | training time (min) "
+              "| machine |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for g in groups:
         for system in systems:
             group = [r for r in runs if group_of(r) == g and r["system"] == system and r["fraction"] == 1.0]
@@ -192,7 +194,8 @@ def render(m: Metrics) -> str:
                 lines.append(f"| {g.task} | {g.data} | {SYSTEM_NAMES[system]} | "
                              f"{statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
                              f"{statistics.fmean(r['pipeline_mb'] for r in group):.1f} | "
-                             f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} |")
+                             f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} | "
+                             f"{'; '.join(sorted({r['machine'] for r in group}))} |")
     pretraining = []
     if bilm.get("training"):
         t = bilm["training"]
