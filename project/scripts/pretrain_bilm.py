@@ -8,7 +8,8 @@ whitespace-split); dev perplexity on WikiText-2 valid, at half time and at the e
 of the full valid set costs several minutes on one thread). PTB is not used: it is lowercased and has no
 punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (seed 0) with a time budget and
 `training.precision` "auto" (bfloat16 products where the CPU has them natively: more steps in the same time,
-see bench/README.md; float32 elsewhere); `--section.key value` overrides may follow. An interrupted run continues from its checkpoint.
+see bench/README.md; float32 elsewhere); `--section.key value` overrides may follow. An interrupted run
+continues from its checkpoint.
 
 Writes project/training/<scale>/bilm/model (the biLM the later steps use) and bilm.json in the
 scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when trained
@@ -62,8 +63,8 @@ def main() -> None:
     train_files = [str(scale.slice_text(LM / name, out / "text")) for name in TRAIN_TEXT]
     dev_file = str(scale.slice_text(LM / DEV_TEXT, out / "text", dev=True))
     values = {"paths.train": train_files, "paths.dev": dev_file, "corpus.tokenizer": "whitespace",
-              "training.precision": "auto", "training.max_minutes": args.minutes, "training.max_epochs": None, "training.eval_every": None,
-              "training.eval_every_minutes": max(args.minutes / 2, 0.1), **scale.pretrain_overrides,
+              "training.precision": "auto", "training.max_minutes": args.minutes, "training.max_epochs": None,
+              "training.eval_every": None, "training.eval_every_minutes": max(args.minutes / 2, 0.1), **scale.pretrain_overrides,
               **parse_overrides(overrides)}
     config = load_config(None, values)
     bilm_dir = out / "bilm"

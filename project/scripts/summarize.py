@@ -306,7 +306,7 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     import matplotlib.pyplot as plt
 
     runs, _, _, probe, table, groups, _ = m
-    stamp = f"{sorted({r['date'] for r in runs})[-1]}, {sorted({r['machine'] for r in runs})[0]}"
+    stamp = f"{sorted({r['date'] for r in runs})[-1]}, {'; '.join(sorted({r['machine'] for r in runs}))}"
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
     for ax, g in zip(axes[0], groups):
         for system in PLACEMENTS:

@@ -87,8 +87,9 @@ def resolve_precision(precision: str, device: torch.device, allow_int8: bool = T
         return "int8" if allow_int8 and device.type == "cpu" and int8_engine() else "float32"
     if precision == "bfloat16" and not native_bfloat16(device):
         warnings.warn(f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix products "
-                      "(emulated ones are slower than float32), so the biLM runs in float32; 'int8' or 'auto' is the "
-                      "faster choice here", RuntimeWarning, stacklevel=3)
+                      "(emulated ones are slower than float32), so the biLM runs in float32"
+                      + ("; 'int8' or 'auto' is the faster choice here" if allow_int8 else ""), RuntimeWarning,
+                      stacklevel=3)
         return "float32"
     if precision == "int8" and (device.type != "cpu" or int8_engine() is None):
         where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
