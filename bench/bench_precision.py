@@ -1,12 +1,14 @@
 """`bilm.embed` throughput by precision, in one run, with the host's matmul rates and the error per layer.
 
     python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto] [--rounds 2]
+                                    [--trained FIXTURE_DIR project/training/full/bilm/model] [--skip-speed]
 
 Each round loads the biLM afresh per precision (cold token cache) and times one pass of `embed` over the UD
 English-EWT test sentences; precisions alternate within a round, so a host that slows down affects them alike.
 Random weights at a published size (`../shared/tools/make_elmo_weights.py`) give the speed; their recurrence is
-chaotic, so accuracy is measured on the trained AllenNLP fixture instead: relative error per layer,
-`||low - fp32|| / ||fp32||`, over the first 500 UD English-EWT dev sentences. "bfloat16" on a CPU without native
+chaotic, so accuracy is measured on trained weights instead (`--trained`: AllenNLP's fixture by default, and
+e.g. the project's biLM): relative error per layer, `||low - fp32|| / ||fp32||`, over the first 500 UD
+English-EWT dev sentences. "bfloat16" on a CPU without native
 bfloat16 runs float32 (and says so), so it is timed only where native. Prints one JSON line.
 """
 from __future__ import annotations
@@ -38,6 +40,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--trained", nargs="+", default=[str(DATA / "allennlp_elmo_fixture")],
+                        help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)")
+    parser.add_argument("--skip-speed", action="store_true", help="measure the error only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from spacy_elmo import load_bilm
@@ -49,7 +54,7 @@ def main() -> None:
     n_tokens = sum(map(len, sentences))
     speeds: dict = {p: [] for p in precisions}
     resolved = {}
-    for _ in range(args.rounds):
+    for _ in range(0 if args.skip_speed else args.rounds):
         for p in precisions:
             bilm = load_bilm(weights_dir(args.size), precision=p)
             resolved[p] = bilm.precision
@@ -57,20 +62,20 @@ def main() -> None:
             bilm.embed(sentences, batch_size=args.batch_size)
             speeds[p].append(round(n_tokens / (time.perf_counter() - start)))
     dev = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-dev.conllu.gz")[:500]
-    fixture = DATA / "allennlp_elmo_fixture"
-    reference = load_bilm(fixture).embed(dev)
-    errors = {}
-    for p in ("int8", "bfloat16"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            bilm = load_bilm(fixture, precision=p)
-        if bilm.precision == p:
-            errors[p] = relative_errors(bilm.embed(dev), reference)
-    best = {p: max(v) for p, v in speeds.items()}
+    errors: dict = {}
+    for trained in args.trained:
+        reference = load_bilm(trained).embed(dev)
+        for p in ("int8", "bfloat16"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                bilm = load_bilm(trained, precision=p)
+            if bilm.precision == p:
+                errors.setdefault(trained, {})[p] = relative_errors(bilm.embed(dev), reference)
+    best = {p: max(v) for p, v in speeds.items() if v}
     result = {
         "size": args.size, "threads": args.threads, "tokens": n_tokens, "tokens_per_s": speeds,
         "resolved": resolved, "speedup_vs_float32": {p: round(best[p] / best["float32"], 2) for p in best},
-        "fixture_relative_error_per_layer": errors, "native_bfloat16": native,
+        "relative_error_per_layer": errors, "native_bfloat16": native,
         "matmul_gflop_per_s": [rates(m, k, n, 10) for m, k, n in [(256, 512, 16384), (256, 4096, 512)]],
         "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": machine(),
     }
