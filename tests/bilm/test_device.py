@@ -41,11 +41,12 @@ def test_the_gpu_gives_the_cpu_outputs(fixture_dir, precision):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 if precision == "float32" else 5e-2)
 
 
-def test_embed_with_ray_takes_no_device(fixture_dir, tmp_path, capsys):
+def test_embed_with_ray_takes_cuda_without_a_device_number(fixture_dir, tmp_path, capsys):
+    """Ray gives each worker its GPUs (--gpus-per-worker), so `cuda:N` is refused in one line."""
     text = write_lines(tmp_path / "in.txt", [" ".join(s) for s in SENTENCES])
     assert run_cli("embed", text, tmp_path / "out", "--weights", fixture_dir, "--shards", "2", "--engine", "ray",
-                   "--device", "cuda", "--no-progress") == 1
-    assert "--engine ray runs its workers on CPUs" in one_error_line(capsys.readouterr().err)
+                   "--device", "cuda:1", "--no-progress") == 1
+    assert "with --engine ray, --device is cpu or cuda" in one_error_line(capsys.readouterr().err)
 
 
 def test_device_cpu_is_the_default_and_named(fixture_dir):
