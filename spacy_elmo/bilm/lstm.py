@@ -108,8 +108,9 @@ class ProjectedLSTMLayer(nn.Module):
         step, O(T^2))."""
         hs: List[Tensor] = []
         cs: List[Tensor] = []
-        for xw_t in xw.unbind(1):  # gates in float32 under bfloat16 autocast too: the cell state stays float32
-            i, f, o, j = torch.baddbmm(xw_t, h, self.w_hidden).float().chunk(4, dim=-1)
+        for xw_t in xw.unbind(1):
+            gates = torch.baddbmm(xw_t, h, self.w_hidden)  # bfloat16 under autocast: the gates and c stay float32
+            i, f, o, j = gates.to(torch.promote_types(gates.dtype, torch.float32)).chunk(4, dim=-1)
             c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-self.cell_clip, self.cell_clip)
             h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
             hs.append(h)
