@@ -7,6 +7,7 @@ a warm state recomputed, another device or dtype).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 from itertools import islice
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 from ..errors import ElmoConfigError
 from .cache import TokenLayerCache
 from .chars import CharTable
+from .encoder import TokenEncoder
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions, StatePolicy, check_state_policy
@@ -73,10 +75,11 @@ class ElmoEmbedder(nn.Module):
         self._state_policy = check_state_policy(state)
         self._precision = "float32"
         self._products: Optional[list] = None  # the LSTM's products in a precision other than float32
-        self.precision = precision
+        self._bf16_encoder: Optional[TokenEncoder] = None  # the token encoder's bfloat16 copy
         self.token_cache = TokenLayerCache(cache_size, bilm.options.projection_dim)
         self._carried: Optional[LSTMState] = None
         self._after_boundary: dict = {}
+        self.precision = precision
         self._fingerprint: Optional[str] = None
         self._derived_from = bilm.state_key()
 
@@ -109,14 +112,23 @@ class ElmoEmbedder(nn.Module):
 
     @property
     def precision(self) -> str:
-        """The precision of the LSTM's matrix products (resolved: "float32", "bfloat16" or "int8"); set it to one
-        of those or "auto" (see `precision.resolve_precision`). The "carry" policy runs float32."""
+        """The precision of the matrix products (resolved: "float32", "bfloat16" or "int8"); set it to one of those
+        or "auto" (see `precision.resolve_precision`). The LSTM's products run in it; the token encoder runs
+        bfloat16 under "bfloat16" and float32 otherwise (int8 has no bounded input there). The "carry" policy
+        runs float32."""
         return self._precision
 
     @precision.setter
     def precision(self, precision: Precision) -> None:
         self._precision = resolve_precision(precision, self.device)
+        self._drop_derived()
+
+    def _drop_derived(self) -> None:
+        """Forget what depends on the weights and the precision: token layers, boundary states, products."""
+        self.token_cache.clear()
+        self._after_boundary = {}
         self._products = None
+        self._bf16_encoder = None
 
     def _lstm_products(self) -> list:
         """The LSTM's products in this precision (per layer, per direction), made once per weights."""
@@ -126,8 +138,16 @@ class ElmoEmbedder(nn.Module):
             self._products = self.bilm.lstm.products(self._precision)
         return self._products
 
-    def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_products": None}  # derived: made again after unpickling
+    def _token_encoder(self) -> TokenEncoder:
+        """The token encoder in this precision: under bfloat16 a bfloat16 copy, made once per weights."""
+        if self._precision != "bfloat16":
+            return self.bilm.token_encoder
+        if self._bf16_encoder is None:
+            self._bf16_encoder = copy.deepcopy(self.bilm.token_encoder).to(torch.bfloat16)
+        return self._bf16_encoder
+
+    def __getstate__(self) -> dict:  # derived: made again after unpickling
+        return {**super().__getstate__(), "_products": None, "_bf16_encoder": None}
 
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
@@ -137,11 +157,9 @@ class ElmoEmbedder(nn.Module):
         """Drop what was derived from other weights, another warm state, device or dtype."""
         key = self.bilm.state_key()
         if key != self._derived_from:
-            self.token_cache.clear()
+            self._drop_derived()
             self._carried = None
-            self._after_boundary = {}
             self._fingerprint = None
-            self._products = None
             self._derived_from = key
 
     def fingerprint(self) -> str:
@@ -198,15 +216,15 @@ class ElmoEmbedder(nn.Module):
 
     def _encode_words(self, words: List[str]) -> Tensor:
         """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
-        encoder, options, device = self.bilm.token_encoder, self.options, self.device
+        encoder, options, device = self._token_encoder(), self.options, self.device
+        out = self.bilm.token_encoder.w_proj.new_empty(len(words), options.projection_dim)
         if not words:
-            return encoder.w_proj.new_zeros(0, options.projection_dim)
+            return out
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
-        out = encoder.w_proj.new_empty(len(words), options.projection_dim)
         for start in range(0, len(words), ENCODER_CHUNK):
             chunk = order[start : start + ENCODER_CHUNK]
             ids = torch.from_numpy(encoder.token_ids.words_ids([words[i] for i in chunk]))
-            out[torch.tensor(chunk, device=device)] = encoder(ids.to(device))
+            out[torch.tensor(chunk, device=device)] = encoder(ids.to(device)).to(out.dtype)
         return out
 
     def _token_layer_of(self, words: List[str]) -> Tensor:

@@ -157,7 +157,7 @@ class ProjectedLSTMLayer(nn.Module):
                     h_prev, c_prev = h[:n], c[:n]
                 else:
                     h_prev, c_prev = h.index_select(0, parent), c.index_select(0, parent)
-                g = products.hidden.add_into(xw[local : local + n], h_prev)
+                g = products.hidden.gates(xw[local : local + n], h_prev)
                 g[:, : 3 * D].sigmoid_()
                 g[:, 3 * D :].tanh_()
                 c = torch.mul(g[:, D : 2 * D], c_prev).addcmul_(g[:, :D], g[:, 3 * D :])

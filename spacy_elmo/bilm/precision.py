@@ -1,12 +1,13 @@
 """The precision of the inference path's large matrix products: float32, bfloat16 or int8.
 
-A `MatrixProduct` computes `x W (+ b)` for float32 `x (N, I)` and gives float32 `(N, O)`: only the
-product itself runs in the chosen precision; the LSTM's cell state, gates, clipping and every output
-stay float32.
+A `MatrixProduct` computes `x W (+ b)` for float32 `x (N, I)`: only the product itself runs in the
+chosen precision; the LSTM's cell state, gates, clipping and every output stay float32.
 
 - "bfloat16": W stored in bfloat16, x rounded to bfloat16 per call, products accumulated by the
-  kernel in float32. Fast where the CPU multiplies bfloat16 natively (AMX, AVX512-BF16, Arm BF16)
-  or on a GPU; CPUs without it emulate it slower than float32, so there it runs float32 and warns.
+  kernel in float32; the LSTM's gate inputs are kept in bfloat16 and its gates, cell state and
+  outputs in float32 (the embedder also runs the token encoder in bfloat16). Fast where the CPU
+  multiplies bfloat16 natively (AMX, AVX512-BF16, Arm BF16) or on a GPU; CPUs without it
+  emulate it slower than float32, so there it runs float32 and warns.
 - "int8": W quantized per output column (symmetric, scale `max|W| / 127`), x on a fixed 7-bit grid
   over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
   accumulation: torch's fbgemm (x86) / qnnpack (Arm) kernels. A fixed grid, not one fitted to each
@@ -99,7 +100,12 @@ def resolve_precision(precision: str, device: torch.device, allow_int8: bool = T
 
 
 class MatrixProduct:
-    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions subclass it."""
+    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions subclass it.
+
+    The LSTM step uses three: the input product gives the step's gate inputs `xw` (in the product's
+    `gate_dtype`), `gates` adds the hidden product to them, `into` writes the cell projection."""
+
+    gate_dtype = torch.float32
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
         self.weight, self.bias = weight, bias
@@ -107,9 +113,10 @@ class MatrixProduct:
     def __call__(self, x: Tensor) -> Tensor:
         return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
 
-    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
-        """`out += x W` (no bias), in place."""
-        return out.addmm_(x, self.weight)
+    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
+        """The gate pre-activations `xw + x W` `(n, O)` in float32; xw `(n, O)` comes from an input product of the
+        same precision and may be overwritten."""
+        return xw.addmm_(x, self.weight)
 
     def into(self, out: Tensor, x: Tensor) -> Tensor:
         """`out = x W` (no bias), in place."""
@@ -117,21 +124,23 @@ class MatrixProduct:
 
 
 class BFloat16Product(MatrixProduct):
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        super().__init__(weight.detach().to(torch.bfloat16), bias)
+    """bfloat16 operands; the gate inputs are kept in bfloat16 (half the memory traffic of the gathers and
+    chunks), and the hidden product is added to them inside the kernel (float32 sums, one rounding), so the
+    step turns one bfloat16 tensor into float32 gates instead of adding a float32 copy of the product."""
 
-    def _product(self, x: Tensor) -> Tensor:
-        return torch.mm(x.to(torch.bfloat16), self.weight).float()
+    gate_dtype = torch.bfloat16
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
+        super().__init__(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
 
     def __call__(self, x: Tensor) -> Tensor:
-        y = self._product(x)
-        return y if self.bias is None else y.add_(self.bias)
+        return super().__call__(x.to(torch.bfloat16))
 
-    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
-        return out.add_(self._product(x))
+    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
+        return torch.addmm(xw, x.to(torch.bfloat16), self.weight).float()
 
     def into(self, out: Tensor, x: Tensor) -> Tensor:
-        return out.copy_(self._product(x))
+        return out.copy_(torch.mm(x.to(torch.bfloat16), self.weight))
 
 
 class Int8Product(MatrixProduct):
@@ -153,8 +162,8 @@ class Int8Product(MatrixProduct):
         return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
             x.contiguous(), self.input_scale, 64, self.packed)
 
-    def add_into(self, out: Tensor, x: Tensor) -> Tensor:
-        return out.add_(self(x))
+    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
+        return xw.add_(self(x))
 
     def into(self, out: Tensor, x: Tensor) -> Tensor:
         return out.copy_(self(x))
