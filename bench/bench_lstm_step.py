@@ -4,7 +4,8 @@
 
 The operations `ProjectedLSTMLayer.forward_packed` runs for one step of one direction, timed apart: the hidden
 product added to the step's input product, the element-wise gates and cell update (float32 in both), the cell
-projection; bfloat16 as `BFloat16Product` computes them (bfloat16 operands, the result turned into float32).
+projection; bfloat16 as `BFloat16Product` computes them (bfloat16 operands; the hidden product added to the
+bfloat16 gate inputs inside the kernel, the gates turned into float32).
 Milliseconds per step, median of 5 repeats of 20. Prints one JSON line.
 """
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
     w_hidden, w_proj = torch.randn(P, 4 * D) * 0.02, torch.randn(D, P) * 0.02
     bf_hidden, bf_proj = w_hidden.bfloat16(), w_proj.bfloat16()
     h, c, xw, m = torch.randn(R, P), torch.randn(R, D), torch.randn(R, 4 * D), torch.rand(R, D)
+    bf_xw = xw.bfloat16()
 
     def gates():
         g = xw.clone()
@@ -54,7 +56,7 @@ def main() -> None:
     parts = {
         "float32": {"hidden": ms(lambda: xw.clone().addmm_(h, w_hidden)), "gates": ms(gates),
                     "projection": ms(lambda: torch.mm(m, w_proj).clamp_(-3, 3))},
-        "bfloat16": {"hidden": ms(lambda: xw.clone().add_(torch.mm(h.bfloat16(), bf_hidden).float())),
+        "bfloat16": {"hidden": ms(lambda: torch.addmm(bf_xw, h.bfloat16(), bf_hidden).float()),
                      "hidden_product_only": ms(lambda: torch.mm(h.bfloat16(), bf_hidden)), "gates": ms(gates),
                      "projection": ms(lambda: torch.mm(m.bfloat16(), bf_proj).float().clamp_(-3, 3))},
         "copy_of_the_input_product": ms(lambda: xw.clone()),

@@ -56,8 +56,8 @@ def main() -> None:
     from spacy_elmo.bilm.precision import native_bfloat16
 
     precisions = [p for p in args.precisions.split(",") if p != "bfloat16" or native_bfloat16(torch.device("cpu"))]
-    runs = sorted((m, d) for d in Path(args.runs).iterdir() if (m := RUN.match(d.name)) and
-                  m["fraction"] == args.fraction and m["system"] in args.systems and (d / "model-best").is_dir())
+    runs = [(m, d) for d in sorted(Path(args.runs).iterdir()) if (m := RUN.match(d.name)) and
+            m["fraction"] == args.fraction and m["system"] in args.systems and (d / "model-best").is_dir()]
     if not runs:
         raise SystemExit(f"error: no ELMo runs at fraction {args.fraction} of systems {args.systems} in {args.runs}")
     scores: dict = {}
