@@ -102,10 +102,8 @@ def resolve_precision(precision: str, device: torch.device, allow_int8: bool = T
 class MatrixProduct:
     """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions subclass it.
 
-    The LSTM step uses three: the input product gives the step's gate inputs `xw` (in the product's
-    `gate_dtype`), `gates` adds the hidden product to them, `into` writes the cell projection."""
-
-    gate_dtype = torch.float32
+    The LSTM step uses three: the input product gives the step's gate inputs `xw` (float32 here, bfloat16 in
+    `BFloat16Product`), `gates` adds the hidden product to them, `into` writes the cell projection."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
         self.weight, self.bias = weight, bias
@@ -127,8 +125,6 @@ class BFloat16Product(MatrixProduct):
     """bfloat16 operands; the gate inputs are kept in bfloat16 (half the memory traffic of the gathers and
     chunks), and the hidden product is added to them inside the kernel (float32 sums, one rounding), so the
     step turns one bfloat16 tensor into float32 gates instead of adding a float32 copy of the product."""
-
-    gate_dtype = torch.bfloat16
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
         super().__init__(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
