@@ -24,23 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, machine  # noqa: E402
+from scoring import evaluate  # noqa: E402 (project/scripts, which common puts on the path)
 
 RUN = re.compile(r"^(?P<task>pos|ner-(?P<data>uner|conll2003))-(?P<system>elmo(-[a-z0-9]+)?)-f(?P<fraction>[0-9.]+)"
                  r"-s(?P<seed>\d+)$")
 
 
 def score(model: Path, test: Path, metric: str, precision: str) -> float:
-    import spacy
-    from spacy.tokens import Doc, DocBin
-    from spacy.training import Example
-
-    import spacy_elmo  # noqa: F401 (the factory)
-
-    nlp = spacy.load(model, config={"components": {"elmo": {"model": {"precision": precision}}}})
-    gold = list(DocBin().from_disk(test).get_docs(nlp.vocab))
-    examples = [Example(Doc(nlp.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref]), ref)
-                for ref in gold]
-    return round(100 * nlp.evaluate(examples)[metric], 2)
+    record = evaluate(model, test, metric, config={"components": {"elmo": {"model": {"precision": precision}}}})
+    return round(100 * record["test"][metric], 2)
 
 
 def main() -> None:

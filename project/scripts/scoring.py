@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 
-def evaluate(model_dir: Path, test_path: Path, metric: str) -> Dict:
+def evaluate(model_dir: Path, test_path: Path, metric: str, config: Optional[Dict] = None) -> Dict:
     """Scores on the test set, words/s of the whole pipeline (cold caches), its size on disk, and its learned
-    ELMo mixes (`mixes`, see `learned_mixes`) where it has any."""
+    ELMo mixes (`mixes`, see `learned_mixes`) where it has any. `config`: overrides for `spacy.load`."""
     import spacy
     from spacy.tokens import Doc, DocBin
     from spacy.training import Example
 
-    nlp = spacy.load(model_dir)
+    nlp = spacy.load(model_dir, config=config or {})
     gold = list(DocBin().from_disk(test_path).get_docs(nlp.vocab))
     examples = [Example(Doc(nlp.vocab, words=[t.text for t in ref], spaces=[bool(t.whitespace_) for t in ref]), ref)
                 for ref in gold]
