@@ -3,7 +3,13 @@
 One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
 `(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 * projection_dim)`,
 as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that dtype; `doc._.elmo_layers`
-gives float32); whitespace tokens hold zero vectors. The data object is registered with
+gives float32); whitespace tokens hold zero vectors. It also holds the character span of each token it
+was computed for, so it follows the Doc through `doc.retokenize()` (`merge_entities`, `merge_noun_chunks`,
+...): when the Doc's tokens are no longer those, the data is realigned on first read, by one rule: a
+merged token gets the mean of its parts' vectors (its whitespace parts left out), each piece of a split
+token gets the vector of the token it came from. Data that fits no rule (another text) is an error,
+never a shifted vector. Stored data read back is checked (types, shapes, finite values) against the
+Doc. The data object is registered with
 srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
 carry it: the mix only, unless `save_layers` (the layers are `n_layers + 1` times its size).
 The getters are module-level functions, so extensions pickle.
@@ -11,23 +17,36 @@ The getters are module-level functions, so extensions pickle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import srsly
+from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 
+from .errors import ElmoFileError
+
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
+
+def token_spans(doc: Doc) -> np.ndarray:
+    """int32 `(n_tokens, 2)`: each token's character start and end in `doc.text` (spaCy's offsets are int32)."""
+    spans = doc.to_array([IDX, LENGTH]).astype(np.int32).reshape(len(doc), 2)
+    spans[:, 1] += spans[:, 0]
+    return spans
+
 
 @dataclass
 class ElmoDocData:
     """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one is set);
     `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo` reports.
-    `save_layers`: whether a stored Doc keeps `layers` (else only the mix is written)."""
+    `spans` int32 `(n_tokens, 2)`: the tokens' character spans it was computed for (None in data stored
+    before they were kept: then only the token count is checked). `save_layers`: whether a stored Doc keeps
+    `layers` (else only the mix is written)."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
     mix_weights: np.ndarray
+    spans: Optional[np.ndarray] = None
     save_layers: bool = field(default=False, compare=False)
     _mix_cache: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
@@ -51,15 +70,117 @@ class ElmoDocData:
             self._mix_cache = out
         return self._mix_cache
 
+    def fits(self, doc: Doc) -> bool:
+        """Whether the data was computed for exactly `doc`'s tokens."""
+        if self.n_tokens != len(doc):
+            return False
+        return self.spans is None or np.array_equal(self.spans, token_spans(doc))
+
+    def fits_token(self, token: Token) -> bool:
+        """Whether row `token.i` was computed for `token` (O(1))."""
+        doc = token.doc
+        if self.n_tokens != len(doc):
+            return False
+        return self.spans is None or (self.spans[token.i, 0] == token.idx
+                                      and self.spans[token.i, 1] == token.idx + len(token))
+
+    def realigned(self, doc: Doc) -> "ElmoDocData":
+        """The data for `doc`'s tokens, which cover the same text in other token boundaries (see the module's
+        rule); ValueError where they do not."""
+        if self.spans is None:
+            raise ValueError(f"it holds {self.n_tokens} token vectors for a Doc of {len(doc)} tokens")
+        new = token_spans(doc)
+        old = self.spans
+        if len(doc.text) < (old[-1, 1] if len(old) else 0) or (len(new) and len(old) == 0):
+            raise ValueError("it was computed for another text")
+        first = np.searchsorted(old[:, 1], new[:, 0], side="right")  # first old token ending after the start
+        stop = np.searchsorted(old[:, 0], new[:, 1], side="left")  # first old token starting at/after the end
+        if np.any(stop <= first):
+            raise ValueError("it was computed for another text")
+        is_space = np.array([doc.text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
+        rows = [self._parts(i, j, is_space) for i, j in zip(first.tolist(), stop.tolist())]
+        arrays = {}
+        for name in ("layers", "mixed"):
+            array = getattr(self, name)
+            if array is not None:
+                axis = array.ndim - 2
+                parts = [np.take(array, r, axis=axis).astype(np.float32).mean(axis=axis) for r in rows]
+                out = np.stack(parts, axis=axis) if parts else np.take(array, np.arange(0), axis=axis)
+                arrays[name] = out.astype(array.dtype, copy=False)
+        return ElmoDocData(layers=arrays.get("layers"), mixed=arrays.get("mixed"), mix_weights=self.mix_weights,
+                           spans=new, save_layers=self.save_layers)
+
+    @staticmethod
+    def _parts(first: int, stop: int, is_space: np.ndarray) -> List[int]:
+        """The old rows a new token takes the mean of: its non-whitespace parts (all, if it has none)."""
+        rows = [i for i in range(first, stop) if not is_space[i]]
+        return rows or list(range(first, stop))
+
     def to_dict(self) -> dict:
         """What a stored Doc keeps: the layers where `save_layers`, else the mix."""
+        spans = self.spans
         if self.save_layers or self.layers is None:
-            return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights}  # key of stored Docs
-        return {"layers": None, "mixed": self.mix(), "weights": self.mix_weights}
+            return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights, "spans": spans}
+        return {"layers": None, "mixed": self.mix(), "weights": self.mix_weights, "spans": spans}
 
     @classmethod
     def from_dict(cls, msg: dict) -> "ElmoDocData":
-        return cls(layers=msg["layers"], mixed=msg["mixed"], mix_weights=np.asarray(msg["weights"], dtype=np.float32))
+        """The data of a stored Doc, checked: ElmoFileError naming what is wrong."""
+        try:
+            return cls._checked(msg)
+        except ValueError as err:
+            raise ElmoFileError(f"stored ELMo data (doc._.elmo_data) is invalid: {err}") from None
+
+    @classmethod
+    def _checked(cls, msg: dict) -> "ElmoDocData":
+        if not isinstance(msg, dict) or not {"layers", "mixed", "weights"} <= set(msg):
+            raise ValueError("not a mapping with 'layers', 'mixed' and 'weights'")
+        layers = _float_array(msg["layers"], "layers", 3)
+        mixed = _float_array(msg["mixed"], "mixed", 2)
+        if layers is None and mixed is None:
+            raise ValueError("neither 'layers' nor 'mixed' holds an array")
+        n_layers = None if layers is None else layers.shape[0]
+        n_tokens, width = (mixed.shape if layers is None else layers.shape[1:])
+        if mixed is not None and mixed.shape != (n_tokens, width):
+            raise ValueError(f"'mixed' has shape {mixed.shape}, 'layers' {layers.shape}")
+        weights = _float_array(msg["weights"], "weights", 1)
+        if weights is None or (n_layers is not None and weights.shape != (n_layers,)):
+            raise ValueError(f"'weights' must be {n_layers or 'n'} mix weights, one per layer")
+        spans = msg.get("spans")
+        if spans is not None:
+            spans = np.asarray(spans)
+            if spans.dtype.kind not in "iu" or spans.shape != (n_tokens, 2):
+                raise ValueError(f"'spans' must be {n_tokens} integer (start, end) pairs")
+            spans = spans.astype(np.int32)
+        return cls(layers=layers, mixed=mixed, mix_weights=weights.astype(np.float32), spans=spans,
+                   save_layers=layers is not None)
+
+
+def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
+    """`value` where it is None or a finite float array of `ndim` dimensions; else ValueError."""
+    if value is None:
+        return None
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != ndim:
+        kind = f"{value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError(f"'{name}' must be a {ndim}-d float array, got a {kind}")
+    if not np.isfinite(value).all():
+        raise ValueError(f"'{name}' holds non-finite values (NaN or infinity)")
+    return value
+
+
+def elmo_data(doc: Doc) -> Optional[ElmoDocData]:
+    """`doc._.elmo_data` fitted to `doc`'s current tokens (realigned once after a retokenization, see the
+    module); None before `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
+    data = doc._.elmo_data
+    if data is None or data.fits(doc):
+        return data
+    try:
+        data = data.realigned(doc)
+    except ValueError as err:
+        raise ElmoFileError(f"doc._.elmo_data does not fit this Doc ({len(doc)} tokens): {err}; run the "
+                            "'elmo' component on it again") from None
+    doc._.elmo_data = data
+    return data
 
 
 @srsly.msgpack_encoders("spacy_elmo_doc_data")
@@ -80,13 +201,13 @@ def deserialize_elmo_data(obj, chain=None):
 def get_doc_elmo(doc: Doc) -> Optional[np.ndarray]:
     """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None before
     `elmo` ran."""
-    data = doc._.elmo_data
+    data = elmo_data(doc)
     return None if data is None else data.mix()
 
 
 def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
     """`doc._.elmo_layers`: float32 `(n_layers + 1, n_tokens, width)`; None where only the mix is kept."""
-    data = doc._.elmo_data
+    data = elmo_data(doc)
     if data is None or data.layers is None:
         return None
     return data.layers.astype(np.float32, copy=False)
@@ -94,8 +215,10 @@ def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
 
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
     """`token._.elmo`: `(width,)`, in the stored dtype."""
-    mix = get_doc_elmo(token.doc)
-    return None if mix is None else mix[token.i]
+    data = token.doc._.elmo_data
+    if data is None:
+        return None
+    return (data if data.fits_token(token) else elmo_data(token.doc)).mix()[token.i]
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:

@@ -31,7 +31,7 @@ from thinc.api import Config, Model
 
 from .bilm import ElmoEmbedder, locate
 from .bilm.threads import check_threads, torch_threads
-from .doc_data import ElmoDocData, install_extensions, set_vector_hooks
+from .doc_data import ElmoDocData, install_extensions, set_vector_hooks, token_spans
 from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
@@ -51,6 +51,9 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
+# The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far beyond any
+# sensible weight, which keeps the sums far inside float32's range (NaN and inf weights are refused).
+MAX_MIX_WEIGHT = 1e4
 
 
 class Elmo(Pipe):
@@ -77,8 +80,11 @@ class Elmo(Pipe):
     ):
         if store not in STORE_DTYPES:
             raise ElmoConfigError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
-        if isinstance(mix, str) and mix not in ("average", "top"):
-            raise ElmoConfigError(f"elmo: mix must be 'average', 'top' or a list of layer weights, got {mix!r}")
+        if mix not in ("average", "top") and not (
+                isinstance(mix, (list, tuple)) and mix
+                and all(isinstance(w, (int, float)) and not isinstance(w, bool) and abs(w) <= MAX_MIX_WEIGHT for w in mix)):
+            raise ElmoConfigError(f"elmo: mix must be 'average', 'top' or a list of layer weights from "
+                                  f"-{MAX_MIX_WEIGHT:g} to {MAX_MIX_WEIGHT:g}, got {mix!r}")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
             raise ElmoConfigError(f"elmo: max_length must be an integer of at least 4, got {max_length!r}")
         if cache_mb < 0:
@@ -261,10 +267,11 @@ class Elmo(Pipe):
                     layers[:, keep[w.keep_start : w.keep_end]] = arr[:, w.keep_start - w.start : w.keep_end - w.start]
                 layers.setflags(write=False)
             if self.keep_layers:
-                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights, save_layers=self.save_layers))
+                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights, spans=token_spans(doc),
+                                       save_layers=self.save_layers))
             else:
                 mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
-                out.append(ElmoDocData(layers=None, mixed=mixed, mix_weights=mix_weights))
+                out.append(ElmoDocData(layers=None, mixed=mixed, mix_weights=mix_weights, spans=token_spans(doc)))
         return out
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:

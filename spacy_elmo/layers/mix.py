@@ -14,6 +14,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+from ..doc_data import elmo_data
 from ..errors import ElmoConfigError
 
 MIX_NAME = "elmo_mix"
@@ -107,7 +108,7 @@ def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 def docs_sizes(docs: List[Doc]) -> Optional[Tuple[int, int]]:
     """`(n_layers, width)` of the first Doc's stored layers, or None where no Doc has them."""
     for doc in docs:
-        data = doc._.elmo_data
+        data = elmo_data(doc)
         if data is not None and data.layers is not None:
             return data.layers.shape[0], data.layers.shape[2]
     return None
@@ -165,7 +166,7 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     arrays = []
     for doc in docs:
-        data = doc._.elmo_data
+        data = elmo_data(doc)
         if data is None:
             if is_train or doc not in model.attrs["shape_inference_docs"].docs:
                 raise ElmoConfigError(MISSING_FEATURES)

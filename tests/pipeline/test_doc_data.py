@@ -1,0 +1,149 @@
+"""The ELMo data on a Doc follows its tokens: retokenizing after `elmo` (merge_entities, merges, splits)
+realigns it by the documented rule, and stored data read back is checked against the Doc."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin, Span
+
+from spacy_elmo import ElmoError
+from spacy_elmo.doc_data import ElmoDocData
+
+TEXT = "New York is a big city ."
+
+
+@pytest.fixture(scope="module")
+def nlp(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    nlp.initialize()
+    return nlp
+
+
+def test_merge_entities_in_a_pipeline_gives_each_token_its_own_vectors(nlp):
+    before = nlp(TEXT)
+    layers, mix = before._.elmo_layers.copy(), before._.elmo.copy()
+    ruler = nlp.add_pipe("entity_ruler", after="elmo")
+    ruler.add_patterns([{"label": "GPE", "pattern": "New York"}])
+    nlp.add_pipe("merge_entities", after="entity_ruler")
+    try:
+        doc = nlp(TEXT)
+    finally:
+        nlp.remove_pipe("merge_entities")
+        nlp.remove_pipe("entity_ruler")
+    assert [t.text for t in doc] == ["New York", "is", "a", "big", "city", "."]
+    assert doc._.elmo.shape == (len(doc), mix.shape[1])
+    assert doc._.elmo_layers.shape == (layers.shape[0], len(doc), layers.shape[2])
+    np.testing.assert_allclose(doc[0]._.elmo, mix[0:2].mean(axis=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(doc._.elmo_layers[:, 0], layers[:, 0:2].mean(axis=1), rtol=1e-6, atol=1e-6)
+    for i in range(1, len(doc)):  # every later token keeps its own vector: "is" is not York's
+        np.testing.assert_array_equal(doc[i]._.elmo, mix[i + 1])
+        np.testing.assert_array_equal(doc._.elmo_layers[:, i], layers[:, i + 1])
+    np.testing.assert_allclose(doc[0:2]._.elmo, np.stack([doc[0]._.elmo, mix[2]]).mean(axis=0), rtol=1e-6)
+
+
+def test_a_token_read_before_the_whole_doc_is_realigned_too(nlp):
+    expected = nlp(TEXT)._.elmo
+    doc = nlp(TEXT)
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[4:6])  # "city ."
+    assert doc[2]._.elmo is not None
+    np.testing.assert_array_equal(doc[2]._.elmo, expected[2])
+    np.testing.assert_allclose(doc[4]._.elmo, expected[4:6].mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert doc._.elmo.shape[0] == len(doc) == 6
+
+
+def test_a_split_gives_each_piece_its_source_tokens_vector(nlp):
+    doc = nlp("NewYork is big .")
+    expected = doc._.elmo.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[0], ["New", "York"], heads=[(doc[0], 1), doc[1]])
+    assert [t.text for t in doc] == ["New", "York", "is", "big", "."]
+    assert doc._.elmo.shape[0] == len(doc)
+    np.testing.assert_array_equal(doc[0]._.elmo, expected[0])
+    np.testing.assert_array_equal(doc[1]._.elmo, expected[0])
+    np.testing.assert_array_equal(doc._.elmo[2:], expected[1:])
+
+
+def test_a_merge_leaves_whitespace_parts_out_of_the_mean(nlp):
+    doc = nlp("New  York is big .")  # two spaces: a whitespace token between New and York
+    assert doc[1].is_space
+    expected = doc._.elmo.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:3])
+    np.testing.assert_allclose(doc[0]._.elmo, expected[[0, 2]].mean(axis=0), rtol=1e-6, atol=1e-6)
+
+
+def test_merge_noun_chunks_style_retokenizing_then_storing_round_trips(nlp):
+    doc = nlp(TEXT)
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[3:5])  # "big city"
+    expected = doc._.elmo.copy()
+    back = list(DocBin(docs=[doc], store_user_data=True).get_docs(nlp.vocab))[0]
+    np.testing.assert_array_equal(back._.elmo, expected)
+
+
+def test_data_of_another_text_is_one_error(nlp):
+    doc = nlp(TEXT)
+    other = nlp.make_doc("Completely different words here")
+    other._.elmo_data = doc._.elmo_data
+    with pytest.raises(ElmoError, match="does not fit this Doc"):
+        other._.elmo
+
+
+# ---------------------------------------------------------------------- stored data read back
+def stored(nlp, edit) -> bytes:
+    doc = nlp("The cat sat on mats .")
+    data = doc._.elmo_data
+    doc._.elmo_data = edit(data)
+    return DocBin(docs=[doc], store_user_data=True).to_bytes()
+
+
+def read_back(nlp, blob):
+    return list(DocBin().from_bytes(blob).get_docs(nlp.vocab))[0]
+
+
+def two_rows(data):
+    return ElmoDocData(layers=data.layers[:, :2], mixed=None, mix_weights=data.mix_weights, save_layers=True)
+
+
+@pytest.mark.parametrize("edit,problem", [
+    (lambda d: ElmoDocData(layers=None, mixed="hello", mix_weights=d.mix_weights), "'mixed' must be a 2-d float"),
+    (lambda d: ElmoDocData(layers=None, mixed=None, mix_weights=d.mix_weights), "neither"),
+    (lambda d: ElmoDocData(layers=d.layers, mixed=None, mix_weights=np.ones(7, "f"), save_layers=True),
+     "'weights' must be 3 mix weights"),
+    (lambda d: ElmoDocData(layers=np.full_like(d.layers, np.nan), mixed=None, mix_weights=d.mix_weights,
+                           save_layers=True), "non-finite"),
+    (lambda d: ElmoDocData(layers=d.layers[:, :2], mixed=None, mix_weights=d.mix_weights, spans=d.spans,
+                           save_layers=True), "'spans' must be 2"),
+    (lambda d: ElmoDocData(layers=d.layers.astype(np.int32), mixed=None, mix_weights=d.mix_weights,
+                           save_layers=True), "'layers' must be a 3-d float array, got a int32"),
+])
+def test_edited_stored_data_is_one_error_when_read_back(nlp, edit, problem):
+    with pytest.raises(ElmoError, match=f"stored ELMo data .*{problem}"):
+        read_back(nlp, stored(nlp, edit))
+
+
+def test_stored_rows_that_do_not_match_the_doc_are_one_error_on_reading(nlp):
+    doc = read_back(nlp, stored(nlp, two_rows))  # no token spans: only the count can be checked
+    with pytest.raises(ElmoError, match="2 token vectors for a Doc of 6 tokens"):
+        doc[4]._.elmo
+    with pytest.raises(ElmoError, match="2 token vectors for a Doc of 6 tokens"):
+        Span(doc, 0, 3)._.elmo
+
+
+def test_features_refuse_misaligned_data_by_name(nlp):
+    from spacy_elmo.layers.mix import doc_layers
+    from spacy_elmo.architectures import ElmoFeatures  # noqa: F401  registers the architectures
+
+    doc = read_back(nlp, stored(nlp, two_rows))
+    model = spacy.registry.get("architectures", "spacy_elmo.ElmoFeatures.v1")(n_layers=3, width=32)
+    model.initialize()
+    with pytest.raises(ElmoError, match="does not fit this Doc"):
+        doc_layers(model, [doc], is_train=False)
+
+
+def test_a_doc_without_elmo_reads_none(nlp):
+    doc = nlp.make_doc("no elmo here")
+    assert Doc.has_extension("elmo") and doc._.elmo is None and doc[0]._.elmo is None
