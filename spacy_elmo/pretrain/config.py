@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Union
 from thinc.api import Config
 
 from ..bilm import BiLMOptions, StatePolicy, check_state_policy
-from ..bilm.files import RECORD_BYTES, read_regular
+from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, read_regular
 from ..errors import ElmoConfigError, ElmoFileError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
@@ -19,6 +19,10 @@ TOKENIZERS = ("spacy", "whitespace")
 # Default state policy of a model, by training scheme: from the README's policy table
 # (dev perplexity of models trained each way, under each inference policy).
 DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
+MAX_SEED = 2**31 - 1  # numpy's seeds are below 2**32; the softmax's generator takes seed + 1 + rank
+# Bounds on the sizes of one step, far above any run's (the published biLMs: 20-token windows, 128 rows
+# per GPU): past them a batch's arrays would not fit in memory.
+MAX_BATCH = {"batch_tokens": 1 << 20, "window": 1 << 12, "eval_batch_size": 1 << 14}
 
 
 def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None) -> Config:
@@ -27,7 +31,7 @@ def load_config(path: Optional[Union[str, Path]] = None, overrides: Optional[Dic
     data = read_regular(path, "config file", RECORD_BYTES)
     overrides = dict(overrides or {})
     try:
-        text = data.decode("utf-8")
+        text = data.decode(TEXT_ENCODING)
         config = Config().from_str(text, interpolate=False)
         for key in overrides:
             section, _, name = key.rpartition(".")
@@ -81,9 +85,13 @@ def check_config(config: Config) -> None:
             check_state_policy(t["state_policy"])
         except ValueError as err:
             raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
-    _need(isinstance(t["seed"], int), "training.seed", "an integer", t["seed"])
-    for key in ("batch_tokens", "window", "eval_batch_size", "checkpoint_every"):
-        _need(_positive_int(t[key]), f"training.{key}", "a positive integer", t[key])
+    _need(isinstance(t["seed"], int) and not isinstance(t["seed"], bool) and 0 <= t["seed"] <= MAX_SEED,
+          "training.seed", f"an integer from 0 to {MAX_SEED}", t["seed"])
+    _need(_positive_int(t["checkpoint_every"]), "training.checkpoint_every", "a positive integer",
+          t["checkpoint_every"])
+    for key, most in MAX_BATCH.items():
+        _need(_positive_int(t[key]) and t[key] <= most, f"training.{key}", f"a positive integer, at most {most:,}",
+              t[key])
     for key in ("max_steps", "max_epochs", "eval_every"):
         _need(t[key] is None or _positive_int(t[key]), f"training.{key}", "a positive integer or null", t[key])
     for key in ("max_minutes", "eval_every_minutes"):

@@ -44,7 +44,7 @@ RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "ev
 def resolve_init(path: str) -> Path:
     """The directory to continue training from: a path, or a published model's directory in the cache
     (`python -m spacy_elmo download NAME`; its files are checked against the recorded sha256)."""
-    if hub.is_published(path) and not Path(path).exists():
+    if hub.is_published(path):  # a published name, never a directory of that name here (`./NAME` is one)
         try:
             return locate(path, verify=True).config.parent
         except ElmoFileError as err:
@@ -92,20 +92,32 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
                                 f"(recorded in {path}); resume only on the same corpus")
 
 
-def forget_metrics_after(output: Path, step: int) -> None:
-    """Drop the learning-curve records of steps after the checkpoint: the resumed run redoes them."""
+def forget_metrics_after(output: Path, step: int) -> bool:
+    """Drop the learning-curve records of steps after the checkpoint (the resumed run redoes them) and a torn
+    last line (a line without its newline that is not a record: a kill while it was written). Returns
+    whether a torn line was dropped; any other line that is not a record is an ElmoFileError."""
     path = output / METRICS_FILE
     if not os.path.lexists(path):
-        return
+        return False
     data = read_regular(path, "metrics file", RECORD_BYTES)
     try:
-        lines = data.decode("utf-8").splitlines(keepends=True)
+        lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+        torn = bool(lines) and not lines[-1].endswith("\n") and not _is_record(lines[-1])
+        lines = lines[:-1] if torn else lines
         kept = [line for line in lines if json.loads(line)["step"] <= step]
     except (ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
-    if len(kept) < len(lines):
+    if torn or len(kept) < len(lines):
         with write_errors(path, "free space and run again with --resume"):
             write_atomic(path, "".join(kept))
+    return torn
+
+
+def _is_record(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, policy: str, export: bool,

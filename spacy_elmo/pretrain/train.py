@@ -67,6 +67,12 @@ class Progress:
         return Position(self.epoch, self.file, self.batch)
 
 
+def non_finite(state: Dict[str, torch.Tensor]) -> Optional[str]:
+    """The name of the first floating-point tensor of `state` that holds NaN or infinity, or None."""
+    return next((name for name, value in state.items()
+                 if value.is_floating_point() and not bool(torch.isfinite(value).all())), None)
+
+
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     if name == "adagrad":  # bilm-tf: Adagrad, lr 0.2, accumulators starting at 1.0
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=1.0)
@@ -185,6 +191,9 @@ class Trainer:
         step = self.progress.step
         if self.saved_step == step:
             return
+        bad = non_finite(self.model.state_dict())
+        if bad is not None:
+            raise self._diverged(step, f"the weight {bad}")
         try:
             if self.rank == 0:
                 checkpoint.prepare(self.ckpt_dir, step)
@@ -219,10 +228,23 @@ class Trainer:
         except (RuntimeError, KeyError, TypeError, ValueError) as err:
             raise ElmoFileError(f"--resume: the checkpoint in {self.ckpt_dir} does not fit this run's model "
                                 f"({type(err).__name__}: {err})") from None
+        bad = non_finite(self.model.state_dict())
+        if bad is not None:
+            raise ElmoFileError(f"--resume: the checkpoint in {self.ckpt_dir} holds non-finite weights ({bad}): the "
+                                "run diverged before it was saved; train again with a lower training.learning_rate")
         self.saved_step = self.progress.step
-        if self.rank == 0:
-            forget_metrics_after(self.output, self.progress.step)
+        if self.rank == 0 and forget_metrics_after(self.output, self.progress.step):
+            self.log(f"{self.output / METRICS_FILE}: dropped a torn last line (a run stopped while writing it)")
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
+
+    def _diverged(self, step: int, what: str) -> ElmoConfigError:
+        """The error that stops a run whose `what` became NaN or infinite at `step` (nothing of it is saved)."""
+        kept = (f"the last checkpoint (step {self.saved_step}) is kept" if self.saved_step is not None
+                else "no checkpoint was written")
+        return ElmoConfigError(
+            f"pretrain diverged at step {step}: {what} is not finite (NaN or infinity); {kept} and no model is "
+            f"saved. Train again with a lower training.learning_rate (now {self.t['learning_rate']:g}) or "
+            f"training.grad_clip (now {self.t['grad_clip']:g}); --resume keeps a run's settings")
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Optional[Dict[str, Any]]:
@@ -291,7 +313,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             all_reduce_gradients(self.params, self.world)
-            torch.nn.utils.clip_grad_norm_(self.params, t["grad_clip"])
+            norm = torch.nn.utils.clip_grad_norm_(self.params, t["grad_clip"])
+            if not torch.isfinite(norm):  # the same on every process: the gradients are summed across them
+                raise self._diverged(p.step + 1, "the loss's gradient")
             self.optimizer.step()
             self.model.bilm.invalidate()
             if carry:

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 import typer
 
 from spacy_elmo.cli import app, main
@@ -122,3 +123,70 @@ def test_progress_shows_the_time_budget_and_the_dev_evaluation(tmp_path, capsys)
     err = capsys.readouterr().err
     assert re.search(r"00:0\d / 00:01 of the time budget", err), err[-2000:]
     assert "dev perplexity" in err
+
+
+# ---------------------------------------------------------------------- runs that go wrong (issue 34, item 3)
+def test_a_diverging_run_stops_with_one_error_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(train_path, train_path, training__max_steps=6,
+                                                 training__checkpoint_every=1, training__learning_rate=1e30)]
+    code, err = run(args, capsys)
+    assert code == 1, err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("error: pretrain diverged at step "), err
+    assert "training.learning_rate" in err and "1e+30" in err
+    assert not (out / "model").exists()  # no model of NaN weights is saved
+    manifest = json.loads((out / "checkpoint" / "checkpoint.json").read_text())
+    state = torch.load(out / "checkpoint" / manifest["directory"] / "model.pt", weights_only=True)["model"]
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    assert f"the last checkpoint (step {manifest['step']}) is kept" in err
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsys):
+    from spacy_elmo.pretrain import checkpoint
+
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(train_path, None, training__max_steps=2)]
+    assert run(args, capsys)[0] == 0
+    root = out / "checkpoint"
+    step = json.loads((root / "checkpoint.json").read_text())["step"]
+    part = checkpoint.step_dir(root, step) / checkpoint.MODEL_PART
+    shared = torch.load(part, weights_only=True)
+    name = next(k for k, v in shared["model"].items() if v.is_floating_point())
+    shared["model"][name].fill_(float("nan"))
+    checkpoint.save_part(shared, part)
+    checkpoint.publish(root, step, 1)
+    code, err = run([*args, "--resume", "--training.max_steps", "4"], capsys)
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith("error:") and "non-finite" in err and name in err, err
+
+
+@pytest.mark.parametrize("key,value,expect", [
+    ("training.seed", "-1", "from 0 to"),
+    ("training.seed", "99999999999", "from 0 to"),
+    ("training.batch_tokens", "1000000000000", "at most"),
+    ("training.window", "100000000", "at most"),
+    ("training.eval_batch_size", "100000000", "at most"),
+])
+def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
+    code, err = run([tmp_path / "out", *override_args(train_path, None), f"--{key}", value], capsys)
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith(f"error: config '{key}' must be") and expect in err, err
+
+
+def test_a_torn_last_metrics_line_is_dropped_at_resume(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(train_path, train_path, training__max_steps=2,
+                                                 training__eval_every=1)]
+    assert run(args, capsys)[0] == 0
+    metrics = out / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 3, "epoch": 0, "tok')  # a kill in the middle of a line
+    code, err = run([*args, "--resume", "--training.max_steps", "3"], capsys)
+    assert code == 0, err
+    assert "dropped a torn last line" in err
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 3
