@@ -104,6 +104,23 @@ def test_relative_links_name_existing_files():
     assert targets and not missing, f"README.md links to missing files: {missing}"
 
 
+MAX_LINES = 200
+DATE = re.compile(r"20\d\d-\d\d-\d\d")
+
+
+def test_readme_is_a_users_document_not_a_log_of_measurements():
+    """At most 200 lines, no dates and no GFLOP/s: figures, with their command, date and host, belong in
+    bench/README.md (and the study's in project/README.md), which the README links to."""
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES}): move detail elsewhere"
+    dated = [f"line {n}: {m.group(0)}" for n, line in enumerate(lines, 1) for m in DATE.finditer(line)]
+    assert not dated, f"README.md carries dates (measurements go to bench/README.md): {dated}"
+    gflop = [n for n, line in enumerate(lines, 1) if "gflop" in line.lower()]
+    assert not gflop, f"README.md mentions GFLOP(/s) on lines {gflop}: that belongs in bench/README.md"
+    assert "bench/README.md" in text and "project/README.md" in text
+
+
 def test_setup_commands_match_ci():
     """The README's install and test commands are the ones .ci/run runs."""
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
