@@ -14,7 +14,7 @@ from typing import Annotated, Any, Dict, List, Optional
 
 import typer
 
-from ..bilm import locate
+from ..bilm import load_bilm, locate
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
 from .app import WEIGHTS_HELP, app, errors
 
@@ -163,8 +163,8 @@ def init_config_cli(
                                          "(Peters et al. 2018, sec. 3.3)")] = "input",
     elmo_layers: Annotated[Optional[str], typer.Option("--elmo-layers", help="the biLM layers every ELMo mix reads, "
                                                        "comma-separated, 0 the token layer: e.g. 0,1 (Reimers and "
-                                                       "Gurevych 2019); checked against the biLM when training "
-                                                       "starts. Default: all")] = None,
+                                                       "Gurevych 2019); checked against the biLM now. "
+                                                       "Default: all")] = None,
     force: Annotated[bool, typer.Option("--force", "-F", help="overwrite OUTPUT if it exists")] = False,
 ):
     """Write a complete `spacy train` config whose components read ELMo.
@@ -184,8 +184,12 @@ def init_config_cli(
         layers = parse_layers(elmo_layers) if elmo_layers is not None else None
         try:
             locate(weights)
+            n_layers = load_bilm(weights).num_output_layers if layers is not None else None
         except ElmoError as err:
             raise type(err)(f"--weights: {err}") from None
+        if layers is not None and max(layers) >= n_layers:
+            raise ElmoConfigError(f"--elmo-layers {elmo_layers!r}: the biLM has layers 0 to {n_layers - 1} "
+                                  "(0: the token layer)")
         text = build_config(lang, components, weights, optimize, gpu, elmo_at, layers).to_str()
         if str(output) == "-":
             typer.echo(text)

@@ -147,8 +147,9 @@ def test_elmo_layers_go_to_every_mix(fixture_dir, ud, tmp_path):
     assert {name: len(s) for name, s in found.items()} == {"tok2vec": 1, "tagger": 1, "ner": 1}
     for name, (s,) in found.items():
         assert s.shape == (2,) and np.abs(s).max() > 0, (name, s)
-    beyond = spacy.util.load_model_from_config(write(tmp_path, "-p", "tagger", "-w", fixture_dir, "--elmo-layers",
-                                                     "0,3", "--force"), auto_fill=False)
+    edited = write(tmp_path, "-p", "tagger", "-w", fixture_dir, "--elmo-layers", "0,1", "--force")
+    edited["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] = [0, 3]  # by hand: init-config refuses 0,3
+    beyond = spacy.util.load_model_from_config(edited, auto_fill=False)
     with pytest.raises(ElmoConfigError, match=r"layers = \[0, 3\], but the biLM has layers 0 to 2 .*: set "
                                               r"--components\.tok2vec\.model\.embed\.elmo\.layers to indices below 3"):
         beyond.initialize(lambda: examples(beyond, ud[:2]))  # checked against the biLM when training starts
@@ -179,6 +180,7 @@ def test_options(fixture_dir, tmp_path, capsys):
     (["--elmo-layers", "0,x"], "--elmo-layers '0,x': give distinct layer indices from 0, comma-separated, e.g. 0,1"),
     (["--elmo-layers", "1,1"], "--elmo-layers '1,1': give distinct layer indices from 0"),
     (["--elmo-layers", "1,-1"], "--elmo-layers '1,-1': give distinct layer indices from 0"),
+    (["--elmo-layers", "0,5"], "--elmo-layers '0,5': the biLM has layers 0 to 2 (0: the token layer)"),
     (["--lang", "xx_nope"], "--lang 'xx_nope': spaCy has no such language"),
 ])
 def test_bad_settings_are_one_error_line(fixture_dir, tmp_path, capsys, args, expected):
