@@ -517,3 +517,65 @@ def test_torch_failing_to_allocate_is_a_resource_error(fixture_dir, tmp_path, mo
     monkeypatch.setattr(load, "BiLM", no_memory)
     with pytest.raises(ElmoResourceError, match="lm_weights.hdf5: not enough memory to load this biLM"):
         load_bilm(fixture_dir)
+
+
+@pytest.mark.parametrize("kind, name", [("hdf5", "options.json"), ("hdf5", "weights.hdf5"), ("own", "bilm.json"),
+                                        ("own", "weights.pt"), ("pretrain", "model/weights.pt")])
+def test_a_model_file_symlinked_outside_its_directory_is_refused(fixture_dir, tmp_path, kind, name):
+    """A model directory is read from itself: a file that resolves outside it is refused, the same file inside
+    (a symlink within the directory) is read."""
+    directory = tmp_path / "m"
+    if kind == "hdf5":
+        hdf5_model(fixture_dir, directory)
+    else:
+        own_model(fixture_dir, directory / "model" if kind == "pretrain" else directory)
+    target = tmp_path / "elsewhere" / pathlib.Path(name).name
+    target.parent.mkdir()
+    shutil.move(directory / name, target)
+    (directory / name).symlink_to(target)
+    refused(directory, f"{directory / name}: refused", "outside the model directory")
+    kept = (directory / name).parent / "kept"
+    shutil.move(target, kept)
+    (directory / name).unlink()
+    (directory / name).symlink_to(kept)
+    assert load_bilm(directory).output_dim == 32
+
+
+# ------------------------------------------------------------------ issue 32: decompression bombs, hostile own-format values
+def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(fixture_dir, tmp_path, monkeypatch):
+    """Every dataset the options imply, all zeros, in gzip'd chunks: the file stores far fewer bytes than it
+    declares (a real trained model does not compress like that), so nothing is decompressed."""
+    from spacy_elmo.bilm import hdf5_format
+
+    monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 1024)  # the fixture's datasets are small
+    directory = tmp_path / "bomb"
+    directory.mkdir()
+    shutil.copy(fixture_dir / "options.json", directory / "options.json")
+    with h5py.File(directory / "weights.hdf5", "w") as f:
+        for name, shape in hdf5_format.expected_shapes(BiLMOptions.from_file(fixture_dir / "options.json")).items():
+            f.create_dataset(name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip")
+    refused(directory, "weights.hdf5", "'char_embed'", "compress")
+
+
+def test_a_meta_tensor_in_the_own_format_is_refused(fixture_dir, tmp_path):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    state = torch.load(directory / "weights.pt", weights_only=True)
+    state["token_encoder.b_proj"] = torch.empty(state["token_encoder.b_proj"].shape, device="meta")
+    torch.save(state, directory / "weights.pt")
+    refused(directory, "weights.pt", "token_encoder.b_proj", "meta")
+
+
+@pytest.mark.parametrize("key, value", [("forget_bias", 1e308), ("forget_bias", -1e39), ("cell_clip", 1e39),
+                                        ("proj_clip", 1e300)])
+def test_an_own_format_option_out_of_float32_range_is_refused(fixture_dir, tmp_path, key, value):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    config = json.loads((directory / "bilm.json").read_text())
+    config["options"]["lstm"][key] = value
+    (directory / "bilm.json").write_text(json.dumps(config))
+    refused(directory, "bilm.json", f"lstm.{key}")
+
+
+def test_a_forget_bias_out_of_float32_range_in_options_json_is_refused(fixture_dir, tmp_path):
+    options = fixture_options(fixture_dir)
+    options["lstm"]["forget_bias"] = 1e39
+    refused(hdf5_model(fixture_dir, tmp_path / "m", options), "options.json", "lstm.forget_bias")

@@ -16,6 +16,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ElmoFileError
+from .files import excerpt
 
 BOS_CHAR = 256
 EOS_CHAR = 257
@@ -125,8 +126,8 @@ class CharTable:
                                     "the table and the weights do not belong together")
             for text, i in table.items():
                 if not 0 <= i < rows:
-                    raise ElmoFileError(f"{where}: {kind} {text!r} has id {i:,}, outside the {rows:,} rows of the "
-                                        f"{kind} embedding")
+                    raise ElmoFileError(f"{where}: {kind} {excerpt(text)} has id {i:,}, outside the {rows:,} rows "
+                                        f"of the {kind} embedding")
         return cls(chars, words, max_chars)
 
     def token_ids(self, text: str) -> np.ndarray:
@@ -178,7 +179,7 @@ class CharTable:
         for table in (data["chars"], data["words"] or {}):
             bad = next((i for i in table.values() if isinstance(i, bool) or not isinstance(i, int)), None)
             if bad is not None:
-                raise ElmoFileError(f"{source}: ids must be integers, got {bad!r}")
+                raise ElmoFileError(f"{source}: ids must be integers, got {excerpt(bad)}")
         if (data["words"] is None) != (n_words == 0):
             raise ElmoFileError(f"{source}: a word table {'is missing' if n_words else 'is given'}, but the options "
                                 f"say n_words = {n_words}")

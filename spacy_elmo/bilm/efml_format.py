@@ -1,14 +1,16 @@
 """ELMoForManyLangs (EFML, HIT-SCIR) model directories, read as EFML's own code reads them.
 
 A directory holds `config.json` (the trainer's arguments, of which EFML reads only `config_path`, the
-architecture file: often an absolute path from the authors' machine, then the file of that name in the
-directory, then the architecture EFML ships under that name), `char.dic` and `word.dic` (`token<TAB>id`
-lines), and `token_embedder.pkl` and `encoder.pkl` (torch state dicts, in the zip or the pre-1.6 format,
-read without unpickling code). The network is AllenNLP's ELMo with three differences, which are options of
-the token encoder (`CharTable`, `BiLMOptions.char_table` / `word_dim`): code points through a table,
-`<bow>` / `<eow>` swapped, a word embedding before the character features. The weights are in torch's
-layout: `Linear` weights `(out, in)`, LSTM gates in AllenNLP's order (i, f, g, o) with the forget bias
-stored (`BiLMOptions.forget_bias` 0), the highway gate on the carried input (1 - t of bilm-tf's).
+architecture file: often an absolute path from the authors' machine), `char.dic` and `word.dic`
+(`token<TAB>id` lines), and `token_embedder.pkl` and `encoder.pkl` (torch state dicts, in the zip or
+the pre-1.6 format, read without unpickling code). Every file is read from the directory itself
+(`inside_dir`): `config_path` is looked up inside it, then among the architectures EFML ships.
+
+The network is AllenNLP's ELMo with three differences, which are options of the token encoder
+(`CharTable`, `BiLMOptions.char_table` / `word_dim`): code points through a table, `<bow>` / `<eow>`
+swapped, a word embedding before the character features. The weights are in torch's layout: `Linear`
+weights `(out, in)`, LSTM gates in AllenNLP's order (i, f, g, o) with the forget bias stored
+(`BiLMOptions.forget_bias` 0), the highway gate on the carried input (1 - t of bilm-tf's).
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import torch
 from ..errors import ElmoFileError
 from .chars import CharTable
 from .embedder import ElmoEmbedder
-from .files import read_regular
-from .hdf5_format import check_finite
+from .files import TEXT_ENCODING, excerpt, inside_dir, read_regular
+from .finite import check_finite
 from .lstm import gates_to_internal
+from .memory import check_memory
 from .options import BiLMOptions, StatePolicy, read_json
 from .own_format import FLOAT_DTYPES, bilm_from_state_dict, read_state_dict
 
@@ -43,24 +46,48 @@ PUBLISHED_ARCHITECTURE = {
     "dropout": 0.1,
 }
 CHAR_ROWS, WORD_ROWS = "char_emb_layer.embedding.weight", "word_emb_layer.embedding.weight"
+WHAT = {EFML_CONFIG: "ELMoForManyLangs config", EFML_TOKEN_EMBEDDER: "ELMoForManyLangs weights",
+        EFML_ENCODER: "ELMoForManyLangs weights", EFML_CHARS: "ELMoForManyLangs character table",
+        EFML_WORDS: "ELMoForManyLangs word table"}
+ARCHITECTURE_WHAT = "ELMoForManyLangs architecture"
+# Float32 copies of the weights alive at once while converting, besides the tensors read: the converted state
+# dict and the network's parameters.
+EFML_COPIES = 2
 
 
-def read_architecture(directory: Path) -> Tuple[Dict[str, Any], str]:
-    """The architecture `config.json` points to, and where it came from, looked for where EFML looks."""
-    config_path = directory / EFML_CONFIG
-    config = read_json(config_path, "ELMoForManyLangs config")
+def _named_architecture(directory: Path) -> Tuple[Path, str, Optional[Path]]:
+    """`config.json`, its `config_path`, and the architecture file inside `directory` it names (None: none
+    there): `config_path` as it is where relative without `..`, else its file name."""
+    config_path = inside_dir(directory, EFML_CONFIG, WHAT[EFML_CONFIG])
+    config = read_json(config_path, WHAT[EFML_CONFIG])
     named = config.get("config_path") if isinstance(config, dict) else None
     if not isinstance(named, str) or not named:
         raise ElmoFileError(f"{config_path}: expected a JSON object with a 'config_path' string (the architecture "
                             "file)")
-    candidates = [directory / named, directory / os.path.basename(named)]  # an absolute path is taken as it is
-    for path in candidates:
-        if path.exists():
-            return _as_object(read_json(path, "ELMoForManyLangs architecture"), str(path)), str(path)
+    relative = [named] if not os.path.isabs(named) and ".." not in Path(named).parts else []
+    for name in relative + [os.path.basename(named)]:
+        path = inside_dir(directory, name, ARCHITECTURE_WHAT)
+        if name and path.exists():
+            return config_path, named, path
+    return config_path, named, None
+
+
+def architecture_file(directory: Path) -> Optional[Path]:
+    """The architecture file of an EFML directory, None where EFML's published architecture is meant."""
+    return _named_architecture(directory)[2]
+
+
+def read_architecture(directory: Path) -> Tuple[Dict[str, Any], str]:
+    """The architecture `config.json` points to, and where it came from: the file inside `directory` that
+    `config_path` names, else the architecture EFML ships under that file name."""
+    config_path, named, path = _named_architecture(directory)
+    if path is not None:
+        return _as_object(read_json(path, ARCHITECTURE_WHAT), str(path)), str(path)
     if os.path.basename(named) in PUBLISHED_CONFIGS:
         return PUBLISHED_ARCHITECTURE, f"{config_path} (config_path {named}: the published architecture)"
-    raise ElmoFileError(f"{config_path}: its config_path {named} was found neither there nor in {directory}, and is "
-                        f"not one of EFML's own ({', '.join(PUBLISHED_CONFIGS)}): copy the architecture file there")
+    raise ElmoFileError(f"{config_path}: the architecture file its config_path names, "
+                        f"{excerpt(os.path.basename(named))}, was found neither in {directory} nor among EFML's own "
+                        f"({', '.join(PUBLISHED_CONFIGS)}): copy it there")
 
 
 def _as_object(value: Any, source: str, where: str = "the file") -> Dict[str, Any]:
@@ -77,12 +104,13 @@ def efml_options(arch: Dict[str, Any], source: str, n_characters: int, n_words: 
     embedder = _as_object(arch.get("token_embedder"), source, "'token_embedder'")
     kinds = (str(embedder.get("name")).lower(), str(encoder.get("name")).lower())
     if kinds != ("cnn", "elmo"):
-        raise ElmoFileError(f"{source}: token_embedder {embedder.get('name')!r} with encoder {encoder.get('name')!r} "
-                            "is not supported; only 'cnn' with 'elmo' (the published ELMoForManyLangs models) is")
+        raise ElmoFileError(f"{source}: token_embedder {excerpt(embedder.get('name'))} with encoder "
+                            f"{excerpt(encoder.get('name'))} is not supported; only 'cnn' with 'elmo' (the published "
+                            "ELMoForManyLangs models) is")
     char_dim = embedder.get("char_dim")
     if not isinstance(char_dim, int) or isinstance(char_dim, bool) or char_dim <= 0:
         raise ElmoFileError(f"{source}: 'token_embedder.char_dim' must be a positive integer (models without "
-                            f"characters are not supported), got {char_dim!r}")
+                            f"characters are not supported), got {excerpt(char_dim)}")
     lstm = {key: encoder.get(key) for key in ("dim", "projection_dim", "n_layers")}
     for key in ("cell_clip", "proj_clip"):  # EFML clips only where the value is truthy
         lstm[key] = encoder.get(key) or None
@@ -125,6 +153,10 @@ def _check_tensors(tensors: Dict[str, torch.Tensor], shapes: Dict[str, Tuple[int
         tensor = tensors[name]
         if tensor.dtype not in FLOAT_DTYPES:
             raise ElmoFileError(f"{source}: '{name}' is a {tensor.dtype} tensor; weights must be float")
+        stored = tensor.untyped_storage().nbytes() // tensor.element_size()
+        if stored < tensor.numel():  # a view that repeats its values (stride 0): copied, it would be this large
+            raise ElmoFileError(f"{source}: tensor '{name}' of shape {tuple(tensor.shape)} stores {stored:,} of its "
+                                f"{tensor.numel():,} values (an expanded view); EFML's files store every value")
         if tuple(tensor.shape) != shape:
             raise ElmoFileError(f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the architecture of "
                                 f"{arch_source} implies {shape}")
@@ -144,7 +176,7 @@ def read_dic(path: Path, what: str) -> Dict[str, int]:
     removed); later lines win. Another line is one ElmoFileError naming the file and the line."""
     data = read_regular(path, what, MAX_DIC_BYTES)
     try:
-        text = data.decode("utf-8")
+        text = data.decode(TEXT_ENCODING)
     except UnicodeDecodeError as err:
         raise ElmoFileError(f"{path}: not UTF-8 ({err})") from None
     table: Dict[str, int] = {}
@@ -156,7 +188,7 @@ def read_dic(path: Path, what: str) -> Dict[str, int]:
             token, index = fields
             table[token] = int(index)
         except ValueError:
-            raise ElmoFileError(f"{path}: line {number} is not 'token<TAB>id': {line[:80]!r}") from None
+            raise ElmoFileError(f"{path}: line {number} is not 'token<TAB>id': {excerpt(line)}") from None
     return table
 
 
@@ -209,10 +241,10 @@ def efml_to_state_dict(token: Dict[str, torch.Tensor], encoder: Dict[str, torch.
 def load_efml(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
     """An EFML model directory -> an embedder (`state` None: "zero", EFML's outputs after `reset_states`)."""
     arch, arch_source = read_architecture(directory)
-    paths = {name: directory / name for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER, EFML_CHARS, EFML_WORDS)}
-    token = read_state_dict(paths[EFML_TOKEN_EMBEDDER], str(paths[EFML_TOKEN_EMBEDDER]), "ELMoForManyLangs weights",
-                            legacy=True)
-    encoder = read_state_dict(paths[EFML_ENCODER], str(paths[EFML_ENCODER]), "ELMoForManyLangs weights", legacy=True)
+    paths = {name: inside_dir(directory, name, WHAT[name])
+             for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER, EFML_CHARS, EFML_WORDS)}
+    token, encoder = (read_state_dict(paths[name], str(paths[name]), WHAT[name], legacy=True)
+                      for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER))
     has_words = bool(_as_object(arch.get("token_embedder"), arch_source, "'token_embedder'").get("word_dim"))
     source = str(paths[EFML_TOKEN_EMBEDDER])
     opts = efml_options(arch, arch_source, _rows(token, CHAR_ROWS, source) + 1,
@@ -220,8 +252,9 @@ def load_efml(directory: Path, state: Optional[StatePolicy], cache_size: int) ->
     token_shapes, encoder_shapes = expected_shapes(opts)
     _check_tensors(token, token_shapes, source, arch_source)
     _check_tensors(encoder, encoder_shapes, str(paths[EFML_ENCODER]), arch_source)
-    chars = read_dic(paths[EFML_CHARS], "ELMoForManyLangs character table")
-    words = read_dic(paths[EFML_WORDS], "ELMoForManyLangs word table") if opts.word_dim else None
+    check_memory(EFML_COPIES * 4 * opts.n_parameters, source)
+    chars = read_dic(paths[EFML_CHARS], WHAT[EFML_CHARS])
+    words = read_dic(paths[EFML_WORDS], WHAT[EFML_WORDS]) if opts.word_dim else None
     table = CharTable.checked(chars, words, opts.max_characters_per_token, opts.n_characters, opts.n_words,
                               str(paths[EFML_CHARS]), str(paths[EFML_WORDS]))
     state_dict = efml_to_state_dict(token, encoder, opts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from contextlib import contextmanager
 from itertools import islice
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -20,6 +21,7 @@ from ..errors import ElmoConfigError
 from .cache import TokenLayerCache
 from .chars import CharTable
 from .encoder import TokenEncoder
+from .finite import NonFiniteError, check_finite
 from .lstm import LSTMState
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions, StatePolicy, check_state_policy
@@ -30,6 +32,9 @@ from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
+# Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark: 0.8M), and at
+# most 8 GiB at the largest published width (512).
+MAX_CACHE_SIZE = 1 << 22
 
 
 def check_batch_size(batch_size: int) -> int:
@@ -42,6 +47,15 @@ def check_batch_size(batch_size: int) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
+
+
+def check_cache_size(cache_size: int) -> int:
+    """`cache_size` (rows of the token-layer cache) if it is an int from 0 (no cache) to MAX_CACHE_SIZE, else
+    ElmoConfigError."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or not 0 <= cache_size <= MAX_CACHE_SIZE:
+        raise ElmoConfigError(f"token_cache_size must be an integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
+                              f"got {cache_size!r}")
+    return cache_size
 
 
 def long_sentence(batch_size: int) -> int:
@@ -69,14 +83,15 @@ class ElmoEmbedder(nn.Module):
     """
 
     def __init__(self, bilm: BiLM, state: StatePolicy = "warm", cache_size: int = 50_000,
-                 precision: Precision = "float32"):
+                 precision: Precision = "float32", source: str = "the biLM's weights"):
         super().__init__()
         self.bilm = bilm
+        self.source = source  # what errors about the weights name (their file, where loaded from one)
         self._state_policy = check_state_policy(state)
         self._precision = "float32"
         self._products: Optional[list] = None  # the LSTM's products in a precision other than float32
         self._bf16_encoder: Optional[TokenEncoder] = None  # the token encoder's bfloat16 copy
-        self.token_cache = TokenLayerCache(cache_size, bilm.options.projection_dim)
+        self.token_cache = TokenLayerCache(check_cache_size(cache_size), bilm.options.projection_dim)
         self._carried: Optional[LSTMState] = None
         self._after_boundary: dict = {}
         self.precision = precision
@@ -122,6 +137,9 @@ class ElmoEmbedder(nn.Module):
     def precision(self, precision: Precision) -> None:
         self._precision = resolve_precision(precision, self.device)
         self._drop_derived()
+        if self._precision != "float32":  # made now: weights that overflow in this precision are refused here
+            self._lstm_products()
+            self._token_encoder()
 
     def _drop_derived(self) -> None:
         """Forget what depends on the weights and the precision: token layers, boundary states, products."""
@@ -135,7 +153,8 @@ class ElmoEmbedder(nn.Module):
         if self._precision == "float32":
             return self.bilm.lstm.products()
         if self._products is None:
-            self._products = self.bilm.lstm.products(self._precision)
+            with self._naming_weights():
+                self._products = self.bilm.lstm.products(self._precision)
         return self._products
 
     def _token_encoder(self) -> TokenEncoder:
@@ -143,8 +162,19 @@ class ElmoEmbedder(nn.Module):
         if self._precision != "bfloat16":
             return self.bilm.token_encoder
         if self._bf16_encoder is None:
-            self._bf16_encoder = copy.deepcopy(self.bilm.token_encoder).to(torch.bfloat16)
+            encoder = copy.deepcopy(self.bilm.token_encoder).to(torch.bfloat16)
+            for name, values in encoder.state_dict().items():
+                check_finite(values, self.source, f"'token_encoder.{name}' as bfloat16")
+            self._bf16_encoder = encoder
         return self._bf16_encoder
+
+    @contextmanager
+    def _naming_weights(self) -> Iterator[None]:
+        """A NonFiniteError about weights (from a product of this precision) names `source`."""
+        try:
+            yield
+        except NonFiniteError as err:
+            raise NonFiniteError(f"{self.source}: {err}", err.sentence) from None
 
     def __getstate__(self) -> dict:  # derived: made again after unpickling
         return {**super().__getstate__(), "_products": None, "_bf16_encoder": None}
@@ -243,12 +273,14 @@ class ElmoEmbedder(nn.Module):
         return self._after_boundary[policy]
 
     def _run_packed(self, sentences: Sequence[Sequence[str]], init: Optional[LSTMState] = None,
-                    directions: Sequence[int] = (0, 1)) -> Tuple[List[Tensor], LSTMState]:
+                    directions: Sequence[int] = (0, 1),
+                    ids: Optional[Sequence[int]] = None) -> Tuple[List[Tensor], LSTMState]:
         """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens, through
         the packed recurrence from the state after the boundary steps. That state is the same for every
         sentence, so each direction steps each distinct prefix (in its reading order) once. `init`
         `(n_layers, 2, 1, ·)`: another start state (one sentence: a window of a long one, see
-        `_embed_in_windows`), whose final state is returned too (`BiLSTMStack.run_packed`)."""
+        `_embed_in_windows`), whose final state is returned too (`BiLSTMStack.run_packed`). `ids`: the
+        sentences' indices in the caller's input; with them, the layers are checked (`_check_output`)."""
         device = self.device
         lengths = np.array([len(s) for s in sentences])
         words, index = word_index(sentences)  # index (B, T)
@@ -260,17 +292,34 @@ class ElmoEmbedder(nn.Module):
         start = self._boundary_step(self._state_policy) if init is None else init
         B = len(sentences)
         init = LSTMState(start.h.expand(-1, -1, B, -1), start.c.expand(-1, -1, B, -1))
-        outputs, final = self.bilm.lstm.run_packed(vectors, trees, init, directions, self._lstm_products())
+        try:
+            with self._naming_weights():
+                outputs, final = self.bilm.lstm.run_packed(vectors, trees, init, directions, self._lstm_products())
+        except NonFiniteError as err:  # the first layer's gate inputs (int8): of which sentence?
+            if ids is None:
+                raise
+            gates = torch.cat([self._lstm_products()[0][d].input.weight for d in (0, 1)], dim=1)
+            bad = np.flatnonzero(~torch.isfinite(torch.mm(vectors, gates)).all(dim=1).cpu().numpy())
+            row = int(np.isin(index, bad).any(axis=1).argmax())
+            raise NonFiniteError(f"{err}, for sentence {ids[row]} (counted from 0)", ids[row]) from None
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
         layers = torch.stack([torch.cat([token, token], dim=-1)]
                              + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
+        if ids is not None:
+            self._check_output(layers, lengths.tolist(), ids)
         return list(layers.split(lengths.tolist(), dim=1)), final
 
-    def _embed_in_windows(self, sentence: List[str], window: int) -> Iterator[Tensor]:
+    def _check_output(self, layers: Tensor, lengths: Sequence[int], ids: Sequence[int]) -> None:
+        """NonFiniteError naming the weights and the first sentence (of `ids`) whose vectors hold NaN or infinite
+        values; `layers` `(n_layers + 1, sum(lengths), 2P)`, sentences one after another. Once per batch."""
+        check_finite(layers, self.source, f"the vectors computed in {self._precision}", lengths, ids)
+
+    def _embed_in_windows(self, sentence: List[str], window: int, index: int = 0) -> Iterator[Tensor]:
         """One sentence in consecutive windows of `window` tokens -> layers `(n_layers + 1, w, 2P)` per window,
         the recurrence carried across windows (each direction reads the whole sentence): memory bounded by
         `window`, not by the sentence. The backward states entering each window are found first (a
-        backward pass from the right end), then each window is computed from both carried states."""
+        backward pass from the right end), then each window is computed from both carried states. `index`:
+        the sentence's in the caller's input (what an error names)."""
         bounds = [(s, min(s + window, len(sentence))) for s in range(0, len(sentence), window)]
         start = self._boundary_step(self._state_policy)
         entering = [start] * len(bounds)  # the backward direction's state entering each window
@@ -282,16 +331,21 @@ class ElmoEmbedder(nn.Module):
         for (a, b), back in zip(bounds, entering):
             init = LSTMState(torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
                              torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1))
-            (layers,), carried = self._run_packed([sentence[a:b]], init)
+            (layers,), carried = self._run_packed([sentence[a:b]], init, ids=[index])
             yield layers
 
-    def _run_carry(self, sentences: Sequence[Sequence[str]]) -> Tensor:
-        """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`."""
+    def _run_carry(self, sentences: Sequence[Sequence[str]], first: int) -> Tensor:
+        """"carry": rows as given, boundaries included -> layers `(n_layers + 1, B, T + 2, 2P)`, the real tokens'
+        checked (`first`: the first sentence's index in the caller's input)."""
         device = self.device
         lengths = torch.tensor([len(s) + 2 for s in sentences], device=device)
-        mask = torch.arange(int(lengths.max()), device=device).unsqueeze(0) < lengths.unsqueeze(1)
+        positions = torch.arange(int(lengths.max()), device=device).unsqueeze(0)
+        mask = positions < lengths.unsqueeze(1)
         ids = torch.from_numpy(self.bilm.token_encoder.token_ids.batch_ids(sentences))
-        return self.forward(ids.to(device), mask).layers
+        layers = self.forward(ids.to(device), mask).layers
+        real = (positions > 0) & (positions < lengths.unsqueeze(1) - 1)  # (B, T + 2), row-major: sentence after sentence
+        self._check_output(layers[:, real], [len(s) for s in sentences], range(first, first + len(sentences)))
+        return layers
 
     def _empty(self, as_tensor: bool):
         shape = (self.num_output_layers, 0, self.output_dim)
@@ -301,17 +355,19 @@ class ElmoEmbedder(nn.Module):
     def _convert(layers: Tensor, as_tensor: bool):
         return layers.clone() if as_tensor else layers.float().cpu().numpy().copy()
 
-    def _embed_window(self, sentences: List[List[str]], batch_size: int, as_tensor: bool) -> list:
+    def _embed_window(self, sentences: List[List[str]], batch_size: int, as_tensor: bool, first: int = 0) -> list:
+        """`first`: the index of `sentences[0]` in the caller's input (what an error names)."""
         results: list = [None] * len(sentences)
         limit = long_sentence(batch_size)
         short = [s if len(s) <= limit else [] for s in sentences]
         for batch in batches_by_length(short, batch_size):
-            outputs, _ = self._run_packed([sentences[i] for i in batch])
+            outputs, _ = self._run_packed([sentences[i] for i in batch], ids=[first + i for i in batch])
             for i, layers in zip(batch, outputs):
                 results[i] = self._convert(layers, as_tensor)
         for i, sentence in enumerate(sentences):
             if len(sentence) > limit:
-                results[i] = self._convert(torch.cat(list(self._embed_in_windows(sentence, limit)), dim=1), as_tensor)
+                pieces = self._embed_in_windows(sentence, limit, first + i)
+                results[i] = self._convert(torch.cat(list(pieces), dim=1), as_tensor)
         return [self._empty(as_tensor) if r is None else r for r in results]
 
     def embed_long(self, sentence: Sequence[str], batch_size: int = 64) -> Iterator[np.ndarray]:
@@ -333,8 +389,8 @@ class ElmoEmbedder(nn.Module):
                 array = self._convert(layers, as_tensor=False)
             yield array
 
-    def _embed_carry(self, sentences: List[List[str]], as_tensor: bool) -> list:
-        layers = self._run_carry(sentences)
+    def _embed_carry(self, sentences: List[List[str]], as_tensor: bool, first: int) -> list:
+        layers = self._run_carry(sentences, first)
         return [self._convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)]
 
     def _check_eval(self) -> None:
@@ -361,9 +417,9 @@ class ElmoEmbedder(nn.Module):
             self._follow_weights()
             with torch.inference_mode():  # not across the yields: the caller's code runs in its own mode
                 if carry:
-                    arrays = self._embed_carry(window, as_tensor)
+                    arrays = self._embed_carry(window, as_tensor, count - len(window))
                 else:
-                    arrays = self._embed_window(window, batch_size, as_tensor)
+                    arrays = self._embed_window(window, batch_size, as_tensor, count - len(window))
             yield from arrays
 
     def embed(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> List[np.ndarray]:

@@ -3,6 +3,8 @@
 Reading: every reader opens its file through `open_regular` (or checks it with `regular_file` where a
 library opens it by name): a regular file, or a symlink to one, of a bounded size. A FIFO, a device or
 a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero` never ends).
+A model directory is read from itself: every file a loader reads in it is named through `inside_dir`.
+A message quotes what a file holds only as an `excerpt`.
 
 Writing: files become visible only when complete: written under a temporary name beside the target,
 fsynced, renamed into place, the rename made durable; the temporary is removed on failure. Where a
@@ -22,6 +24,8 @@ from typing import BinaryIO, Iterator, Optional, Union
 from ..errors import ElmoError, ElmoFileError, ElmoResourceError
 
 PathLike = Union[str, Path]
+# How every text file is decoded: UTF-8, a byte order mark at the start of the file (Windows editors write one) dropped
+TEXT_ENCODING = "utf-8-sig"
 RECORD_BYTES = 64 << 20  # bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -53,6 +57,27 @@ def _check_status(path: Path, status: os.stat_result, what: str, max_bytes: Opti
         raise ElmoFileError(f"{path}: {status.st_size:,} bytes is too large for the {what} (at most {max_bytes:,})")
 
 
+def inside_dir(directory: PathLike, name: str, what: str) -> Path:
+    """`directory / name`, where `name` is relative without `..` and the file, symlinks resolved, is inside
+    `directory`; else ElmoFileError naming it. A file that does not exist is left to its reader to report."""
+    path = Path(directory) / name
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ElmoFileError(f"{path}: refused: the {what} must be named inside the model directory {directory}")
+    if os.path.lexists(path):
+        target, root = os.path.realpath(path), os.path.realpath(directory)
+        if os.path.commonpath([target, root]) != root:
+            regular_file(path, what)  # a FIFO or a device is refused as what it is
+            raise ElmoFileError(f"{path}: refused: the {what} is a symlink to {target}, outside the model directory "
+                                f"{directory} (a model directory's files are read from it only)")
+    return path
+
+
+def excerpt(text: object, limit: int = 40) -> str:
+    """`repr` of the first `limit` characters of `text` (escaped, one line), `...` where cut."""
+    text = str(text)
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> BinaryIO:
     """`path` opened to read, in binary, once `regular_file` accepts it; checked again once open (it
     may have been replaced in between)."""
@@ -78,6 +103,31 @@ def read_regular(path: PathLike, what: str, max_bytes: int) -> bytes:
         if f.read(1):
             raise ElmoFileError(f"{path}: the {what} grew while it was read (is it still being written?)")
     return data
+
+
+def hdf5_dataset(f, name: str, path: PathLike, what: str):
+    """The dataset `name` (`a/b/c`) of the open h5py File `f`, checked from its metadata alone (nothing is
+    read); None where it is missing. ElmoFileError naming `path` where it is reached through a soft or an
+    external link, is not a dataset, or keeps its data outside the file (external storage, a virtual
+    dataset): `what` must hold its datasets itself and make no other file read."""
+    import h5py
+
+    node = f
+    for part in name.split("/"):
+        link = node.get(part, getlink=True)
+        if link is None:
+            return None
+        if not isinstance(link, h5py.HardLink):
+            target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+            raise ElmoFileError(f"{path}: '{name}' is reached through a {type(link).__name__} to {target}; {what} "
+                                "holds its datasets itself, never through links (dangling, or external to the file)")
+        node = node[part]
+    if not isinstance(node, h5py.Dataset):
+        raise ElmoFileError(f"{path}: '{name}' is a {type(node).__name__}, not a dataset")
+    if node.is_virtual or node.id.get_create_plist().get_external_count():
+        raise ElmoFileError(f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
+                            f"storage); {what} must not read other files")
+    return node
 
 
 # ---------------------------------------------------------------------------------------------- writing

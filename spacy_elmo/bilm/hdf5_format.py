@@ -16,12 +16,18 @@ import torch
 
 from ..errors import ElmoConfigError, ElmoFileError
 from .embedder import ElmoEmbedder
-from .files import atomic_path, regular_file, write_atomic
+from .files import atomic_path, hdf5_dataset, regular_file, write_atomic
+from .finite import check_finite
 from .lstm import gates_to_internal, gates_to_tf
 from .model import BiLM
 from .options import BiLMOptions
 
 PathLike = Union[str, Path]
+# Trained float weights compress by well under 2:1 (the published files are not compressed at all); a file whose
+# datasets expand more than this is refused before it is read. Datasets under CHECKED_DATASET_BYTES are not checked
+# (a small bias may be all zeros): the options bound what they declare, and load_bilm checks that memory first.
+MAX_COMPRESSION_RATIO = 10
+CHECKED_DATASET_BYTES = 1 << 20
 
 
 def _cell(d: int, l: int) -> str:
@@ -57,29 +63,12 @@ def _h5py():
     return h5py
 
 
-def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str) -> None:
-    """Refuse NaN or infinite weights: the one check every weight source goes through."""
-    if not bool(torch.isfinite(torch.as_tensor(values)).all()):
-        raise ElmoFileError(f"{source}: '{name}' holds NaN or infinite values")
-
-
 def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str):
     """The dataset `name` of the open file `f`, checked from its metadata alone (nothing is read): reached
     through hard links only, float16/32/64, of `shape`, stored in this file and written."""
-    h5py = _h5py()
-    node = f
-    for part in name.split("/"):
-        link = node.get(part, getlink=True)
-        if link is None:
-            raise ElmoFileError(f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})")
-        if not isinstance(link, h5py.HardLink):
-            # a soft link may dangle or lead through an external one: weight files hold their datasets themselves
-            target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else getattr(link, "path", "?")
-            raise ElmoFileError(f"{path}: '{name}' is reached through a {type(link).__name__} to {target} "
-                                  "(dangling, or external to the file); a weight file must hold its datasets itself")
-        node = node[part]
-    if not isinstance(node, h5py.Dataset):
-        raise ElmoFileError(f"{path}: '{name}' is a {type(node).__name__}, not a dataset")
+    node = hdf5_dataset(f, name, path, "a weight file")
+    if node is None:
+        raise ElmoFileError(f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})")
     if node.dtype.kind != "f" or node.dtype.itemsize not in (2, 4, 8):
         raise ElmoFileError(f"{path}: dataset '{name}' has dtype {node.dtype}; weights must be float16, float32 or float64")
     if tuple(node.shape) != shape:
@@ -88,9 +77,6 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
             "the options file and the weights do not belong together"
         )
     plist = node.id.get_create_plist()
-    if node.is_virtual or plist.get_external_count():
-        raise ElmoFileError(f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
-                              "storage); a weight file must not read other files")
     stored = node.id.get_storage_size()
     if stored < node.nbytes and (stored == 0 or plist.get_nfilters() == 0):
         raise ElmoFileError(f"{path}: dataset '{name}' is declared with shape {shape} but never written "
@@ -101,6 +87,10 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
         if written < expected:
             raise ElmoFileError(f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks ({stored:,} "
                                 f"of {node.nbytes:,} bytes declared): partly written or crafted")
+    if node.nbytes >= CHECKED_DATASET_BYTES and node.nbytes > MAX_COMPRESSION_RATIO * stored:
+        raise ElmoFileError(f"{path}: dataset '{name}' stores {stored:,} bytes that decompress to {node.nbytes:,} "
+                            f"(more than {MAX_COMPRESSION_RATIO}:1); trained weights do not compress like that: a "
+                            "crafted file (a decompression bomb) is not read")
     return node
 
 
@@ -127,7 +117,7 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
             raise ElmoFileError(f"{path}: '{name}' cannot be read, truncated or corrupt? "
                                   f"({type(err).__name__}: {err})") from None
     for name, arr in arrays.items():
-        check_finite(arr, str(path), name)
+        check_finite(arr, str(path), f"'{name}' as float32")
     return arrays
 
 

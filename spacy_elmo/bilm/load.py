@@ -11,7 +11,7 @@ from ..errors import ElmoResourceError
 from . import hub
 from .device import check_device
 from .efml_format import load_efml
-from .embedder import ElmoEmbedder
+from .embedder import ElmoEmbedder, check_cache_size
 from .hdf5_format import read_hdf5, tf_to_state_dict
 from .locate import ModelPath, locate
 from .memory import check_memory, is_allocation_failure
@@ -33,9 +33,12 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
     (bilm-tf / AllenNLP layout, published or plain names), an `(options_file, weight_file)` pair, a
     directory saved by `save_bilm`, an ELMoForManyLangs model directory, or the name of a published model
     (`small`, `medium`, `original`, `original-5.5b`) stored in the cache by `python -m spacy_elmo download
-    NAME`. `state`: "warm" (default for hdf5 weights), "zero" (default for ELMoForManyLangs models: their
-    outputs after `reset_states`; "warm" needs a warm-up text in the model's language, see
-    `BiLM.compute_warm_state`) or "carry"; a saved model keeps its policy unless one is given.
+    NAME`. A published name (a str) is always the cached model, never a directory of that name in the working
+    directory; `"./small"`, `"small/"`, an absolute path or a `Path` is a path. A directory's files are read
+    from it only: a file that resolves outside it is refused. `state`: "warm" (default for hdf5 weights),
+    "zero" (default for ELMoForManyLangs models: their outputs after `reset_states`; "warm" needs a warm-up
+    text in the model's language, see `BiLM.compute_warm_state`) or "carry"; a saved model keeps its policy
+    unless one is given.
     `cache_size`: rows of the token-layer cache. `precision`: of the LSTM's matrix products, "float32",
     "bfloat16", "int8" or "auto" (see `ElmoEmbedder.precision`), chosen for `device` ("cpu", "cuda", "cuda:N").
     Raises ElmoFileError, ElmoConfigError or ElmoResourceError.
@@ -43,6 +46,7 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
     if state is not None:
         check_state_policy(state)
     check_precision(precision)
+    check_cache_size(cache_size)
     device = check_device(device)
     files = locate(path, verify=True)
     with _memory(files.weights):
@@ -56,7 +60,7 @@ def load_bilm(path: ModelPath, *, state: Optional[StatePolicy] = None, cache_siz
             arrays = read_hdf5(files.weights, options, str(files.config))
             bilm = BiLM(options)
             bilm.load_state_dict(tf_to_state_dict(arrays, options), strict=False)
-            embedder = ElmoEmbedder(bilm, state or "warm", cache_size)
+            embedder = ElmoEmbedder(bilm, state or "warm", cache_size, source=str(files.weights))
         embedder.to(device)
         embedder.precision = precision
         if embedder.state_policy == "warm":

@@ -1,6 +1,10 @@
 """Where a model's files are: `locate` turns anything `load_bilm` accepts (a published name, a directory
 in either format, an `(options, weights)` pair) into a `ModelFiles`, reading nothing but directory
 listings (and, where asked, the cache manifest's checksums). Every entry point finds files through it.
+
+One rule tells names from paths: a published name (`small`, `medium`, `original`, `original-5.5b`, a str)
+is the cached model of that name, whatever the working directory holds; anything else (`./small`,
+`small/`, an absolute path, any `Path`) is a path. A directory's files are read from it only (`inside_dir`).
 """
 from __future__ import annotations
 
@@ -13,11 +17,13 @@ from typing import List, Optional, Sequence, Tuple, Union
 from ..errors import ElmoConfigError, ElmoFileError
 from . import hub
 from .efml_format import EFML_CHARS, EFML_CONFIG, EFML_ENCODER, EFML_MARKERS, EFML_TOKEN_EMBEDDER, EFML_WORDS
+from .files import inside_dir
 from .options import read_json
 from .own_format import OWN_CONFIG, OWN_TABLE, OWN_WEIGHTS
 
 ModelPath = Union[str, Path, Tuple[Union[str, Path], Union[str, Path]]]
 PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
+OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the readers call them
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,11 @@ def _stem(name: str, suffix: str) -> Optional[str]:
 
 
 def _looks_like_options(path: Path) -> bool:
-    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections."""
+    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections (read where it is
+    inside its directory)."""
     if fnmatch(path.name, "*options*.json"):
         return True
+    inside_dir(path.parent, path.name, OPTIONS_FILE)
     try:
         opts = read_json(path)
     except ElmoFileError:
@@ -82,6 +90,10 @@ def _one(found: Sequence[Path], directory: Path, what: str) -> Optional[Path]:
         raise ElmoFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
                               "ambiguous; pass an (options_file, weight_file) pair")
     return found[0] if found else None
+
+
+def _inside(directory: Path, options: Path, weights: Path) -> Tuple[Path, Path]:
+    return inside_dir(directory, options.name, OPTIONS_FILE), inside_dir(directory, weights.name, WEIGHT_FILE)
 
 
 def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
@@ -102,21 +114,22 @@ def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
             raise ElmoFileError(f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
                                   f"{', '.join(p.name for p in published)} (mismatched stems); "
                                   "pass an (options_file, weight_file) pair")
-        return options, weights
+        return _inside(directory, options, weights)
     for pattern in ("elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"):
         weights = _one([p for p in files if fnmatch(p.name, pattern)], directory, "hdf5 weight")
         if weights is not None:
-            return options, weights
+            return _inside(directory, options, weights)
     raise ElmoFileError(f"{directory}: no hdf5 weight file found (looked for *.hdf5)")
 
 
 def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
-    """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here), a
-    directory (this project's format, the output directory of `pretrain`, an ELMoForManyLangs model, or an
-    options JSON + one `.hdf5`, published or plain names) or an `(options_file, weight_file)` pair.
-    `verify`: check a cached model's files against the manifest's sha256. Raises ElmoFileError (missing,
-    ambiguous, changed files) or ElmoConfigError (not a path or a pair)."""
-    if hub.is_published(path) and not Path(path).exists():
+    """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here; never a
+    directory of that name in the working directory: `./small` is one), a directory (this project's format, the
+    output directory of `pretrain`, an ELMoForManyLangs model, or an options JSON + one `.hdf5`, published or
+    plain names) or an `(options_file, weight_file)` pair. `verify`: check a cached model's files against the
+    manifest's sha256. Raises ElmoFileError (missing, ambiguous, changed or outside files) or ElmoConfigError
+    (not a path or a pair)."""
+    if hub.is_published(path):
         directory = hub.model_dir(path)
         names = [f for f, _ in hub.published_files(path)]
         if not all(os.path.lexists(directory / f) for f in names):
@@ -135,7 +148,7 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if os.path.lexists(directory / OWN_CONFIG):
         return _own(directory)
     if os.path.lexists(directory / PRETRAIN_MODEL / OWN_CONFIG):  # the output directory of `pretrain`
-        return _own(directory / PRETRAIN_MODEL)
+        return _own(inside_dir(directory, f"{PRETRAIN_MODEL}/{OWN_CONFIG}", "model config").parent)
     if any(os.path.lexists(directory / name) for name in EFML_MARKERS):  # missing ones: one error when read
         return _efml(directory)
     return ModelFiles("hdf5", *resolve_hdf5_pair(directory))

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Literal, Tuple, get_args
 
+import numpy as np
+
 from ..errors import ElmoConfigError, ElmoFileError
 from .chars import CHAR_SPECIALS, WORD_SPECIALS
-from .files import read_regular
+from .files import TEXT_ENCODING, read_regular
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models
@@ -21,6 +22,10 @@ MAX_CHARACTERS_PER_TOKEN = 1024
 MAX_TABLE_ROWS = 2**24  # rows of a character or word table (ELMoForManyLangs: thousands to a few 100,000)
 MAX_PARAMETERS = 2**30
 MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
+# Float options are used in float32: clips from its smallest normal to its largest value, and a forget bias within
+# +-100 (sigmoid saturates in float32 beyond +-17; the published models use 1).
+FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+MAX_FORGET_BIAS = 100.0
 
 
 StatePolicy = Literal["warm", "zero", "carry"]
@@ -39,7 +44,7 @@ def read_json(path: Path, what: str = "ELMo options file") -> Any:
     JSON -> ElmoFileError."""
     data = read_regular(path, what, MAX_JSON_BYTES)
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode(TEXT_ENCODING))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise ElmoFileError(f"{path}: not a valid JSON options file ({type(err).__name__}: {err})") from None
 
@@ -157,18 +162,15 @@ class BiLMOptions:
             raise ElmoFileError(
                 f"{source}: unsupported 'char_cnn.activation' {activation!r}; supported: {', '.join(ACTIVATIONS)}"
             )
-        clips = {}
-        for key in ("cell_clip", "proj_clip"):
-            value = lstm.get(key)
-            if value is None:
-                clips[key] = float("inf")
-            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                clips[key] = float(value)
-            else:
-                raise ElmoFileError(f"{source}: 'lstm.{key}' must be a positive number, got {value!r}")
-        forget_bias = lstm.get("forget_bias", 1.0)
-        if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)) or not math.isfinite(forget_bias):
-            raise ElmoFileError(f"{source}: 'lstm.forget_bias' must be a finite number, got {forget_bias!r}")
+        def number(value: Any, where: str, low: float, high: float) -> float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ElmoFileError(f"{source}: '{where}' must be a number from {low:g} to {high:g}, got {value!r}")
+            return float(value)
+
+        clips = {key: float("inf") if lstm.get(key) is None else number(lstm[key], f"lstm.{key}", FLOAT32_TINY,
+                                                                          FLOAT32_MAX)
+                 for key in ("cell_clip", "proj_clip")}
+        forget_bias = number(lstm.get("forget_bias", 1.0), "lstm.forget_bias", -MAX_FORGET_BIAS, MAX_FORGET_BIAS)
         embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
         known = {"lstm", "char_cnn"}
         options = cls(

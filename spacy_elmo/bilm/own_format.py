@@ -18,8 +18,8 @@ import torch
 from ..errors import ElmoFileError
 from .chars import CharTable
 from .embedder import ElmoEmbedder
-from .files import atomic_path, open_regular, read_regular, write_atomic
-from .hdf5_format import check_finite
+from .files import TEXT_ENCODING, atomic_path, inside_dir, open_regular, read_regular, write_atomic
+from .finite import check_finite
 from .legacy_torch import check_legacy
 from .memory import check_memory
 from .model import BiLM
@@ -110,6 +110,9 @@ def read_state_dict(file: Union[Path, BinaryIO], source: str, what: str = "torch
         if not isinstance(name, str) or not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
             kind = f"{tensor.layout} tensor" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ElmoFileError(f"{source}: entry {name!r} is a {kind}, not a named dense tensor")
+        if tensor.device.type != "cpu":  # map_location keeps a "meta" tensor (a shape without data) where it is
+            raise ElmoFileError(f"{source}: entry {name!r} is a tensor on device '{tensor.device.type}' without "
+                                "data in the file; weights are saved from the CPU")
     return state_dict
 
 
@@ -117,8 +120,9 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
                          cache_size: int, char_table: Optional[CharTable] = None,
                          warm_state: bool = True) -> ElmoEmbedder:
     """An embedder whose network holds `state_dict` (and `char_table`, which options with `char_table` need):
-    names, dense float tensors, shapes and finite values are checked. The biLM is built only once the file
-    stores at least 2 bytes (float16) per parameter of the options, so sizes that the weights do not have
+    names, dense float tensors, shapes and values (finite once cast to the network's dtype) are checked. The
+    biLM is built only once the file stores at least 2 bytes (float16) per parameter of the options, so sizes
+    that the weights do not have
     allocate nothing (tensors that view one storage count it once). `warm_state`: whether the state dict's
     `warm_h` / `warm_c` are the warm state of its weights."""
     stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state_dict.values()}.values())
@@ -138,16 +142,17 @@ def bilm_from_state_dict(opts: BiLMOptions, state_dict: Dict[str, torch.Tensor],
             raise ElmoFileError(
                 f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the options imply {tuple(own[name].shape)}"
             )
-        check_finite(tensor, source, name)
     bilm.load_state_dict(state_dict)
+    for name, tensor in bilm.state_dict().items():  # after the cast to the network's dtype
+        check_finite(tensor, source, f"'{name}' as {tensor.dtype}".replace("torch.", ""))
     if warm_state:
         bilm.mark_warm_state_current()
-    return ElmoEmbedder(bilm, state, cache_size)
+    return ElmoEmbedder(bilm, state, cache_size, source=source)
 
 
 def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
     """A directory written by `save_bilm` -> an embedder (`state`: None keeps the saved policy)."""
-    config_path = directory / OWN_CONFIG
+    config_path = inside_dir(directory, OWN_CONFIG, "model config")
     config = read_json(config_path, "model config")
     if not isinstance(config, dict):
         raise ElmoFileError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
@@ -166,14 +171,14 @@ def load_own(directory: Path, state: Optional[StatePolicy], cache_size: int) -> 
         raise ElmoFileError(f"{config_path}: 'warm_state' must be true or false, got {warm_state!r}")
     table = None
     if opts.char_table:
-        table_path = directory / OWN_TABLE
+        table_path = inside_dir(directory, OWN_TABLE, "character table")
         text = read_regular(table_path, "character table", MAX_TABLE_BYTES)
         try:
-            text = text.decode("utf-8")
+            text = text.decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
             raise ElmoFileError(f"{table_path}: not UTF-8 ({err})") from None
         table = CharTable.from_json(text, opts.max_characters_per_token, opts.n_characters, opts.n_words,
                                     str(table_path))
-    weights_path = directory / OWN_WEIGHTS
+    weights_path = inside_dir(directory, OWN_WEIGHTS, "ELMo weight file")
     state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
     return bilm_from_state_dict(opts, state_dict, str(weights_path), policy, cache_size, table, warm_state)

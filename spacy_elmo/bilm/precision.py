@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ElmoConfigError
+from .finite import check_finite
 
 Precision = Literal["float32", "bfloat16", "int8", "auto"]
 PRECISIONS = ("float32", "bfloat16", "int8", "auto")
@@ -128,6 +129,9 @@ class BFloat16Product(MatrixProduct):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
         super().__init__(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
+        for values in (self.weight, self.bias):
+            if values is not None:
+                check_finite(values, "the LSTM's weights", "a matrix as bfloat16")
 
     def __call__(self, x: Tensor) -> Tensor:
         return super().__call__(x.to(torch.bfloat16))
@@ -145,6 +149,8 @@ class Int8Product(MatrixProduct):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None, *, bound: float):
         w = weight.detach().t().contiguous().float()  # (O, I), one scale per output
+        reach = bound * w.double().abs().sum(dim=1) + (0 if bias is None else bias.detach().double().abs())
+        check_finite(reach.float(), "the LSTM's weights", "the largest result of a matrix's int8 products, in float32,")
         scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
         with warnings.catch_warnings():  # torch marks quantized tensor creation deprecated; its kernels stay
             warnings.simplefilter("ignore", UserWarning)
@@ -165,14 +171,24 @@ class Int8Product(MatrixProduct):
         return out.copy_(self(x))
 
 
+class CheckedProduct(MatrixProduct):
+    """A float32 product of unbounded inputs whose results feed int8 products: they are checked, because int8
+    quantisation would turn NaN into finite values."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        out = super().__call__(x)
+        check_finite(out, "the LSTM's weights", "the float32 gate inputs of an int8 biLM")
+        return out
+
+
 def make_product(precision: str, weight: Tensor, bias: Optional[Tensor] = None,
                  bound: float = float("inf")) -> MatrixProduct:
     """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8 needs a finite
     one, and runs float32 without)."""
     if precision == "bfloat16":
         return BFloat16Product(weight, bias)
-    if precision == "int8" and bound < float("inf"):
-        return Int8Product(weight, bias, bound=bound)
+    if precision == "int8":
+        return Int8Product(weight, bias, bound=bound) if bound < float("inf") else CheckedProduct(weight, bias)
     return MatrixProduct(weight, bias)
 
 

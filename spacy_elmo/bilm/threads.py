@@ -19,16 +19,22 @@ import torch
 
 from ..errors import ElmoConfigError
 
+# torch starts one OS thread per count, and threads beyond the cores only wait: 1024 is the hardware threads of the
+# largest servers (a fixed bound, so that a config written on one loads on a smaller machine). Far more fail inside
+# torch ("could not create a primitive", a segfault, libgomp's "Thread creation failed").
+MAX_THREADS = 1024
 _in_forked_child = False
 _counts_lock = threading.Lock()
 _blocks = 0  # `torch_threads` blocks running now, in all threads
 _count_found = 0  # the count when the first of them began
 
 
-def check_threads(threads: Optional[int]) -> Optional[int]:
-    """None (torch's default) or a positive int; anything else is a ValueError."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ElmoConfigError(f"threads must be a positive integer or null (torch's default), got {threads!r}")
+def check_threads(threads: Optional[int], name: str = "threads") -> Optional[int]:
+    """None (torch's default) or an int from 1 to MAX_THREADS; anything else is an ElmoConfigError naming `name`."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise ElmoConfigError(f"{name} must be an integer from 1 to {MAX_THREADS} or null (torch's default), "
+                              f"got {threads!r}")
     return threads
 
 

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..bilm import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
-from ..bilm.files import atomic_dir, write_errors
+from ..bilm import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
+from ..bilm.files import atomic_dir, inside_dir, write_errors
 from ..errors import ElmoConfigError, ElmoFileError
 from .app import WEIGHTS_HELP, app, errors
 
@@ -38,7 +38,9 @@ def convert_cli(
             raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
-        extras = [Path(src) / name for name in EXTRA_FILES if Path(src).is_dir() and (Path(src) / name).is_file()]
+        local = not hub.is_published(src) and Path(src).is_dir()  # a published name is never a local directory
+        extras = [inside_dir(Path(src), name, "extra model file") for name in EXTRA_FILES
+                  if local and (Path(src) / name).is_file()]
         for extra in extras:
             if extra.suffix == ".pt":  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
                 read_state_dict(extra, str(extra))

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import torch
 import typer
 
-from ..embed.options import EmbedOptions
+from ..bilm.threads import check_threads
+from ..embed.options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
 from .app import WEIGHTS_HELP, app, errors
 
 LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
@@ -59,10 +60,12 @@ def embed_cli(
                                                               "CPUs reserved) per actor (default 1)")] = None,
     gpus_per_worker: Annotated[Optional[float], typer.Option(help="with --engine ray and --device cuda: GPUs reserved "
                                                              "per actor (default 1; 0.5: two actors share a GPU)")] = None,
+    max_docbin_bytes: Annotated[int, typer.Option(help="a .spacy INPUT_PATH may decompress to at most this many "
+                                                  "bytes (a bound on zlib bombs)")] = DEFAULT_MAX_DOCBIN_BYTES,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
-    Streams: lines are read, embedded and written as they come (the README gives the memory
+    Streams: lines are read, embedded and written as they come (bench/README.md gives the memory
     measured over a million lines). Empty lines give arrays with 0 tokens. Crash-safe: work is kept
     in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and OUTPUT_PATH
     appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
@@ -76,6 +79,9 @@ def embed_cli(
     from ..embed.job import embed_sharded, embed_single, first_missing_line, new_job
 
     bound_kernel_cache()
+    with errors():
+        check_threads(threads, "--threads")
+        check_threads(threads_per_worker, "--threads-per-worker")
     if threads is not None:
         torch.set_num_threads(threads)
     with errors():
@@ -83,7 +89,8 @@ def embed_cli(
             input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
             state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
             flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
-            workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker).check()
+            workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker,
+            max_docbin_bytes=max_docbin_bytes).check()
         only, shards = options.only_shard(), options.shards
         if options.engine == "ray":  # the weights' fingerprint as the actors will see it (see `embed_job`)
             torch.set_num_threads(threads_per_worker or 1)

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..bilm import BiLM, hub, load_bilm, locate, read_state_dict
+from ..bilm.efml_format import architecture_file
+from ..bilm.files import inside_dir
 from .app import WEIGHTS_HELP, app, errors
 from .convert import EXTRA_FILES
 
@@ -33,8 +35,11 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
 def describe(model: str, state: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
     bilm = load_bilm(model, state=state)
-    files = locate(model).paths
-    extra = [files[0].parent / name for name in EXTRA_FILES if (files[0].parent / name).is_file()]
+    located = locate(model)
+    directory = located.config.parent
+    architecture = architecture_file(directory) if located.kind == "efml" else None
+    files = located.paths + ([architecture] if architecture else [])
+    extra = [inside_dir(directory, name, "extra model file") for name in EXTRA_FILES if (directory / name).is_file()]
     softmax = None
     if extra and extra[0].name == "lm_head.pt":
         softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())

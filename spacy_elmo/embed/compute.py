@@ -5,12 +5,14 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import islice
 
 import numpy as np
 
 from ..bilm import ElmoEmbedder
 from ..bilm.embedder import long_sentence
+from ..bilm.finite import NonFiniteError
 from ..errors import ElmoConfigError
 from .h5writer import Pieces
 
@@ -34,38 +36,60 @@ def select_layer(layers: np.ndarray, layer: str | int) -> np.ndarray:
 
 
 def embed_blocks(bilm: ElmoEmbedder, sentences: Iterable[tuple[str, list[str]]], *, block: int, layer: str | int = "all",
-                 batch_size: int = 64, dtype: str = "float32",
-                 on_line: Callable[[int], None] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+                 batch_size: int = 64, dtype: str = "float32", on_line: Callable[[int], None] | None = None,
+                 first_line: int = 1) -> Iterator[tuple[str, np.ndarray]]:
     """`(text, array)` per `(text, tokens)`: the chosen layers `(n_layers + 1, n_tokens, dim)` or
     `(n_tokens, dim)` as `dtype` (`Pieces` of them for a line of more than `256 * batch_size` tokens). Every
-    `block` lines start again from an empty token cache."""
+    `block` lines start again from an empty token cache. Vectors with NaN or infinite values are an error naming
+    the line (`first_line`: the number of the first)."""
     it = iter(sentences)
     limit = long_sentence(batch_size)
     while chunk := list(islice(it, block)):
         bilm.token_cache.clear()
         short = (toks if len(toks) <= limit else [] for _, toks in chunk)
-        for (text, toks), layers in zip(chunk, bilm.embed_iter(short, batch_size=batch_size)):
-            if len(toks) > limit:
-                yield text, in_pieces(bilm, toks, layer, batch_size, dtype)
-            else:
-                yield text, select_layer(layers, layer).astype(dtype, copy=False)
-            if on_line is not None:
-                on_line(len(toks))
+        with on_line_number(first_line, len(chunk)):
+            for k, ((text, toks), layers) in enumerate(zip(chunk, bilm.embed_iter(short, batch_size=batch_size))):
+                if len(toks) > limit:
+                    yield text, in_pieces(bilm, toks, layer, batch_size, dtype, first_line + k)
+                else:
+                    yield text, select_layer(layers, layer).astype(dtype, copy=False)
+                if on_line is not None:
+                    on_line(len(toks))
+        first_line += len(chunk)
         trim_heap()
 
 
-def in_pieces(bilm: ElmoEmbedder, tokens: list[str], layer: str | int, batch_size: int, dtype: str) -> Pieces:
-    """A line longer than `long_sentence(batch_size)` tokens: its chosen layers as consecutive pieces along the
-    token axis, computed as they are written (memory bounded by batch_size, not by the line)."""
+@contextmanager
+def on_line_number(first_line: int, lines: int = 1) -> Iterator[None]:
+    """A NonFiniteError about sentence k of `lines` lines from `first_line` -> one naming line `first_line + k` of
+    the input (the lines, where it names no sentence)."""
+    try:
+        yield
+    except NonFiniteError as err:
+        sentence = 0 if lines == 1 else err.sentence
+        where = f"lines {first_line} to {first_line + lines - 1}" if sentence is None else f"line {first_line + sentence}"
+        raise NonFiniteError(f"{where} of the input: {err}", sentence) from None
+
+
+def in_pieces(bilm: ElmoEmbedder, tokens: list[str], layer: str | int, batch_size: int, dtype: str,
+              line: int) -> Pieces:
+    """A line (number `line`) longer than `long_sentence(batch_size)` tokens: its chosen layers as consecutive
+    pieces along the token axis, computed as they are written (memory bounded by batch_size, not by the line)."""
     if bilm.state_policy == "carry":
         raise ElmoConfigError(f"a line of {len(tokens)} tokens, more than 256 x --batch-size {batch_size}: under "
                               "--state carry a line is computed whole; give a larger --batch-size, or --state warm "
                               "or zero (which compute long lines in pieces)")
     shape = (bilm.num_output_layers, len(tokens), bilm.output_dim)
-    pieces = (select_layer(p, layer).astype(dtype, copy=False) for p in bilm.embed_long(tokens, batch_size))
+    pieces = (select_layer(p, layer).astype(dtype, copy=False) for p in named_line(bilm.embed_long(tokens, batch_size), line))
     if layer == "all":
         return Pieces(shape, np.dtype(dtype), 1, long_sentence(batch_size), pieces)
     return Pieces(shape[1:], np.dtype(dtype), 0, long_sentence(batch_size), pieces)
+
+
+def named_line(pieces: Iterator[np.ndarray], line: int) -> Iterator[np.ndarray]:
+    """`pieces`, a NonFiniteError naming line `line`."""
+    with on_line_number(line):
+        yield from pieces
 
 
 def bound_kernel_cache(capacity: int = 16) -> None:

@@ -28,7 +28,7 @@ from ..bilm.files import regular_file
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from .compute import embed_blocks, parse_layer
 from .h5writer import SETTINGS, TMP, assemble, write_error, write_piece
-from .options import EmbedOptions
+from .options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
 from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan, take_lock
 from .reader import read_sentences, scan_input
 
@@ -46,6 +46,7 @@ class Job:
     on_line: Callable[[int], None] | None = None
     lines_done: int = 0  # lines found complete when the run started
     lines_run: int = 0  # lines embedded by this run
+    max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES  # a .spacy input decompressed (not a setting of the output)
 
     @property
     def block(self) -> int:
@@ -69,7 +70,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
-    scanned = scan_input(o.input_path)
+    scanned = scan_input(o.input_path, o.max_docbin_bytes)
     # what changes a float32 result's bits is recorded too: a run continues only under the same
     settings = {**scanned, "threads": torch.get_num_threads(), "torch": torch.__version__,
                 "spacy_elmo": __version__, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
@@ -77,7 +78,8 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
                 "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.block_size(scanned["lines"]), "dtype": o.dtype,
                 "compression": o.compression, "shards": o.shards,
                 "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}
-    return bilm, Job(o.input_path, o.output, settings, nlp=nlp, layer=chosen, shards=o.shards)
+    return bilm, Job(o.input_path, o.output, settings, nlp=nlp, layer=chosen, shards=o.shards,
+                     max_docbin_bytes=o.max_docbin_bytes)
 
 
 def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int, stop: int,
@@ -87,9 +89,10 @@ def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int,
     without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
     one call."""
     if sentences is None:
-        sentences = read_sentences(job.input_path, job.nlp, skip=start)
+        sentences = read_sentences(job.input_path, job.nlp, start, job.max_docbin_bytes)
     lines = embed_blocks(bilm, islice(sentences, stop - start), block=job.block, layer=job.layer,
-                         batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line)
+                         batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line,
+                         first_line=start + 1)
     compression = None if job.settings["compression"] == "none" else job.settings["compression"]
     path = work.piece(i)
     try:
@@ -172,10 +175,13 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
         if manifests.has_manifest():
             manifest = manifests.manifest()
             check_settings(out, manifest.settings, job.settings)
-            manifests.record_complete(manifest)  # killed between a shard's rename and the manifest's update
+            manifest = manifests.record_complete(manifest)  # killed between a shard's rename and the manifest's update
         else:
-            manifests.write_manifest(Manifest("shards", job.settings, ranges, [False] * len(ranges)))
+            manifest = Manifest("shards", job.settings, ranges, [False] * len(ranges), [None] * len(ranges))
+            manifests.write_manifest(manifest)
     todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
+    asked = [i for i, done in enumerate(complete) if done and only in (None, i)]
+    manifests.check_shards(manifest, [] if todo else asked)  # sha256 where all asked for is complete already
     job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
     return manifests, ranges, todo
 
@@ -203,7 +209,7 @@ def _run_pieces(bilm: ElmoEmbedder, job: Job, work: WorkDir, ranges: list[tuple[
         if complete:
             continue
         if sentences is None:
-            sentences = read_sentences(job.input_path, job.nlp, skip=start)
+            sentences = read_sentences(job.input_path, job.nlp, start, job.max_docbin_bytes)
         write_range(bilm, job, work, i, start, stop, sentences)
         if i + 1 < len(ranges) and done[i + 1]:
             sentences = None  # the next pieces are there: open again where work resumes

@@ -12,6 +12,7 @@ DTYPES = ("float32", "float16")
 COMPRESSIONS = ("none", "gzip", "lzf")
 ENGINES = ("local", "ray")
 DEFAULT_BLOCK = 10_000
+DEFAULT_MAX_DOCBIN_BYTES = 2 << 30  # a .spacy input decompressed: a DocBin of some 800,000 sentences
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,8 @@ class EmbedOptions:
     """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files) with the
     biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard` ("I/N") writes one
     shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`,
-    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default)."""
+    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default). A `.spacy` input is
+    decompressed to at most `max_docbin_bytes`."""
 
     input_path: Path
     output: Path
@@ -43,6 +45,7 @@ class EmbedOptions:
     workers: Optional[int] = None
     threads_per_worker: Optional[int] = None
     gpus_per_worker: Optional[float] = None
+    max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES
 
     def check(self) -> "EmbedOptions":
         """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a setting out
@@ -51,6 +54,8 @@ class EmbedOptions:
             raise ElmoConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
                                   f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}")
         check_precision(self.precision)
+        if not isinstance(self.max_docbin_bytes, int) or self.max_docbin_bytes < 1:
+            raise ElmoConfigError(f"--max-docbin-bytes must be a positive number of bytes, got {self.max_docbin_bytes!r}")
         only = self.only_shard()
         options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
         options._check_engine()

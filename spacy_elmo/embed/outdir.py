@@ -2,20 +2,28 @@
 
 `OUTPUT.partial/` beside a single output (removed once OUTPUT is complete), or OUTPUT itself for a sharded
 output. It holds `manifest.json` (the output's kind, every setting including the input's path, size and
-sha256, the pieces' line ranges and, for shards, which are complete), the pieces (`part-00000.hdf5`, ... or
-`shard-00000.hdf5`, ...) and `lock`, which a writer holds (flock) while it runs.
+sha256, the pieces' line ranges and, for shards, which are complete and each complete one's record), the
+pieces (`part-00000.hdf5`, ... or `shard-00000.hdf5`, ...) and `lock`, which a writer holds (flock) while it runs.
+
+A shard's record (its line range, line count, size in bytes and sha256) is taken once, when the shard is
+found complete; the manifest is checked, never trusted: its ranges must be those its settings plan, and
+every complete shard must match its record. The size is checked wherever the manifest is read (a stat per
+shard); the sha256, which reads the whole shard, where a run finds every shard it was asked for complete
+("complete already") and where `open_embeddings(..., verify=True)` asks for it.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from ..bilm.files import RECORD_BYTES, fsync_dir, read_regular, write_atomic
+from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, regular_file, write_atomic
 from ..errors import ElmoFileError, ElmoResumeError
 from .h5writer import write_error
 
@@ -28,18 +36,22 @@ KINDS = {"file": "part", "shards": "shard"}  # the manifest's `output` -> the na
 @dataclass(frozen=True)
 class Manifest:
     """`output`: "file" (parts of a single output) or "shards"; `settings`: the run's (see `job.new_job`);
-    `ranges`: each piece's `[first, stop)` input lines; `complete` (shards only): which are written."""
+    `ranges`: each piece's `[first, stop)` input lines; `complete` (shards only): which are written;
+    `shards`: each complete shard's record (`range`, `lines`, `bytes`, `sha256`; see `WorkDir.record`), else None."""
 
     output: str
     settings: dict[str, Any]
     ranges: list[tuple[int, int]]
     complete: Optional[list[bool]] = field(default=None)
+    shards: Optional[list[Optional[dict[str, Any]]]] = field(default=None)
 
     def to_json(self) -> str:
         data = {"format": FORMAT, "output": self.output, "settings": self.settings,
                 "ranges": [list(r) for r in self.ranges]}
         if self.complete is not None:
             data["complete"] = self.complete
+        if self.shards is not None:
+            data["shards"] = self.shards
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
@@ -51,10 +63,22 @@ class Manifest:
                 raise ValueError(FORMAT)
             ranges = [(int(a), int(b)) for a, b in data["ranges"]]
             complete = None if data.get("complete") is None else [bool(c) for c in data["complete"]]
-            return cls(data["output"], dict(data["settings"]), ranges, complete)
+            shards = None if data.get("shards") is None else [_record(r) for r in data["shards"]]
+            return cls(data["output"], dict(data["settings"]), ranges, complete, shards)
         except (ValueError, KeyError, TypeError) as err:
             raise ElmoFileError(f"{path}: not a manifest of `python -m spacy_elmo embed` ({FORMAT}): "
                                 f"{type(err).__name__}: {err}") from None
+
+
+RECORD_KEYS = {"range": list, "lines": int, "bytes": int, "sha256": str}
+
+
+def _record(record: Any) -> Optional[dict[str, Any]]:
+    """A shard's record read from JSON, its keys and their types checked (ValueError otherwise)."""
+    if record is not None and (not isinstance(record, dict) or set(record) != set(RECORD_KEYS)
+                               or not all(isinstance(record[k], t) for k, t in RECORD_KEYS.items())):
+        raise ValueError(f"a shard's record must be null or an object of {', '.join(RECORD_KEYS)}: {record!r}")
+    return record
 
 
 def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
@@ -105,7 +129,7 @@ class WorkDir:
         if not os.path.lexists(path):
             raise ElmoFileError(f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`")
         try:
-            text = read_regular(path, "manifest of `embed`", RECORD_BYTES).decode("utf-8")
+            text = read_regular(path, "manifest of `embed`", RECORD_BYTES).decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
             raise ElmoFileError(f"{path}: cannot be read ({err})") from None
         return Manifest.from_json(text, path)
@@ -122,12 +146,63 @@ class WorkDir:
         """Which of `n` pieces are on disk under their final name (complete: only whole files are renamed)."""
         return [self.piece(i).is_file() for i in range(n)]
 
+    def record(self, i: int, lines: tuple[int, int]) -> dict[str, Any]:
+        """The record of complete piece `i`, of input lines `lines`: its range, line count, size and sha256."""
+        digest = hashlib.sha256()
+        with open_regular(self.piece(i), "shard of the output") as f:
+            size = os.fstat(f.fileno()).st_size
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return {"range": list(lines), "lines": lines[1] - lines[0], "bytes": size, "sha256": digest.hexdigest()}
+
     def record_complete(self, manifest: Manifest) -> Manifest:
-        """Record in the manifest which of its pieces are on disk; returns the manifest written."""
-        updated = replace(manifest, complete=self.complete(len(manifest.ranges)))
+        """Record in the manifest which of its pieces are on disk, with a record of each that has none yet (see
+        `record`); returns the manifest written."""
+        complete = self.complete(len(manifest.ranges))
+        records = manifest.shards or [None] * len(complete)
+        if len(records) != len(complete):
+            raise ElmoFileError(f"{self.path / MANIFEST}: {len(records)} shard records for {len(complete)} shards")
+        records = [(record or self.record(i, lines)) if done else None
+                   for i, (done, record, lines) in enumerate(zip(complete, records, manifest.ranges))]
+        updated = replace(manifest, complete=complete, shards=records)
         if updated != manifest:
             self.write_manifest(updated)
         return updated
+
+    def check_shards(self, manifest: Manifest, hashed: Iterable[int] = ()) -> None:
+        """ElmoFileError naming the shard where the manifest's ranges are not those its settings plan, or a
+        complete shard does not match its record: range and line count, size, and the sha256 of those in
+        `hashed` (see the module's docstring)."""
+        settings, ranges = manifest.settings, manifest.ranges
+        try:
+            planned = plan(settings["lines"], settings["flush_every"], settings["shards"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+            raise ElmoFileError(f"{self.path / MANIFEST}: its settings plan no shards ({type(err).__name__}: "
+                                f"{err})") from None
+        for i in range(max(len(ranges), len(planned))):
+            have, want = (list(r[i]) if i < len(r) else None for r in (ranges, planned))
+            if have != want:
+                raise ElmoFileError(f"{self.piece(i)}: {self.path / MANIFEST} gives it lines {have}, where its "
+                                    f"settings plan {want}: the manifest was edited or damaged")
+        records = manifest.shards or [None] * len(ranges)
+        hashed = set(hashed)
+        for i, (done, record, lines) in enumerate(zip(manifest.complete or [], records, ranges)):
+            if not done:
+                continue
+            if record is None:
+                raise ElmoFileError(f"{self.piece(i)}: {self.path / MANIFEST} records no size or sha256 for it (a "
+                                    "manifest of an earlier version): run the same embed command again to record them")
+            redo = "remove it and run the same embed command again to redo it"
+            if record["range"] != list(lines) or record["lines"] != lines[1] - lines[0]:
+                raise ElmoFileError(f"{self.piece(i)}: recorded as lines {record['range']} ({record['lines']} lines), "
+                                    f"where {self.path / MANIFEST} gives it {list(lines)}: the manifest was edited")
+            size = regular_file(self.piece(i), "shard of the output").st_size
+            if size != record["bytes"]:
+                raise ElmoFileError(f"{self.piece(i)}: {size:,} bytes, where {record['bytes']:,} were recorded when it "
+                                    f"was complete: truncated, replaced or damaged; {redo}")
+            if i in hashed and self.record(i, lines)["sha256"] != record["sha256"]:
+                raise ElmoFileError(f"{self.piece(i)}: its sha256 differs from the one recorded when it was complete: "
+                                    f"changed or damaged; {redo}")
 
     def create(self, exist_ok: bool = False) -> None:
         """Make the directory (ElmoFileError where another process made it meanwhile)."""

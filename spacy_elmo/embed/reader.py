@@ -3,6 +3,7 @@ or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8 checked) and
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,9 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import DocBin
 
-from ..bilm.files import open_regular
+from ..bilm.files import TEXT_ENCODING, open_regular
 from ..errors import ElmoFileError
+from .options import DEFAULT_MAX_DOCBIN_BYTES
 
 
 def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> ElmoFileError:
@@ -19,8 +21,9 @@ def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> El
                          "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)")
 
 
-def scan_input(path: Path) -> dict[str, Any]:
-    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass.
+def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> dict[str, Any]:
+    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass (a DocBin:
+    decompressed to at most `max_docbin_bytes`).
 
     Lines are counted as `wc -l` does (only \\n ends one; a last line without it counts too). Text
     is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
@@ -40,7 +43,7 @@ def scan_input(path: Path) -> dict[str, Any]:
             lines += buf.count(b"\n", 0, cut)
             rest, rest_at = buf[cut:], rest_at + cut
     if docbin:
-        lines = len(_docbin(path))
+        lines = len(_docbin(path, max_docbin_bytes))
     else:
         _check_utf8(path, rest, rest_at, lines)
         lines += last != b"\n"
@@ -54,15 +57,17 @@ def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
         raise _bad_utf8(path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err) from None
 
 
-def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0) -> Iterator[tuple[str, list[str]]]:
+def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0,
+                   max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> Iterator[tuple[str, list[str]]]:
     """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
-    split on whitespace without one), or per Doc of a `.spacy` DocBin; lazily, after `skip` lines.
+    split on whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
+    `max_docbin_bytes`); lazily, after `skip` lines.
     Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
     Whitespace tokens are left out, as in the `elmo` component."""
     if path.suffix == ".spacy":
         from spacy.vocab import Vocab
 
-        docs = _docbin(path).get_docs(nlp.vocab if nlp is not None else Vocab())
+        docs = _docbin(path, max_docbin_bytes).get_docs(nlp.vocab if nlp is not None else Vocab())
         for i, doc in enumerate(docs):
             if i >= skip:
                 yield doc.text, [t.text for t in doc if not t.is_space]
@@ -82,16 +87,30 @@ def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
         for number, raw in enumerate(f, 1):
             if number > skip:
                 try:
-                    yield raw.decode("utf-8")
+                    yield raw.decode(TEXT_ENCODING if number == 1 else "utf-8")
                 except UnicodeDecodeError as err:
                     raise _bad_utf8(path, number, offset + err.start, err) from None
             offset += len(raw)
 
 
-def _docbin(path: Path) -> DocBin:
-    """The DocBin in `path`; ElmoFileError where it holds something else."""
+def _docbin(path: Path, max_bytes: int) -> DocBin:
+    """The DocBin in `path`; ElmoFileError where it holds something else or decompresses to more than
+    `max_bytes` (checked first, a piece at a time: a zlib bomb never fills memory)."""
     with open_regular(path, "input") as f:
         data = f.read()
+    inflater, size, view = zlib.decompressobj(), 0, memoryview(data)
+    try:
+        for at in range(0, len(data), 1 << 16):
+            pending = view[at:at + (1 << 16)]
+            while pending and not inflater.eof:
+                size += len(inflater.decompress(pending, 1 << 22))
+                pending = inflater.unconsumed_tail
+                if size > max_bytes:
+                    raise ElmoFileError(f"{path}: decompresses to more than {max_bytes:,} bytes (a zlib bomb, or a "
+                                        "DocBin larger than the bound): give a higher --max-docbin-bytes where it "
+                                        "is a DocBin you trust")
+    except zlib.error as err:
+        raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None
     try:
         return DocBin().from_bytes(data)
     except ValueError as err:

@@ -10,10 +10,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..bilm.files import regular_file
+from ..bilm.files import hdf5_dataset, regular_file
 from ..errors import ElmoFileError
 from .h5writer import INDEX, SETTINGS
 from .outdir import MANIFEST, WorkDir, piece_name
+
+OUTPUT = "an embed output"
 
 
 class Embeddings:
@@ -21,10 +23,11 @@ class Embeddings:
     `len`, `[i] -> np.ndarray` (`(n_layers + 1, n_tokens, dim)` or `(n_tokens, dim)`), iteration in
     order, `settings`. Close it (or use `with`) to close its files."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, verify: bool = False):
         self.path = Path(path)
         if self.path.is_dir():
-            manifest = WorkDir(self.path, self.path, "shard").manifest()
+            work = WorkDir(self.path, self.path, "shard")
+            manifest = work.manifest()
             if manifest.output != "shards":
                 raise ElmoFileError(f"{self.path}: the parts of an unfinished run: finish it with "
                                     "`python -m spacy_elmo embed ... --resume`, then open its output file")
@@ -36,13 +39,15 @@ class Embeddings:
             if missing or len(complete) != len(ranges):
                 raise ElmoFileError(f"{self.path}: incomplete: {', '.join(missing) or 'shards'} not written; "
                                     "run the same embed command again to finish it")
+            work.check_shards(manifest, range(len(ranges)) if verify else ())
         else:
             self.paths, ranges, self.settings = [self.path], None, None
+        self.ranges = ranges
         self.files: list[h5py.File | None] = [None] * len(self.paths)
         first = self._file(0)
         if self.settings is None:
-            self.settings = json.loads(first.attrs[SETTINGS]) if SETTINGS in first.attrs else {}
-            ranges = [(0, len(first) - (INDEX in first))]
+            self.settings = _settings(first, self.paths[0])
+            ranges = [(0, len(first) - 1)]
         self.starts = [start for start, _ in ranges]
         self.length = ranges[-1][1] if ranges else 0
 
@@ -53,9 +58,21 @@ class Embeddings:
                 f = h5py.File(self.paths[i], "r")
             except OSError as err:
                 raise ElmoFileError(f"{self.paths[i]}: cannot be read as hdf5 ({err})") from None
-            if self.settings is not None and json.loads(f.attrs.get(SETTINGS, "null")) != self.settings:
+            try:
+                if hdf5_dataset(f, INDEX, self.paths[i], OUTPUT) is None:
+                    raise ElmoFileError(f"{self.paths[i]}: not an output of `python -m spacy_elmo embed` (it has no "
+                                        f"'{INDEX}')")
+                if self.settings is not None and _settings(f, self.paths[i]) != self.settings:
+                    raise ElmoFileError(f"{self.paths[i]}: written with other settings than {self.path / MANIFEST}")
+                if self.ranges is not None:
+                    start, stop = self.ranges[i]
+                    ends = (f.get(str(n), getlink=True) for n in (start, stop - 1))
+                    if len(f) != stop - start + 1 or any(link is None for link in ends):
+                        raise ElmoFileError(f"{self.paths[i]}: holds other lines than {start} to {stop - 1}, those "
+                                            f"{self.path / MANIFEST} gives it")
+            except BaseException:
                 f.close()
-                raise ElmoFileError(f"{self.paths[i]}: written with other settings than {self.path / MANIFEST}")
+                raise
             self.files[i] = f
         return self.files[i]
 
@@ -66,7 +83,23 @@ class Embeddings:
         if not isinstance(i, (int, np.integer)) or not -self.length <= i < self.length:
             raise IndexError(f"line {i} out of range for {self.length} lines")
         i = int(i) % self.length
-        return self._file(bisect.bisect_right(self.starts, i) - 1)[str(i)][...]
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self._line(self._file(k), self.paths[k], i)[...]
+
+    def _line(self, f: h5py.File, path: Path, i: int) -> h5py.Dataset:
+        """The dataset of line `i` in `f`, checked from its metadata: held in the file itself, a float array of
+        the settings' dtype shaped `(layers, tokens, dim)` (`--layer all`) or `(tokens, dim)`."""
+        node = hdf5_dataset(f, str(i), path, OUTPUT)
+        if node is None:
+            raise ElmoFileError(f"{path}: line {i} is missing (no dataset '{i}'): not an output of "
+                                "`python -m spacy_elmo embed`, or damaged")
+        dtypes = [self.settings["dtype"]] if "dtype" in self.settings else ["float16", "float32", "float64"]
+        ndims = [3 if self.settings["layer"] == "all" else 2] if "layer" in self.settings else [2, 3]
+        if node.dtype.name not in dtypes or node.ndim not in ndims:
+            want = " or ".join(["(tokens, dim)", "(layers, tokens, dim)"][n - 2] for n in ndims)
+            raise ElmoFileError(f"{path}: dataset '{i}' has dtype {node.dtype} and shape {node.shape}; the lines of "
+                                f"this output are {' or '.join(dtypes)} arrays of shape {want}")
+        return node
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(self.length))
@@ -84,6 +117,21 @@ class Embeddings:
         self.close()
 
 
-def open_embeddings(path: str | os.PathLike) -> Embeddings:
-    """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for reading."""
-    return Embeddings(path)
+def _settings(f: h5py.File, path: Path) -> dict:
+    """The settings recorded in an output file; {} in a file `allennlp elmo` wrote."""
+    if SETTINGS not in f.attrs:
+        return {}
+    try:
+        settings = json.loads(f.attrs[SETTINGS])
+    except (TypeError, ValueError) as err:
+        raise ElmoFileError(f"{path}: its attribute '{SETTINGS}' is not JSON ({err})") from None
+    if not isinstance(settings, dict):
+        raise ElmoFileError(f"{path}: its attribute '{SETTINGS}' is not a JSON object")
+    return settings
+
+
+def open_embeddings(path: str | os.PathLike, verify: bool = False) -> Embeddings:
+    """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for reading. A shard
+    directory's manifest is checked against its shards (ranges, sizes; each shard's lines when it is first read);
+    `verify` checks each shard's sha256 too, reading every shard once."""
+    return Embeddings(path, verify)

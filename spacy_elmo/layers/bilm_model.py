@@ -35,6 +35,7 @@ from ..bilm import (
     load_bilm,
     read_state_dict,
 )
+from ..bilm.embedder import check_cache_size
 from ..bilm.files import read_regular
 from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
 from ..bilm.own_format import MAX_TABLE_BYTES
@@ -56,7 +57,7 @@ class FrozenBiLM(nn.Module):
         self.configured = options
         self.state = None if state is None else check_state_policy(state)  # None: the weights' own policy
         self.batch_size = check_batch_size(batch_size)
-        self.token_cache_size = token_cache_size
+        self.token_cache_size = check_cache_size(token_cache_size)
         self.precision = check_precision(precision)
         self.embedder: Optional[ElmoEmbedder] = None
         if options is not None and not options.char_table:  # a character table comes with the weights

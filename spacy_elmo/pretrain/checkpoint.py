@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..bilm.files import RECORD_BYTES, fsync_dir, open_regular, read_regular, write_atomic, write_errors
+from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, write_atomic, write_errors
 from ..bilm.hub import sha256_file
 from ..errors import ElmoFileError
 
@@ -135,7 +135,7 @@ def read_manifest(root: Path) -> Dict[str, Any]:
         raise ElmoFileError(f"--resume: no checkpoint in {root}: {path} not found{hint}")
     data = read_regular(path, "checkpoint manifest", RECORD_BYTES)
     try:
-        manifest = json.loads(data.decode("utf-8"))
+        manifest = json.loads(data.decode(TEXT_ENCODING))
         ok = (isinstance(manifest["step"], int) and isinstance(manifest["world"], int) and manifest["world"] > 0
               and manifest["directory"] == step_dir(root, manifest["step"]).name
               and sorted(manifest["sha256"]) == sorted(part_names(manifest["world"]))

@@ -16,7 +16,7 @@ SOFTMAX_TYPES = ("full", "sampled", "adaptive")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 TRAINING_PRECISIONS = ("float32", "bfloat16", "auto")
 TOKENIZERS = ("spacy", "whitespace")
-# Default state policy of a model, by training scheme: from the README's policy table
+# Default state policy of a model, by training scheme: from bench/README.md's policy table
 # (dev perplexity of models trained each way, under each inference policy).
 DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
 MAX_SEED = 2**31 - 1  # numpy's seeds are below 2**32; the softmax's generator takes seed + 1 + rank

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, words_char_ids
-from ..bilm.files import RECORD_BYTES, open_regular, read_regular, regular_file
+from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, open_regular, read_regular, regular_file
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError
 
 UNK_TOKEN = "<unk>"
@@ -63,7 +63,7 @@ def read_lines(path: Path) -> Iterator[str]:
     """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
     try:
         with open_regular(path, "corpus file") as raw:
-            text = gzip.open(raw, "rt", encoding="utf-8") if path.suffix == ".gz" else io.TextIOWrapper(raw, "utf-8")
+            text = gzip.open(raw, "rt", encoding=TEXT_ENCODING) if path.suffix == ".gz" else io.TextIOWrapper(raw, TEXT_ENCODING)
             with text:
                 yield from text
     except (OSError, UnicodeDecodeError) as err:
@@ -172,7 +172,7 @@ class Vocab:
     def from_disk(cls, path: Path) -> "Vocab":
         data = read_regular(path, "vocabulary", RECORD_BYTES)
         try:
-            return cls(data.decode("utf-8").split("\n")[:-1])
+            return cls(data.decode(TEXT_ENCODING).split("\n")[:-1])
         except (UnicodeDecodeError, ElmoError) as err:
             raise ElmoFileError(f"cannot read the vocabulary {path} ({err})") from None
 

@@ -17,7 +17,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
-from ..bilm.files import RECORD_BYTES, atomic_dir, read_regular, write_atomic, write_errors
+from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, atomic_dir, read_regular, write_atomic, write_errors
 from ..bilm.hub import sha256_file
 from ..bilm.locate import PRETRAIN_MODEL
 from ..errors import ElmoFileError, ElmoResumeError
@@ -66,7 +66,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
         raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
     data = read_regular(path, "config of the run", RECORD_BYTES)
     try:
-        saved = Config().from_str(data.decode("utf-8"))
+        saved = Config().from_str(data.decode(TEXT_ENCODING))
     except Exception as err:  # confection raises several error types for bad files
         raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
     for section in ("corpus", "vocab", "model", "softmax", "training"):
@@ -80,7 +80,7 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
     path = output / CORPUS_RECORD
     data = read_regular(path, "corpus record", RECORD_BYTES)
     try:
-        recorded = json.loads(data.decode("utf-8"))
+        recorded = json.loads(data.decode(TEXT_ENCODING))
         recorded = {str(k): str(v) for k, v in recorded.items()}
     except (ValueError, AttributeError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
@@ -101,7 +101,7 @@ def forget_metrics_after(output: Path, step: int) -> bool:
         return False
     data = read_regular(path, "metrics file", RECORD_BYTES)
     try:
-        lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+        lines = data.decode(TEXT_ENCODING, "replace").splitlines(keepends=True)
         torn = bool(lines) and not lines[-1].endswith("\n") and not _is_record(lines[-1])
         lines = lines[:-1] if torn else lines
         kept = [line for line in lines if json.loads(line)["step"] <= step]

@@ -3,6 +3,7 @@
 `convert` and `spacy.load`, compared per sentence with EFML's `Embedder` after `reset_states`."""
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoConfigError, load_bilm, save_bilm
+from spacy_elmo import ElmoConfigError, ElmoFileError, load_bilm, save_bilm
 from spacy_elmo.bilm.efml_format import PUBLISHED_ARCHITECTURE, PUBLISHED_CONFIGS, read_architecture
 
 from ..efml_models import ARCHITECTURE, SENTENCES, efml_outputs, write_efml_model
@@ -142,13 +143,17 @@ def test_config_path_is_looked_for_where_efml_looks(tmp_path):
     (relative / "tiny.json").rename(relative / "configs" / "tiny.json")
     assert read_architecture(relative)[0] == ARCHITECTURE
     absolute = write_efml_model(tmp_path / "absolute", config_path=str(tmp_path / "elsewhere.json"))
+    assert read_architecture(absolute)[1] == str(absolute / "elsewhere.json")  # its file name, inside
     (absolute / "elsewhere.json").rename(tmp_path / "elsewhere.json")
-    assert read_architecture(absolute)[1] == str(tmp_path / "elsewhere.json")
+    with pytest.raises(ElmoFileError, match="was found neither in"):  # never read from outside
+        read_architecture(absolute)
 
 
 def test_info_lists_every_file(efml_dir, capsys):
     assert run_cli("info", efml_dir, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert sorted(Path(f["path"]).name for f in report["files"]) == [
-        "char.dic", "config.json", "encoder.pkl", "token_embedder.pkl", "word.dic"]
+        "char.dic", "cnn_tiny.json", "config.json", "encoder.pkl", "token_embedder.pkl", "word.dic"]
+    architecture = next(f for f in report["files"] if f["path"].endswith("cnn_tiny.json"))
+    assert architecture["sha256"] == hashlib.sha256((efml_dir / "cnn_tiny.json").read_bytes()).hexdigest()
     assert report["state_policy"] == "zero" and report["parameters_by_part"]["word embedding"] > 0

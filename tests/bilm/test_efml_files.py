@@ -56,7 +56,7 @@ def edit_json(path: Path, edit) -> None:
 def test_a_missing_file_is_named(copy, name):
     (copy / name).unlink()
     if name == "cnn_tiny.json":
-        refused(copy, "config.json", "cnn_tiny.json was found neither there nor in")
+        refused(copy, "config.json", "'cnn_tiny.json', was found neither in")
     else:
         refused(copy, str(copy / name), "not found")
 
@@ -170,3 +170,93 @@ def test_pipeline_without_its_character_table(model_dir, tmp_path):
     edit_pipeline_bilm(tmp_path / "p" / "elmo" / "model", lambda msg: msg.pop("char_table"))
     with pytest.raises(ElmoFileError, match="elmo/model: the serialized model lacks its character table"):
         spacy.load(tmp_path / "p")
+
+
+# ------------------------------------------------------------------ a model directory is read from itself only
+SECRET = "root:x:0:0:secret-first-line:/root:/bin/bash"
+
+
+@pytest.fixture()
+def outside(tmp_path) -> Path:
+    """A file outside the model directory whose first line must never appear in a message."""
+    path = tmp_path / "elsewhere" / "target"
+    path.parent.mkdir()
+    path.write_text(SECRET + "\n")
+    return path
+
+
+@pytest.mark.parametrize("name", ["char.dic", "word.dic", "config.json", "cnn_tiny.json", "encoder.pkl",
+                                  "token_embedder.pkl"])
+def test_a_file_symlinked_outside_the_directory_is_refused(copy, outside, name):
+    (copy / name).unlink()
+    (copy / name).symlink_to(outside)
+    message = refused(copy, str(copy / name), "outside the model directory")
+    assert "secret-first-line" not in message
+
+
+@pytest.mark.parametrize("name", ["char.dic", "word.dic"])
+def test_a_dictionary_symlinked_to_etc_passwd_is_refused_unread(copy, name):
+    first = Path("/etc/passwd").read_text().splitlines()[0]
+    (copy / name).unlink()
+    (copy / name).symlink_to("/etc/passwd")
+    message = refused(copy, str(copy / name), "outside the model directory")
+    assert first not in message and first[:8] not in message
+
+
+def test_a_symlink_inside_the_directory_is_read(copy):
+    (copy / "tables").mkdir()
+    (copy / "char.dic").rename(copy / "tables" / "char.dic")
+    (copy / "char.dic").symlink_to(Path("tables") / "char.dic")
+    assert load_bilm(copy).embed([["Hund"]])[0].shape[1] == 1
+
+
+@pytest.mark.parametrize("config_path", ["OUTSIDE", "../cnn_tiny.json", "../../cnn_tiny.json"])
+def test_config_path_is_a_file_name_looked_up_inside(copy, outside, config_path):
+    """The architecture outside (same name, wrong sizes) never wins over the one inside, nor is it read."""
+    arch = json.loads((copy / "cnn_tiny.json").read_text())
+    arch["encoder"]["dim"] = 13
+    for where in (outside.parent / "cnn_tiny.json", copy.parent / "cnn_tiny.json"):
+        where.write_text(json.dumps(arch))
+    named = str(outside.parent / "cnn_tiny.json") if config_path == "OUTSIDE" else config_path
+    edit_json(copy / "config.json", lambda c: c.update({"config_path": named}))
+    assert load_bilm(copy).options.lstm_dim == 12
+    (copy / "cnn_tiny.json").unlink()
+    message = refused(copy, "config.json", "was found neither in")
+    assert '"encoder"' not in message
+
+
+def test_messages_quote_a_short_escaped_excerpt_only(copy):
+    with open(copy / "char.dic", "a", encoding="utf-8") as f:
+        f.write("x" * 10_000 + "\u202e\n")
+    message = refused(copy, "char.dic", "line")
+    assert "x" * 41 not in message and len(message) < len(str(copy)) + 200
+
+
+# ------------------------------------------------------------------ sizes checked before anything large is allocated
+def test_an_expanded_tensor_is_refused_before_it_is_materialised(copy):
+    """A view of one row (stride 0) stores a few bytes and declares any number of rows: 11 KB declaring 256M
+    parameters. Refused on what it stores, before a dense copy is made."""
+    rows = 200_000
+    edit_tensors(copy / "token_embedder.pkl",
+                 lambda t: t.update({"word_emb_layer.embedding.weight": torch.zeros(1, 6).expand(rows, 6)}))
+    assert (copy / "token_embedder.pkl").stat().st_size < 20_000
+    with open(copy / "word.dic", "a", encoding="utf-8") as f:
+        f.write("".join(f"w{i}\t{i}\n" for i in range(27, rows)))
+    refused(copy, "token_embedder.pkl", "'word_emb_layer.embedding.weight'", "(200000, 6)",
+            "stores 6 of its 1,200,000 values")
+
+
+def test_efml_memory_is_estimated_before_converting(copy, monkeypatch):
+    """float16 files hold half of what the float32 network needs: the need is checked before converting."""
+    from spacy_elmo import ElmoResourceError
+    from spacy_elmo.bilm import memory
+
+    for name in ("token_embedder.pkl", "encoder.pkl"):
+        edit_tensors(copy / name, lambda t: t.update({k: v.half() for k, v in t.items()}))
+    n_parameters = sum(p.numel() for p in load_bilm(copy).parameters())
+    available = 2 * max((copy / name).stat().st_size for name in ("token_embedder.pkl", "encoder.pkl")) + 1
+    assert available < 8 * n_parameters  # the files pass their own check
+    monkeypatch.setattr(memory, "available_memory", lambda: available)
+    with pytest.raises(ElmoResourceError) as err:
+        load_bilm(copy)
+    assert "token_embedder.pkl" in str(err.value) and "GiB of memory" in str(err.value)

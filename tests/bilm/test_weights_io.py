@@ -142,3 +142,24 @@ def test_options_round_trip(fixture_dir):
     opts = BiLMOptions.from_file(fixture_dir / "options.json")
     assert BiLMOptions.from_dict(opts.to_dict()) == opts
     assert opts.output_dim == 32 and opts.n_filters == 124
+
+
+def test_a_published_name_is_a_name_and_a_path_is_a_path(fixture_dir, tmp_path, monkeypatch):
+    """`small` is the cached model, never a directory `./small` in the working directory; `./small`,
+    `small/`, an absolute path and a Path are paths."""
+    from pathlib import Path
+
+    from spacy_elmo.bilm import hub
+
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "small")
+    with pytest.raises(ElmoFileError, match="not in the cache .* run `python -m spacy_elmo download small`"):
+        load_bilm("small")
+    for path in ("./small", "small/", str(tmp_path / "small"), Path("small")):
+        assert load_bilm(path).state_policy == "zero", path
+    cached = tmp_path / "cache" / "small"
+    cached.mkdir(parents=True)
+    for (name, _), source in zip(hub.published_files("small"), ("options.json", "lm_weights.hdf5")):
+        shutil.copy(fixture_dir / source, cached / name)
+    assert load_bilm("small").state_policy == "warm"

@@ -261,3 +261,13 @@ def test_memory_is_bounded_by_the_batch_settings_not_the_line(fixture_dir, tmp_p
     with h5py.File(tmp_path / "120000.hdf5", "r") as f:
         assert f["0"].shape == (3, 120_000, 32)
     assert peaks[1] - peaks[0] < 60, peaks
+
+
+def test_embed_threads_beyond_any_machine_is_one_error(fixture_dir, tmp_path, capsys):
+    """`--threads 100000` crashed in torch ('could not create a primitive'; issue 32 item 8)."""
+    from ..helpers import one_error_line
+
+    text = write_lines(tmp_path / "in.txt", ["The cat sat ."])
+    assert run_cli("embed", text, tmp_path / "out.hdf5", "-w", fixture_dir, "--whitespace", "--threads", "100000",
+                   "--no-progress") == 1
+    assert "threads" in one_error_line(capsys.readouterr().err)

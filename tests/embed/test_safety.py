@@ -18,9 +18,9 @@ import h5py
 import numpy as np
 import pytest
 
-from spacy_elmo import load_bilm
+from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
 
-from ..helpers import ENV, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli, tmpfs
+from ..helpers import ENV, LINES, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli, tmpfs, write_lines
 
 
 def assert_same_output(a, b):
@@ -320,6 +320,42 @@ def test_lines_split_as_wc_counts_them(fixture_dir, tmp_path):
         np.testing.assert_array_equal(arrays[str(i)], arr)
 
 
+def test_a_docbin_bomb_is_refused_while_it_is_decompressed(fixture_dir, tmp_path, capsys):
+    """A `.spacy` input is decompressed against a bound (--max-docbin-bytes): 200 KB of zlib'd zeros that
+    inflate to 200 MB are refused once past it, in one error naming the file and the option, at a memory peak far
+    below what they inflate to (the whole was decompressed before "not a DocBin")."""
+    import tracemalloc
+    import zlib
+
+    bomb = tmp_path / "in.spacy"
+    bomb.write_bytes(zlib.compress(bytes(200 << 20), 9))
+    tracemalloc.start()
+    try:
+        code = run_cli("embed", bomb, tmp_path / "out.hdf5", "-w", fixture_dir, "--max-docbin-bytes", 10 << 20,
+                       "--no-progress")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert str(bomb) in line and "more than 10,485,760 bytes" in line and "--max-docbin-bytes" in line, line
+    assert peak < 50 << 20, peak
+
+
+def test_a_byte_order_mark_is_not_text(fixture_dir, tmp_path):
+    """A UTF-8 byte order mark at the start of the input (Windows editors write one) is no part of the first
+    line: neither in its first token nor in sentence_to_index, with either tokenizer."""
+    text = tmp_path / "in.txt"
+    text.write_bytes(b"\xef\xbb\xbfThe cat sat\nHello world\n")
+    expected = load_bilm(fixture_dir).embed([["The", "cat", "sat"], ["Hello", "world"]])
+    for tokenizer in (["--whitespace"], ["--lang", "en"]):
+        out = tmp_path / f"{tokenizer[-1]}.hdf5"
+        assert run_cli("embed", text, out, "-w", fixture_dir, *tokenizer, "--no-progress") == 0
+        arrays, index, _ = read_output(out)
+        assert index == {"The cat sat": "0", "Hello world": "1"}
+        np.testing.assert_array_equal(arrays["0"], expected[0])
+
+
 def test_invalid_utf8_names_line_and_byte_offset(fixture_dir, tmp_path, capsys):
     raw = b"the cat\n" + b"a b\n" * 2000 + b"ok \xc3\x28 bad\n" + b"dog\n"
     text = tmp_path / "in.txt"
@@ -328,3 +364,107 @@ def test_invalid_utf8_names_line_and_byte_offset(fixture_dir, tmp_path, capsys):
     line = one_error_line(capsys.readouterr().err)
     offset = raw.index(b"\xc3\x28")
     assert str(text) in line and "line 2002" in line and f"byte {offset}" in line, line
+
+
+# ------------------------------------------------------------------------------------------- hostile outputs
+@pytest.fixture(scope="module")
+def small_output(fixture_dir, tmp_path_factory):
+    """The output of LINES (line 0: 7 tokens, 3 layers of 32)."""
+    tmp = tmp_path_factory.mktemp("small")
+    text = write_lines(tmp / "in.txt", LINES)
+    assert run_cli("embed", text, tmp / "out.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    return tmp / "out.hdf5"
+
+
+def _external_storage(f, tmp):
+    secret = tmp / "secret"
+    secret.write_bytes(b"not yours" * 100)
+    del f["0"]
+    f.create_dataset("0", shape=(900,), dtype="u1", external=[(str(secret), 0, 900)])
+
+
+def _external_link(f, tmp):
+    with h5py.File(tmp / "other.hdf5", "w") as other:
+        other["data"] = np.ones((3, 7, 32), dtype=np.float32)
+    del f["0"]
+    f["0"] = h5py.ExternalLink(str(tmp / "other.hdf5"), "/data")
+
+
+def _virtual(f, tmp):
+    with h5py.File(tmp / "other.hdf5", "w") as other:
+        other["data"] = np.ones((3, 7, 32), dtype=np.float32)
+    layout = h5py.VirtualLayout(shape=(3, 7, 32), dtype=np.float32)
+    layout[...] = h5py.VirtualSource(str(tmp / "other.hdf5"), "data", shape=(3, 7, 32))
+    del f["0"]
+    f.create_virtual_dataset("0", layout)
+
+
+def _dangling(f, tmp):
+    del f["0"]
+    f["0"] = h5py.SoftLink("/nowhere")
+
+
+def _soft_link(f, tmp):
+    del f["0"]
+    f["0"] = h5py.SoftLink("/3")
+
+
+def _replaced(data):
+    def edit(f, tmp):
+        del f["0"]
+        f["0"] = data
+    return edit
+
+
+def _group(f, tmp):
+    del f["0"]
+    f.create_group("0")
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_external_storage, "outside the file"),
+    (_external_link, "ExternalLink"),
+    (_virtual, "outside the file"),
+    (_dangling, "SoftLink"),
+    (_soft_link, "SoftLink"),
+    (_group, "not a dataset"),
+    (_replaced(np.ones((3, 7, 32), dtype=np.uint8)), "dtype uint8"),
+    (_replaced(np.ones((3, 7, 32), dtype=np.complex64)), "dtype complex64"),
+    (_replaced(np.ones(7, dtype=np.float32)), "shape (7,)"),
+    (_replaced(np.ones((2, 3, 7, 32), dtype=np.float32)), "shape (2, 3, 7, 32)"),
+    (_replaced(np.ones((7, 32), dtype=np.float32)), "shape (7, 32)"),  # --layer all writes (layers, tokens, dim)
+    (_replaced(np.ones((3, 7, 32), dtype=np.float64)), "dtype float64"),  # written as float32
+])
+def test_an_output_reads_nothing_outside_itself(small_output, tmp_path, edit, problem):
+    """External storage, external or soft links, virtual datasets and arrays that are not the float
+    `(layers, tokens, dim)` of the output's settings are one ElmoFileError naming the file and the line;
+    the other lines still read."""
+    out = tmp_path / "out.hdf5"
+    out.write_bytes(small_output.read_bytes())
+    with h5py.File(out, "r+") as f:
+        edit(f, tmp_path)
+    with open_embeddings(out) as reader:
+        assert reader[2].shape == (3, 2, 32)
+        with pytest.raises(ElmoFileError) as error:
+            reader[0]
+    message = str(error.value)
+    assert str(out) in message and "'0'" in message and problem in message, message
+
+
+def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
+    """Another hdf5 file (a weight file, an output without its index or with unreadable settings) is one
+    ElmoFileError saying it is not an embed output, never a KeyError."""
+    weights = fixture_dir / "lm_weights.hdf5"
+    with pytest.raises(ElmoFileError, match=f"{weights}: not an output of `python -m spacy_elmo embed`"):
+        open_embeddings(weights)
+    out = tmp_path / "out.hdf5"
+    out.write_bytes(small_output.read_bytes())
+    with h5py.File(out, "r+") as f:
+        f.attrs["spacy_elmo.settings"] = "{not json"
+    with pytest.raises(ElmoFileError, match="spacy_elmo.settings"):
+        open_embeddings(out)
+    with h5py.File(out, "r+") as f:
+        del f.attrs["spacy_elmo.settings"]
+        del f["sentence_to_index"]
+    with pytest.raises(ElmoFileError, match="not an output of `python -m spacy_elmo embed`"):
+        open_embeddings(out)

@@ -4,7 +4,9 @@ the same arrays as a single-file run, bit for bit with the same blocks (else wit
 changed input or weights is refused."""
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,3 +216,90 @@ def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun
     assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
     assert json.loads((out / "manifest.json").read_text())["complete"] == [True] * 3
     assert_same_lines(one, out)
+
+
+# ------------------------------------------------------------------------------------ a manifest checked, not trusted
+@pytest.fixture(scope="module")
+def sharded(single, fixture_dir, tmp_path_factory):
+    """The 600 lines of `single` in 4 shards of 150 lines."""
+    text, _ = single
+    out = tmp_path_factory.mktemp("sharded") / "out"
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0
+    return text, out
+
+
+def _edit_manifest(edit):
+    def change(out):
+        manifest = json.loads((out / "manifest.json").read_text())
+        edit(manifest)
+        (out / "manifest.json").write_text(json.dumps(manifest))
+    return change
+
+
+def _swap(out):
+    a, b = out / "shard-00001.hdf5", out / "shard-00002.hdf5"
+    a.rename(out / "x")
+    b.rename(a)
+    (out / "x").rename(b)
+
+
+def _truncate(out):
+    path = out / "shard-00002.hdf5"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_value(out):
+    """One byte of a line's array changed in place: the file keeps its size and its structure."""
+    path = out / "shard-00001.hdf5"
+    with h5py.File(path, "r") as f:
+        offset = next(f[k].id.get_offset() for k in f if k != "sentence_to_index" and f[k].size)
+    data = bytearray(path.read_bytes())
+    data[offset + 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("edit, shard, on_open", [
+    (_edit_manifest(lambda m: m["ranges"].__setitem__(0, [0, 160])), 0, True),  # overlaps the next
+    (_edit_manifest(lambda m: m["ranges"].__setitem__(3, [450, 550])), 3, True),  # the last range shortened
+    (_swap, 1, True),
+    (_truncate, 2, True),
+    (_flip_a_value, 1, False),  # found by its sha256: a rerun, or open_embeddings(..., verify=True)
+])
+def test_a_shard_that_disagrees_with_the_manifest_is_named(sharded, fixture_dir, tmp_path, capsys, edit, shard,
+                                                           on_open):
+    """Overlapping or shortened ranges, swapped or truncated shards, a changed value: open_embeddings and a
+    rerun each raise one error naming the shard (they gave KeyErrors, 9,500 of 10,000 lines, and "complete
+    already")."""
+    text, source = sharded
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for i, record in enumerate(manifest["shards"]):
+        file = out / f"shard-{i:05d}.hdf5"
+        assert record == {"range": manifest["ranges"][i], "lines": 150, "bytes": file.stat().st_size,
+                          "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+    edit(out)
+    name = f"shard-{shard:05d}.hdf5"
+    for verify in (True, False) if on_open else (True,):
+        with pytest.raises(ElmoFileError, match=name):
+            with open_embeddings(out, verify=verify) as reader:
+                for _ in reader:
+                    pass
+    capsys.readouterr()
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 1
+    assert name in one_error_line(capsys.readouterr().err)
+
+
+def test_a_manifest_without_shard_records_gets_them_on_a_rerun(sharded, fixture_dir, tmp_path, capsys):
+    """A manifest of an earlier version (no per-shard records): open_embeddings says to run the command again,
+    which records each shard's size and sha256; then it reads."""
+    text, source = sharded
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    _edit_manifest(lambda m: m.pop("shards"))(out)
+    with pytest.raises(ElmoFileError, match="run the same embed command again"):
+        open_embeddings(out)
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0
+    assert "complete already (600 lines)" in capsys.readouterr().err
+    assert len(json.loads((out / "manifest.json").read_text())["shards"]) == 4
+    assert_same_lines(source, out)

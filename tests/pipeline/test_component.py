@@ -304,3 +304,24 @@ def test_factory_and_architectures_via_entry_points(fixture_dir):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(3, 32)"
+
+
+@pytest.mark.parametrize("config, setting", [
+    ({"threads": 100_000}, "threads"),
+    ({"model": {"token_cache_size": 10**11}}, "token_cache_size"),
+    ({"model": {"token_cache_size": -1}}, "token_cache_size"),
+])
+def test_unbounded_settings_are_one_config_error(fixture_dir, config, setting):
+    """threads=100000 crashed in torch ('could not create a primitive'), token_cache_size=10**11 tried to allocate
+    6.4 TB and -1 silently turned the cache off (issue 32 item 8)."""
+    from spacy_elmo import ElmoConfigError
+    from spacy_elmo.pipeline import DEFAULT_MODEL_CONFIG
+
+    nlp = spacy.blank("en")
+    if "model" in config:
+        model = dict(spacy.util.load_config_from_str(DEFAULT_MODEL_CONFIG)["model"], **config["model"])
+        config = {"model": model}
+    with pytest.raises(ElmoConfigError, match=setting):
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), **config})
+        nlp.initialize()
+        nlp("The cat sat .")

@@ -89,7 +89,7 @@ def test_data_of_another_text_is_one_error(nlp):
     other = nlp.make_doc("Completely different words here")
     other._.elmo_data = doc._.elmo_data
     with pytest.raises(ElmoError, match="does not fit this Doc"):
-        other._.elmo
+        _ = other._.elmo
 
 
 # ---------------------------------------------------------------------- stored data read back
@@ -128,14 +128,13 @@ def test_edited_stored_data_is_one_error_when_read_back(nlp, edit, problem):
 def test_stored_rows_that_do_not_match_the_doc_are_one_error_on_reading(nlp):
     doc = read_back(nlp, stored(nlp, two_rows))  # no token spans: only the count can be checked
     with pytest.raises(ElmoError, match="2 token vectors for a Doc of 6 tokens"):
-        doc[4]._.elmo
+        _ = doc[4]._.elmo
     with pytest.raises(ElmoError, match="2 token vectors for a Doc of 6 tokens"):
-        Span(doc, 0, 3)._.elmo
+        _ = Span(doc, 0, 3)._.elmo
 
 
 def test_features_refuse_misaligned_data_by_name(nlp):
     from spacy_elmo.layers.mix import doc_layers
-    from spacy_elmo.architectures import ElmoFeatures  # noqa: F401  registers the architectures
 
     doc = read_back(nlp, stored(nlp, two_rows))
     model = spacy.registry.get("architectures", "spacy_elmo.ElmoFeatures.v1")(n_layers=3, width=32)

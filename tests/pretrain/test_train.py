@@ -235,3 +235,15 @@ def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, 
     assert after.options == before.options
     for (name, a), b in zip(before.state_dict().items(), after.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-9, msg=name)  # one step of lr 1e-12
+
+
+@pytest.mark.parametrize("name", ["corpus.txt", "corpus.txt.gz"])
+def test_a_byte_order_mark_is_not_text(tmp_path, name):
+    """A UTF-8 byte order mark at the start of a corpus file is dropped, not read as part of its first token."""
+    import gzip
+
+    from spacy_elmo.pretrain.corpus import read_lines
+
+    data = "\ufeffThe cat\nsat .\n".encode("utf-8")
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert list(read_lines(tmp_path / name)) == ["The cat\n", "sat .\n"]

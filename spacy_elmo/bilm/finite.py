@@ -1,0 +1,37 @@
+"""Non-finite values are errors: the one check of weights (after their cast to the dtype that computes) and of
+what the biLM returns."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ..errors import ElmoFileError
+
+
+class NonFiniteError(ElmoFileError):
+    """NaN or infinite values in weights or in the vectors computed from them. `sentence`: the index (in the input
+    of `embed` / `embed_iter`) of the first sentence whose vectors hold them; None for weights."""
+
+    def __init__(self, message: str, sentence: Optional[int] = None):
+        super().__init__(message)
+        self.sentence = sentence
+
+
+def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str,
+                 lengths: Optional[Sequence[int]] = None, ids: Optional[Sequence[int]] = None) -> None:
+    """NonFiniteError `{source}: {name} ... NaN or infinite values` where `values` (an array or a tensor) hold any.
+    With `lengths` (and `ids`, default 0, 1, ...): `values` `(layers, sum(lengths), width)` are sentences one after
+    another, and the error names the first sentence that holds them by its id."""
+    values = torch.as_tensor(values)
+    # a NaN or an infinity makes the sum non-finite; so may finite values that overflow it: only then look closer
+    if bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all()):
+        return
+    sentence = None
+    if lengths is not None:
+        token = int((~torch.isfinite(values)).any(dim=2).any(dim=0).nonzero()[0])
+        row = int(np.searchsorted(np.cumsum(lengths), token, side="right"))
+        sentence = row if ids is None else ids[row]
+        name = f"{name} for sentence {sentence} (counted from 0)"
+    raise NonFiniteError(f"{source}: {name} holds NaN or infinite values", sentence)

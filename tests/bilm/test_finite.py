@@ -1,0 +1,127 @@
+"""Non-finite results are errors (issue 32 item 4): weights are checked after their cast to the dtype that computes,
+and what the biLM returns is checked once per batch, in every precision."""
+from __future__ import annotations
+
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import spacy
+import torch
+
+from spacy_elmo import ElmoConfigError, ElmoError, ElmoFileError, load_bilm, save_bilm
+from spacy_elmo.bilm import precision as precision_module
+
+from ..helpers import one_error_line, run_cli, write_lines
+
+SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], ["ZZZZZ", "run"]]
+W_0 = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
+
+
+@pytest.fixture()
+def native_bf16(monkeypatch):
+    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
+
+
+def hdf5_copy(fixture_dir, directory, edit):
+    """The fixture as options.json + weights.hdf5 in `directory`, `edit(h5py.File)` applied."""
+    directory.mkdir()
+    shutil.copy(fixture_dir / "options.json", directory / "options.json")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        edit(f)
+    return directory
+
+
+def scaled(factor):
+    def edit(f):
+        f.visititems(lambda name, obj: obj.write_direct(obj[...] * np.float32(factor))
+                     if isinstance(obj, h5py.Dataset) else None)
+    return edit
+
+
+def huge_z(f):
+    """The character 'Z' has an embedding that overflows the token layer of a word of five."""
+    rows = f["char_embed"][...]
+    rows[ord("Z")] = 3e38  # id ord('Z') + 1, minus the padding row the file does not store
+    f["char_embed"][...] = rows
+
+
+def test_a_float64_weight_that_overflows_float32_is_refused_at_load(fixture_dir, tmp_path):
+    directory = save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "m")
+    state = {k: v.double() for k, v in torch.load(directory / "weights.pt", weights_only=True).items()}
+    state["lstm.layers.0.w_hidden"][1, 2, 3] = 1e300
+    torch.save(state, directory / "weights.pt")
+    with pytest.raises(ElmoFileError, match="weights.pt.*lstm.layers.0.w_hidden.*float32.*NaN or infinite"):
+        load_bilm(directory)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
+def test_weights_that_overflow_when_computed_are_one_error_in_every_precision(fixture_dir, tmp_path, precision,
+                                                                              native_bf16):
+    directory = hdf5_copy(fixture_dir, tmp_path / "m", scaled(1e30))
+    with pytest.raises(ElmoFileError, match=r"weights.hdf5.*NaN or infinite"):
+        bilm = load_bilm(directory, precision=precision)
+        bilm.embed(SENTENCES)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
+def test_the_error_names_the_first_sentence_with_non_finite_vectors(fixture_dir, tmp_path, precision, native_bf16):
+    bilm = load_bilm(hdf5_copy(fixture_dir, tmp_path / "m", huge_z), precision=precision)
+    assert all(np.isfinite(a).all() for a in bilm.embed(SENTENCES[:2]))
+    with pytest.raises(ElmoFileError, match="sentence 2 ") as err:
+        bilm.embed(SENTENCES)
+    assert err.value.sentence == 2
+    with pytest.raises(ElmoFileError, match="sentence 6 "):
+        list(bilm.embed_iter(SENTENCES[:2] * 2 + SENTENCES, batch_size=1))
+
+
+def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture_dir, tmp_path):
+    def edit(f):
+        w = f[W_0][...]
+        w[16:] = 3e37  # the hidden product: 16 inputs of up to proj_clip 3 -> 1.4e39, beyond float32
+        f[W_0][...] = w
+
+    directory = hdf5_copy(fixture_dir, tmp_path / "m", edit)
+    with pytest.raises(ElmoFileError, match="weights.hdf5.*int8.*float32"):
+        load_bilm(directory, precision="int8")
+
+
+def test_a_weight_that_overflows_bfloat16_is_refused_at_load(fixture_dir, tmp_path, native_bf16):
+    def edit(f):
+        w = f["CNN_proj/W_proj"][...]
+        w[3, 4] = 3.4e38  # float32's largest finite values round to inf in bfloat16
+        f["CNN_proj/W_proj"][...] = w
+
+    directory = hdf5_copy(fixture_dir, tmp_path / "m", edit)
+    load_bilm(directory)  # finite in float32
+    with pytest.raises(ElmoFileError, match="weights.hdf5.*bfloat16.*NaN or infinite"):
+        load_bilm(directory, precision="bfloat16")
+
+
+def test_embed_names_the_line_and_writes_nothing(fixture_dir, tmp_path, capsys):
+    directory = hdf5_copy(fixture_dir, tmp_path / "m", huge_z)
+    text = write_lines(tmp_path / "in.txt", ["The cat sat .", "Hello world", "a b c", "ZZZZZ run", "ok"])
+    out = tmp_path / "out.hdf5"
+    assert run_cli("embed", text, out, "-w", directory, "--whitespace", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "line 4" in line and "weights.hdf5" in line and "NaN or infinite" in line, line
+    assert not out.exists()
+
+
+def test_the_component_refuses_non_finite_vectors(fixture_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(hdf5_copy(fixture_dir, tmp_path / "m", huge_z))})
+    nlp.initialize()
+    assert np.isfinite(nlp("The cat sat .")._.elmo).all()
+    with pytest.raises(ElmoError, match="weights.hdf5.*NaN or infinite"):
+        nlp("ZZZZZ run .")
+
+
+@pytest.mark.parametrize("mix", [[1e308] * 3, [-1e300, 0.5, 0.5], [1e39, 0.0, 0.0]])
+def test_a_mix_that_overflows_float32_is_refused_at_config_check(fixture_dir, mix):
+    nlp = spacy.blank("en")
+    with pytest.raises(ElmoConfigError, match="mix"):
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
+
