@@ -36,6 +36,7 @@ from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of
+from .workers import guard_spacy_worker
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -245,6 +246,7 @@ class Elmo(Pipe):
 
     def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch threads."""
+        guard_spacy_worker()
         with torch_threads(self.threads):
             return self._predict(docs)
 

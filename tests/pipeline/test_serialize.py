@@ -2,8 +2,10 @@
 under fork and spawn."""
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -208,3 +210,45 @@ def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
                           text=True, timeout=100, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [str(sum(len(d) for d in docs)), "float16", "None"]  # the mix, as stored
+
+
+BROKEN_INPUT = """
+import multiprocessing, sys, time
+import spacy
+
+def texts(n_tokens):
+    for i in range(60):
+        if i == 20:
+            raise RuntimeError("the input broke at text 20")
+        yield " ".join(f"w{i}x{j}" for j in range(n_tokens))
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[2])
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+    start = time.perf_counter()
+    try:
+        for doc in nlp.pipe(texts(3000), n_process=2, batch_size=4):  # 400 KB of ELMo data a Doc, 100 KB of text a batch
+            pass
+    except RuntimeError as err:
+        print("caller got:", err)
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, method):
+    """An input generator that raises reaches the caller, and the process ends: spaCy's workers blocked on
+    sending Docs larger than a pipe's buffer (ELMo's data) while the parent waited for them, forever."""
+    script = tmp_path / "broken_input.py"
+    script.write_text(BROKEN_INPUT, encoding="utf-8")
+    run = subprocess.Popen([sys.executable, str(script), str(fixture_dir), method], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = run.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)  # the workers too
+        run.communicate()
+        pytest.fail(f"nlp.pipe(n_process=2) hung after its input raised ({method})")
+    assert run.returncode == 0, err[-3000:]
+    assert "caller got: the input broke at text 20" in out
