@@ -233,3 +233,43 @@ def test_threads_option_of_embed(fixture_dir, tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "3"
+
+
+JOBLIB = """
+import sys
+import spacy
+from joblib import Parallel, delayed
+
+nlp = spacy.load(sys.argv[1])  # at module level, as scripts do
+
+
+def tag(text):
+    doc = nlp(text)
+    return [t.tag_ for t in doc], doc._.elmo
+
+
+if __name__ == "__main__":
+    texts = ["The cat sat .", "A dog ran far .", "The old man saw a red car .", "Birds sing ."] * 3
+    expected = [tag(t) for t in texts]
+    got = Parallel(n_jobs=2, backend="loky", max_nbytes=None)(delayed(tag)(t) for t in texts)
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    assert all(abs(g[1] - e[1]).max() <= float(sys.argv[2]) for g, e in zip(got, expected))
+    print("ok", len(got))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_trained_pipeline_runs_in_joblib_processes_with_the_readme_recipe(fixture_dir, tmp_path):
+    """joblib's loky pool, with `max_nbytes=None` (README: its memory-mapped arrays are read-only, which
+    spaCy's hash embedding cannot take, with or without ELMo)."""
+    from ..helpers import fixture_config, tagged_examples
+
+    nlp = spacy.util.load_model_from_config(fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True)
+    sentences = [(["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."]), (["Birds", "sing", "."], ["NNS", "VBP", "."])]
+    nlp.initialize(lambda: tagged_examples(nlp, sentences))
+    nlp.to_disk(tmp_path / "pipeline")
+    script = tmp_path / "joblib_pipe.py"
+    script.write_text(JOBLIB, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "pipeline"), str(FLOAT32_ATOL)],
+                          capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ["ok", "12"], done.stderr[-3000:]
