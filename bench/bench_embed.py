@@ -55,7 +55,7 @@ def exact_outputs(bilm, sentences, dtype=np.float32):
     with torch.inference_mode():
         for s in sentences:
             ids = torch.from_numpy(batch_char_ids([s]))
-            layers = bilm.bilm(ids, initial_state=bilm.initial_state(1)).layers
+            layers = bilm.network(ids, initial_state=bilm.initial_state(1)).layers
             out.append(layers[:, 0, 1:-1].numpy().astype(dtype))
     return out
 
@@ -70,7 +70,7 @@ def noise_floor(bilm, sentences) -> float:
     with torch.inference_mode():
         for s, a in zip(sentences, alone):
             ids = torch.from_numpy(batch_char_ids([s, longest + ["."]]))
-            layers = bilm.bilm(ids, initial_state=bilm.initial_state(2)).layers[:, 0, 1 : len(s) + 1]
+            layers = bilm.network(ids, initial_state=bilm.initial_state(2)).layers[:, 0, 1 : len(s) + 1]
             worst = max(worst, float(np.abs(layers.numpy() - a).max()) if a.size else 0.0)
     return worst
 

@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_matmul_precision import rates  # noqa: E402
 from common import DATA, machine, read_conllu_sentences, weights_dir  # noqa: E402
 
+STUDY_BILM = "project/training/full/bilm/model"
+
 
 def relative_errors(low, ref) -> list:
     return [round(float(np.linalg.norm(np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref]))
@@ -44,6 +46,11 @@ def main() -> None:
                         help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)")
     parser.add_argument("--skip-speed", action="store_true", help="measure the error only")
     args = parser.parse_args()
+    for trained in args.trained:  # before anything is measured: one line, not a traceback minutes later
+        if not Path(trained).exists():
+            study = (f": {STUDY_BILM} is the study's own biLM, written by its pretrain step (`python -m spacy "
+                     "project run all`, hours); leave it out to measure the fixture alone") if STUDY_BILM in trained else ""
+            sys.exit(f"bench_precision.py: --trained {trained}: not found{study}")
     torch.set_num_threads(args.threads)
     from spacy_elmo import load_bilm
     from spacy_elmo.bilm.precision import native_bfloat16

@@ -25,7 +25,7 @@ from thinc.layers.concatenate import forward as concatenate_forward
 from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d
 
-from .bilm import BiLMOptions, Precision, StatePolicy
+from .bilm import BiLMOptions, Precision, StatePolicyName
 from .doc_data import install_extensions
 from .layers import bilm_layer, elmo_mix
 
@@ -33,7 +33,7 @@ from .layers import bilm_layer, elmo_mix
 @registry.architectures("spacy_elmo.ElmoModel.v1")
 def ElmoModel(
     options: Optional[Dict[str, Any]] = None,
-    state: Optional[StatePolicy] = "warm",
+    state: Optional[StatePolicyName] = "warm",
     batch_size: int = 64,
     token_cache_size: int = 50_000,
     precision: Precision = "float32",

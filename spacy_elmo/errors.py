@@ -1,4 +1,4 @@
-"""The package's errors: one base, `ElmoError`, and the few kinds a user catches; and its one warning.
+"""The package's errors: one base, `ElmoError`, and the few kinds a user catches; and its warnings.
 
 Every message names the file or setting and the problem; the command line prints it as one
 `error: ...` line and exits 1. This module imports nothing of the package (every layer may use it).
@@ -34,3 +34,8 @@ __all__ = ["ElmoConfigError", "ElmoError", "ElmoFileError", "ElmoResourceError",
 
 class ElmoUnusedWarning(UserWarning):
     """An `elmo` component whose layers no trained component reads: the biLM runs for nothing."""
+
+
+class ElmoUntrainedWarning(UserWarning):
+    """A biLM of random, untrained weights (`python -m spacy_elmo init-random`): for trying the API offline; its
+    vectors mean nothing."""

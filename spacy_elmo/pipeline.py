@@ -29,12 +29,13 @@ from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
-from .bilm import ElmoEmbedder, locate
+from .bilm import ElmoEmbedder
 from .bilm.threads import check_threads, torch_threads
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks, token_spans
 from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
+from .weights import locate
 from .windows import Window, rule_sentences, windows_of
 from .workers import guard_spacy_worker
 
@@ -278,7 +279,7 @@ class Elmo(Pipe):
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:
         """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
-        if not self.caching or self.cache.max_bytes == 0 or bilm.state_policy == "carry":  # carry: no reuse
+        if not self.caching or self.cache.max_bytes == 0 or not bilm.state_policy.allows_reuse:
             return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
         prefix = (bilm.fingerprint(), bilm.state_policy, bilm.precision)
         keys = [(prefix, tuple(seq)) for seq in inputs]

@@ -239,3 +239,18 @@ os.replace = replace
 from spacy_elmo.cli import main
 main(sys.argv[1:])
 """
+
+
+def interrupt_embed_at_line(monkeypatch, line: int) -> None:
+    """Ctrl-C (KeyboardInterrupt) while `embed` makes the dataset of its `line`-th line (counted from 1)."""
+    from spacy_elmo.embed import compute
+
+    real, calls = compute.select_layer, []
+
+    def interrupted(layers, layer):
+        calls.append(1)
+        if len(calls) == line:
+            raise KeyboardInterrupt
+        return real(layers, layer)
+
+    monkeypatch.setattr(compute, "select_layer", interrupted)

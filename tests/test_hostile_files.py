@@ -168,7 +168,7 @@ def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
     (directory / "options.json").write_text(json.dumps(opts))
-    from spacy_elmo.bilm.hdf5_format import expected_shapes
+    from spacy_elmo.weights.hdf5 import expected_shapes
 
     with h5py.File(directory / "weights.hdf5", "w") as f:
         for name, shape in expected_shapes(BiLMOptions.from_dict(fixture_options(fixture_dir))).items():
@@ -449,7 +449,7 @@ def test_deeply_nested_or_huge_json_options(fixture_dir, tmp_path, text, problem
 
 @pytest.mark.parametrize("entry", [None, 3, {"bytes": "2"}, {"bytes": 2, "sha256": ["x"]}])
 def test_hostile_manifest_names_the_file(tmp_path, entry):
-    from spacy_elmo.bilm import hub
+    from spacy_elmo.weights import hub
 
     names = [name for name, _ in hub.published_files("small")]
     for name in names:
@@ -491,7 +491,7 @@ def test_compressed_torch_archive_is_refused_before_reading(fixture_dir, tmp_pat
 def test_a_load_that_needs_more_memory_than_there_is_says_so(fixture_dir, tmp_path, monkeypatch, kind):
     """The memory a load needs is estimated before anything is allocated, and a shortfall is one
     ElmoResourceError naming the file, the need and what is available."""
-    from spacy_elmo.bilm import memory
+    from spacy_elmo.weights import memory
 
     if kind == "hdf5":
         path, named = hdf5_model(fixture_dir, tmp_path / "m"), "weights.hdf5"
@@ -508,7 +508,7 @@ def test_a_load_that_needs_more_memory_than_there_is_says_so(fixture_dir, tmp_pa
 
 def test_torch_failing_to_allocate_is_a_resource_error(fixture_dir, tmp_path, monkeypatch):
     """torch raises RuntimeError, not MemoryError, when an allocation fails: one ElmoResourceError naming the file."""
-    from spacy_elmo.bilm import load
+    from spacy_elmo.weights import load
 
     def no_memory(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
@@ -545,7 +545,7 @@ def test_a_model_file_symlinked_outside_its_directory_is_refused(fixture_dir, tm
 def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(fixture_dir, tmp_path, monkeypatch):
     """Every dataset the options imply, all zeros, in gzip'd chunks: the file stores far fewer bytes than it
     declares (a real trained model does not compress like that), so nothing is decompressed."""
-    from spacy_elmo.bilm import hdf5_format
+    from spacy_elmo.weights import hdf5 as hdf5_format
 
     monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 1024)  # the fixture's datasets are small
     directory = tmp_path / "bomb"

@@ -17,7 +17,8 @@ from spacy.tokens import Doc, DocBin
 from thinc.api import Config
 
 from spacy_elmo import BiLMOptions, ElmoResourceError
-from spacy_elmo.bilm import BiLM, export_hdf5
+from spacy_elmo.bilm import BiLM
+from spacy_elmo.weights import export_hdf5
 
 from .helpers import CONFIGS, data_path, read_conllu
 
@@ -266,8 +267,8 @@ def test_float16_storage_is_what_the_views_give(fixture_dir, keep_layers):
 def test_a_failed_download_leaves_no_empty_directory(tmp_path, monkeypatch, capsys):
     import urllib.error
 
-    from spacy_elmo.bilm import download as download_module
     from spacy_elmo.cli import main
+    from spacy_elmo.weights import download as download_module
 
     def unreachable(url, target, *args):
         raise urllib.error.URLError("no network in this test")

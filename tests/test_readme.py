@@ -9,8 +9,8 @@ The working directory holds what a user brings along: `corpus.txt` and `dev.txt`
 one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), `project/configs/` (the
 repository's configs), `de.model` (a small random ELMoForManyLangs model written by its own classes) and
 `de_train.spacy` / `de_dev.spacy` (tagged German toy sentences). `SPACY_ELMO_CACHE` names a cache where
-`small` is random weights in the published small model's layout (the test does not download 54 MB), so
-the sizes the examples show are the published ones.
+`small` is what the README's offline route (`init-random --size small`) writes: random weights in the published
+small model's layout (the test does not download 54 MB), so the sizes the examples show are the published ones.
 """
 from __future__ import annotations
 
@@ -27,22 +27,12 @@ import pytest
 
 from .efml_models import write_efml_model
 from .helpers import REPO, data_path
-from .reference_bilm import write_random_weights
 
 README = REPO / "README.md"
 SHELLS = {"bash", "sh", "shell", "console"}
 NOT_RUN = {"ini", "text", "json"}   # configs and outputs: shown, not run
 MARK = re.compile(r"<!--\s*readme-test:\s*skip\s+(network|hours)\b(.*?)-->")
 BLOCK_TIMEOUT = 240
-
-# The published small model's sizes (bilm-tf options of elmo_2x1024_128_2048cnn_1xhighway).
-SMALL_OPTIONS = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 128, "cell_clip": 3, "proj_clip": 3,
-             "dim": 1024, "n_layers": 2},
-    "char_cnn": {"activation": "relu", "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256],
-                                                   [6, 512], [7, 1024]],
-                 "n_highway": 1, "embedding": {"dim": 16}, "n_characters": 262, "max_characters_per_token": 50},
-}
 
 
 class Block(NamedTuple):
@@ -131,6 +121,19 @@ def test_setup_commands_match_ci():
     assert tests in readme
 
 
+def test_setup_says_which_index_each_torch_install_uses():
+    """`.ci/run` pins torch and installs it from pip's configured index (no --index-url): the README's set-up says
+    so, and names the CPU index for a machine whose configured index (PyPI) has a CUDA build only."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    install = re.search(r"pip install -q (torch==[\d.]+)(.*)$", ci, re.M)
+    text = README.read_text(encoding="utf-8")
+    setup = " ".join(text[text.index("## Set-up"):text.index("## Quick start")].split())
+    assert f"pip install {install.group(1)}" in setup
+    assert "--index-url" not in install.group(2).split("#")[0]  # .ci/run: pip's configured index
+    assert "pip's configured index, as `.ci/run` does" in setup
+    assert "--index-url https://download.pytorch.org/whl/cpu" in setup
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """The user's directory (see the module docstring) and the environment the blocks run in."""
@@ -148,11 +151,9 @@ def workdir(tmp_path_factory):
         (root / name).write_text("".join(" ".join(t.text for t in d) + "\n" for d in part), encoding="utf-8")
     shutil.copytree(REPO / "project" / "configs", root / "project" / "configs")
 
-    small = root / "cache" / "small"
-    write_random_weights(small, SMALL_OPTIONS, seed=0)
-    stem = "2x1024_128_2048cnn_1xhighway"
-    (small / "options.json").rename(small / f"elmo_{stem}_options.json")
-    (small / "weights.hdf5").rename(small / f"elmo_{stem}_weights.hdf5")
+    # the README's offline route, written where `download small` puts the published files
+    subprocess.run([sys.executable, "-m", "spacy_elmo", "init-random", str(root / "cache" / "small"), "--size", "small"],
+                   check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=240)
 
     write_efml_model(root / "de.model")
     write_german_tagged(root)

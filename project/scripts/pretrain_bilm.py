@@ -25,7 +25,7 @@ from pathlib import Path
 
 from study import ROOT, SCALES, bilm_record, metrics_dir
 
-from spacy_elmo.bilm.hub import sha256_file
+from spacy_elmo.weights.hub import sha256_file
 
 LM = ROOT / "project" / "assets" / "lm"
 TRAIN_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]

@@ -16,7 +16,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ElmoFileError
-from .files import excerpt
+from ..files import excerpt
 
 BOS_CHAR = 256
 EOS_CHAR = 257
@@ -28,14 +28,15 @@ EOS_TOKEN = "</S>"
 
 
 @lru_cache(maxsize=8192)  # misses of the token cache, and the "carry" path
-def _word_ids(text: str, max_chars: int) -> np.ndarray:
+def _word_ids(key: str | bytes, max_chars: int) -> np.ndarray:
+    """The ids of a token given by its `_key`."""
     ids = np.full(max_chars, PAD_CHAR + 1, dtype=np.int64)
-    if text == BOS_TOKEN:
+    if key == BOS_TOKEN:
         body = [BOS_CHAR]
-    elif text == EOS_TOKEN:
+    elif key == EOS_TOKEN:
         body = [EOS_CHAR]
     else:
-        body = list(text.encode("utf-8", "ignore")[: max_chars - 2])
+        body = list((key if isinstance(key, bytes) else key.encode("utf-8", "ignore"))[: max_chars - 2])
     ids[0] = BOW_CHAR + 1
     ids[1 : 1 + len(body)] = np.asarray(body, dtype=np.int64) + 1
     ids[1 + len(body)] = EOW_CHAR + 1
@@ -43,11 +44,25 @@ def _word_ids(text: str, max_chars: int) -> np.ndarray:
     return ids
 
 
+def _key(text: str, max_chars: int) -> str | bytes:
+    """What a token's ids depend on, at most `max_chars - 2` characters or bytes long (the cache holds no long
+    text): `<S>`, `</S>` or a text of at most that many characters itself, else the first
+    `max_chars - 2` bytes of its utf-8, as bytes (a multibyte character may be cut; characters that encode to
+    nothing, lone surrogates, are left out)."""
+    cut = max_chars - 2
+    if len(text) <= cut or text == BOS_TOKEN or text == EOS_TOKEN:
+        return text
+    body = text[:cut].encode("utf-8", "ignore")  # each character gives 1 to 4 bytes: enough, unless some give none
+    if len(body) < cut:
+        body = text.encode("utf-8", "ignore")
+    return body[:cut]
+
+
 def word_char_ids(text: str, max_chars: int = 50) -> np.ndarray:
     """One token text -> int64 array `(max_chars,)` of shifted character ids (read-only)."""
     if not isinstance(text, str):
         raise TypeError(f"token texts must be str, got {type(text).__name__}: {text!r}")
-    return _word_ids(text, max_chars)
+    return _word_ids(_key(text, max_chars), max_chars)
 
 
 def words_char_ids(words: Sequence[str], max_chars: int = 50) -> np.ndarray:

@@ -2,7 +2,8 @@
 what the biLM returns."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -35,3 +36,12 @@ def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str
         sentence = row if ids is None else ids[row]
         name = f"{name} for sentence {sentence} (counted from 0)"
     raise NonFiniteError(f"{source}: {name} holds NaN or infinite values", sentence)
+
+
+@contextmanager
+def naming_weights(source: str) -> Iterator[None]:
+    """A NonFiniteError raised inside (about weights, from a product of some precision) names `source`."""
+    try:
+        yield
+    except NonFiniteError as err:
+        raise NonFiniteError(f"{source}: {err}", err.sentence) from None

@@ -8,7 +8,7 @@ bias of 1.0 added at run time (not stored; `forget_bias`, 0 for weights that sto
     h = clip((sigmoid(o) * tanh(c)) W_proj, proj_clip)
 
 Inside this module the gate blocks are kept in the order (i, f, o, j), so that one sigmoid
-covers a contiguous block; `TF_TO_INTERNAL` maps the stored order to it (weights.py applies it).
+covers a contiguous block; `gates_to_internal` maps the stored order to it (the hdf5 and EFML readers apply it).
 Direction 0 reads left to right; direction 1 reads each sequence from its last real position
 back to its first, and its outputs are aligned back to token positions.
 """

@@ -1,13 +1,16 @@
 """The ELMo biLM network: token encoder + bidirectional projected LSTM stack, and its warm state.
 
 Math only: tensors in, tensors out. Inference on token texts (state policies, carried state,
-caches, batching) is `embedder.ElmoEmbedder`, which holds one of these.
+caches, batching) is `embedder.ElmoEmbedder`, which holds one of these (`.network`) and
+calls the methods below, never its parts.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
-from typing import NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -16,6 +19,8 @@ from .chars import CharTable
 from .encoder import TokenEncoder
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
+from .precision import LayerProducts
+from .schedule import PrefixTree
 from .threads import torch_threads
 from .warmup import WARMUP_SENTENCES
 
@@ -84,6 +89,10 @@ class BiLM(nn.Module):
     def device(self) -> torch.device:
         return self.token_encoder.w_proj.device
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.token_encoder.w_proj.dtype
+
     def state_key(self) -> tuple:
         """`(version, device, dtype)`: what is derived from the weights is valid while this is unchanged."""
         return self.version, self.device, self.token_encoder.w_proj.dtype
@@ -117,6 +126,52 @@ class BiLM(nn.Module):
         return LSTMState(self.warm_h.unsqueeze(2).expand(-1, -1, batch, -1),
                          self.warm_c.unsqueeze(2).expand(-1, -1, batch, -1))
 
+    def zero_state(self, batch: int, dtype: Optional[torch.dtype] = None) -> LSTMState:
+        """Zeros of `batch` rows on the network's device (`dtype` default: the warm state's)."""
+        return self.lstm.zero_state(batch, self.device, self.warm_h.dtype if dtype is None else dtype)
+
+    @property
+    def boundary_tokens(self) -> Tuple[str, str]:
+        """The texts of the tokens around every sentence (`<S>`, `</S>`, or the model's own)."""
+        return tuple(self.token_encoder.token_ids.boundary)
+
+    def char_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
+        """Token lists -> ids `(B, T + 2, width)` for `forward`, boundaries added."""
+        return self.token_encoder.token_ids.batch_ids(sentences)
+
+    def word_ids(self, words: Sequence[str]) -> np.ndarray:
+        """Token texts -> ids `(n, width)` for the token encoder."""
+        return self.token_encoder.token_ids.words_ids(words)
+
+    def lstm_products(self, precision: str = "float32") -> List[List[LayerProducts]]:
+        """The LSTM's matrix products in `precision`, per layer and direction (`BiLSTMStack.products`)."""
+        return self.lstm.products(precision)
+
+    def step_boundaries(self, x: Tensor, initial_state: LSTMState) -> LSTMState:
+        """The state after each direction's first step from `initial_state` (batch 1): forward over `x[0]`,
+        backward over `x[1]` (the boundary tokens' layers, `(2, P)`)."""
+        first = torch.zeros(1, dtype=torch.long, device=self.device)
+        _, lstm_state = self.lstm.run_directions(x.view(2, 1, 1, -1), initial_state, first)
+        return lstm_state
+
+    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState,
+                   directions: Sequence[int] = (0, 1),
+                   products: Optional[List[List[LayerProducts]]] = None) -> Tuple[List[List[Tensor]], LSTMState]:
+        """The LSTM over the prefix trees of a batch (`BiLSTMStack.run_packed`): words `(U, P)` token layers."""
+        return self.lstm.run_packed(words, trees, initial_state, directions, products)
+
+    def fingerprint(self) -> str:
+        """sha256 over the options, every parameter and buffer and the character table, if any: identifies the
+        outputs."""
+        h = hashlib.sha256(repr(sorted(self.options.sizes().items())).encode())
+        token_ids = self.token_encoder.token_ids
+        if isinstance(token_ids, CharTable):
+            h.update(token_ids.digest().encode())
+        for name, t in self.state_dict().items():
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
     @torch.no_grad()
     def compute_warm_state(self, sentences: Optional[Sequence[Sequence[str]]] = None) -> None:
         """Read `sentences` (token lists; default: `warmup`, which they replace) in one row with carried state
@@ -126,7 +181,7 @@ class BiLM(nn.Module):
         if sentences is None and self.warmup is None:
             raise ElmoConfigError(
                 "the 'warm' state policy needs a warm-up text in this model's language (the built-in one is "
-                "English): call bilm.bilm.compute_warm_state(sentences) with token lists first, or use state='zero' "
+                "English): call bilm.network.compute_warm_state(sentences) with token lists first, or use state='zero' "
                 "(the default for ELMoForManyLangs models)")
         self.warmup = sentences = self.warmup if sentences is None else [list(s) for s in sentences]
         was_training = self.training

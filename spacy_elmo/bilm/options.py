@@ -1,16 +1,17 @@
-"""The biLM's sizes, read from and written to the bilm-tf / AllenNLP options JSON, and its state policies."""
+"""The biLM's sizes, read from and written to the bilm-tf / AllenNLP options JSON."""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Literal, Tuple, get_args
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from ..errors import ElmoConfigError, ElmoFileError
+from ..errors import ElmoFileError
+from ..files import TEXT_ENCODING, read_regular
 from .chars import CHAR_SPECIALS, WORD_SPECIALS
-from .files import TEXT_ENCODING, read_regular
+from .policy import STATE_POLICIES, StatePolicy, check_state_policy  # noqa: F401 (their old home)
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models
@@ -26,17 +27,6 @@ MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 # +-100 (sigmoid saturates in float32 beyond +-17; the published models use 1).
 FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 MAX_FORGET_BIAS = 100.0
-
-
-StatePolicy = Literal["warm", "zero", "carry"]
-STATE_POLICIES: Tuple[str, ...] = get_args(StatePolicy)
-
-
-def check_state_policy(state: str) -> StatePolicy:
-    """`state` if it names a state policy ("warm", "zero", "carry"), else ElmoConfigError."""
-    if state not in STATE_POLICIES:
-        raise ElmoConfigError(f"unknown state policy {state!r}; choose one of {', '.join(STATE_POLICIES)}")
-    return state  # type: ignore[return-value]
 
 
 def read_json(path: Path, what: str = "ELMo options file") -> Any:

@@ -20,16 +20,21 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
 """
 from __future__ import annotations
 
+import copy
 import platform
 import warnings
 from functools import lru_cache
-from typing import Literal, NamedTuple, Optional
+from typing import TYPE_CHECKING, List, Literal, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from ..errors import ElmoConfigError
-from .finite import check_finite
+from .finite import check_finite, naming_weights
+
+if TYPE_CHECKING:
+    from .encoder import TokenEncoder
+    from .model import BiLM
 
 Precision = Literal["float32", "bfloat16", "int8", "auto"]
 PRECISIONS = ("float32", "bfloat16", "int8", "auto")
@@ -78,10 +83,11 @@ def int8_engine() -> Optional[str]:
     return engine if engine in ("x86", "fbgemm", "qnnpack") else None
 
 
-def resolve_precision(precision: str, device: torch.device, allow_int8: bool = True) -> str:
+def resolve_precision(precision: str, device: torch.device, allow_int8: bool = True, stacklevel: int = 3) -> str:
     """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native support
-    -> "float32" (with a warning); ElmoConfigError for "int8" where no int8 kernel runs. `allow_int8`
-    False (training, which has no int8 path): "auto" never gives int8."""
+    -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted from here); ElmoConfigError for
+    "int8" where no int8 kernel runs. `allow_int8` False (training, which has no int8 path): "auto" never gives
+    int8."""
     check_precision(precision)
     if precision == "auto":
         if native_bfloat16(device):
@@ -91,7 +97,7 @@ def resolve_precision(precision: str, device: torch.device, allow_int8: bool = T
         warnings.warn(f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix products "
                       "(emulated ones are slower than float32), so the biLM runs in float32"
                       + ("; 'int8' or 'auto' is the faster choice here" if allow_int8 else ""), RuntimeWarning,
-                      stacklevel=3)
+                      stacklevel=stacklevel)
         return "float32"
     if precision == "int8" and (device.type != "cpu" or int8_engine() is None):
         where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
@@ -198,3 +204,51 @@ class LayerProducts(NamedTuple):
     input: MatrixProduct
     hidden: MatrixProduct
     proj: MatrixProduct
+
+
+class PrecisionCopies:
+    """A network's weights as the inference path runs them in `precision` (resolved: "float32", "bfloat16" or
+    "int8"): the LSTM's products, and under "bfloat16" a bfloat16 copy of the token encoder (int8 has no bounded
+    input there: it runs float32). Made once per weights; `clear()` when they change. Not pickled: made again."""
+
+    def __init__(self, network: "BiLM", source: str):
+        self.network, self.source = network, source  # `source`: what an error about the weights names
+        self.precision = "float32"
+        self._products: Optional[List[List[LayerProducts]]] = None
+        self._encoder: Optional["TokenEncoder"] = None
+
+    def make(self, precision: str) -> None:
+        """Run in `precision` (resolved, see `resolve_precision`), its copies made now: weights that overflow in it
+        are refused here (NonFiniteError naming `source`)."""
+        self.precision = precision
+        self.clear()
+        if precision != "float32":
+            self.lstm_products()
+            self.token_encoder()
+
+    def clear(self) -> None:
+        self._products = None
+        self._encoder = None
+
+    def lstm_products(self) -> List[List[LayerProducts]]:
+        """The LSTM's products in this precision (per layer, per direction)."""
+        if self.precision == "float32":
+            return self.network.lstm_products()
+        if self._products is None:
+            with naming_weights(self.source):
+                self._products = self.network.lstm_products(self.precision)
+        return self._products
+
+    def token_encoder(self) -> "TokenEncoder":
+        """The token encoder in this precision: under bfloat16 a bfloat16 copy."""
+        if self.precision != "bfloat16":
+            return self.network.token_encoder
+        if self._encoder is None:
+            encoder = copy.deepcopy(self.network.token_encoder).to(torch.bfloat16)
+            for name, values in encoder.state_dict().items():
+                check_finite(values, self.source, f"'token_encoder.{name}' as bfloat16")
+            self._encoder = encoder
+        return self._encoder
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_products": None, "_encoder": None}

@@ -2,19 +2,21 @@
 and the entry point. Each command lives in its own module of this package."""
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import typer
 
-from ..bilm import hub
 from ..errors import ElmoError
+from ..weights import hub
 
 app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False,
                   pretty_exceptions_enable=False,
                   help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
                        "pretrain a biLM, write a training config whose components read ELMo.")
-WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, an ELMoForManyLangs model, or this "
-                f"project's format) or a published model downloaded before ({', '.join(hub.PUBLISHED)})")
+WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, an ELMoForManyLangs model, this "
+                "project's format, or a saved spaCy pipeline: the biLM of its one elmo component) or a published "
+                f"model downloaded before ({', '.join(hub.PUBLISHED)})")
 # Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python 3.10).
 
 
@@ -30,5 +32,25 @@ def errors():
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's code."""
-    app(args=argv)
+    """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's code. A usage
+    error (an unknown option or command, a missing argument, a value of the wrong type) is one `error:` line
+    and exit 1 too, like every expected failure (click's own way is a box and exit 2); no arguments: the help."""
+    try:  # click's exceptions as this typer raises them: typer >= 0.2x carries its own copy of click
+        from typer._click import exceptions as click_errors
+    except ImportError:
+        from click import exceptions as click_errors
+
+    try:
+        code = typer.main.get_command(app).main(args=argv, standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as err:
+        typer.echo(err.ctx.get_help())
+        code = 0
+    except click_errors.ClickException as err:  # UsageError, BadParameter, ...: what the user typed
+        where = getattr(err, "ctx", None)
+        hint = f" (see '{where.command_path} --help')" if where is not None else ""
+        typer.echo("error: " + " ".join(f"{err.format_message()}{hint}".split()), err=True)
+        code = 1
+    except typer.Abort:  # end of input at a prompt
+        typer.echo("error: aborted", err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..bilm import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
-from ..bilm.files import atomic_dir, inside_dir, write_errors
 from ..errors import ElmoConfigError, ElmoFileError
+from ..files import atomic_dir, inside_dir, write_errors
+from ..weights import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
+from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
 EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
@@ -50,8 +51,8 @@ def convert_cli(
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
             written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
-        if target == "hdf5" and bilm.state_policy != "warm":
+        if target == "hdf5" and not bilm.state_policy.warm_start:  # what loading an hdf5 layout assumes
             typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
-                       f"state={bilm.state_policy!r} to get the same outputs", err=True)
-        paths = [dest / path.name for path in written]
-    typer.echo("wrote " + " ".join(str(p) for p in paths))
+                       f"state={bilm.state_policy.value!r} to get the same outputs", err=True)
+        paths, source = [dest / path.name for path in written], describe_source(src)
+    typer.echo("wrote " + " ".join(str(p) for p in paths) + ("" if source == src else f" (from the {source})"))

@@ -1,15 +1,13 @@
 """`python -m spacy_elmo embed`: a corpus into hdf5 (see `spacy_elmo.embed`)."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
-from ..bilm.threads import check_threads
 from ..embed.options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
+from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
 LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
@@ -49,7 +47,11 @@ def embed_cli(
     threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "
                                                    "1 on a machine that other jobs share")] = None,
     engine: Annotated[str, typer.Option(help="local: this process; ray: the shards written by a pool of Ray "
-                                             "actors (needs --shards; pip install \"spacy_elmo[ray]\")")] = "local",
+                                             "actors (needs --shards; pip install \"spacy_elmo[ray]\"). Ray pays off "
+                                             "on inputs that take minutes, across several machines or GPUs: starting "
+                                             "Ray and its actors takes 15 s or more (where one process embeds 80 "
+                                             "lines in 1 s); on one machine, --threads or --shard I/N processes "
+                                             "start at once")] = "local",
     address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "
                                                         "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
                                                         "then be at the same path on every node (shared storage). "
@@ -75,60 +77,38 @@ def embed_cli(
     """
     from tqdm import tqdm
 
-    from ..embed.compute import bound_kernel_cache
-    from ..embed.job import embed_sharded, embed_single, first_missing_line, new_job
+    from ..embed import EmbedInterrupted, run
 
-    bound_kernel_cache()
-    with errors():
-        check_threads(threads, "--threads")
-        check_threads(threads_per_worker, "--threads-per-worker")
-    if threads is not None:
-        torch.set_num_threads(threads)
-    with errors():
-        options = EmbedOptions(
-            input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
-            state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
-            flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
-            workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker,
-            max_docbin_bytes=max_docbin_bytes).check()
-        only, shards = options.only_shard(), options.shards
-        if options.engine == "ray":  # the weights' fingerprint as the actors will see it (see `embed_job`)
-            torch.set_num_threads(threads_per_worker or 1)
-        bilm, job = new_job(options)
-    settings = job.settings
-    bar = tqdm(total=settings["lines"], unit=" lines", disable=not progress)
-    tokens = 0
+    options = EmbedOptions(
+        input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
+        state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
+        flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
+        workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker,
+        max_docbin_bytes=max_docbin_bytes)
+    bar = None
 
-    def on_line(n_tokens: int, lines: int = 1) -> None:
-        nonlocal tokens
-        tokens += n_tokens
-        if bar.n == 0 and job.lines_done:  # the lines a resumed run keeps, known once it has looked
-            bar.update(job.lines_done)
-        bar.update(lines)
+    def show(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:  # the first line: the lines a resumed run keeps are known by now
+            bar = tqdm(total=total, initial=done - 1, unit=" lines", disable=not progress)
+        bar.update(done - bar.n)
 
-    job.on_line = on_line
-    start = time.perf_counter()
     try:
         with errors():
-            if options.engine == "ray":
-                from ..embed.ray_engine import embed_job
-
-                del bilm  # each worker loads its own
-                wrote = embed_job(job, weights, address=address, workers=workers,
-                                threads_per_worker=threads_per_worker or 1,
-                                gpus_per_worker=options.gpus_per_worker or 0.0,
-                                on_shard=lambda lines, n_tokens: on_line(n_tokens, lines))
-            else:
-                wrote = embed_sharded(bilm, job, only) if shards else embed_single(bilm, job, resume)
-    except KeyboardInterrupt:
-        where = "" if shards else f" (from line {first_missing_line(job)})"
-        typer.echo(f"interrupted: continue with {'the same command' if shards else '--resume'}{where}", err=True)
+            result = run(options, progress=show)
+    except EmbedInterrupted as err:
+        where = "" if err.resume_from is None else f" (from line {err.resume_from})"
+        typer.echo(f"interrupted: continue with {'--resume' if err.resume_from is not None else 'the same command'}"
+                   f"{where}", err=True)
         raise typer.Exit(130) from None
     finally:
-        bar.close()
-    if not wrote:
-        typer.echo(f"{output_path} is complete already ({job.lines_done} lines)", err=True)
+        if bar is not None:
+            bar.close()
+    if describe_source(weights) != weights:  # a spaCy pipeline: say whose biLM
+        typer.echo(f"weights: the {describe_source(weights)}", err=True)
+    if not result.wrote:
+        typer.echo(f"{output_path} is complete already ({result.lines_done} lines)", err=True)
         return
-    seconds = time.perf_counter() - start
-    typer.echo(f"wrote {output_path}: {job.lines_done + job.lines_run} lines ({job.lines_run} in this run), "
-               f"{tokens} tokens in {seconds:.1f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s", err=True)
+    seconds = max(result.seconds, 1e-9)
+    typer.echo(f"wrote {output_path}: {result.lines_done + result.lines_run} lines ({result.lines_run} in this run), "
+               f"{result.tokens} tokens in {result.seconds:.1f} s, {result.tokens / seconds:,.0f} tokens/s", err=True)

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Annotated, Any, Optional
 
 import typer
 
-from ..bilm import BiLM, hub, load_bilm, locate, read_state_dict
-from ..bilm.efml_format import architecture_file
-from ..bilm.files import inside_dir
+from ..bilm import BiLM
+from ..errors import ElmoUntrainedWarning
+from ..files import inside_dir
+from ..weights import hub, load_bilm, locate, read_state_dict
+from ..weights.efml import architecture_file
+from ..weights.locate import describe_source
+from ..weights.untrained import untrained_note
 from .app import WEIGHTS_HELP, app, errors
 from .convert import EXTRA_FILES
 
@@ -34,7 +39,9 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
 
 def describe(model: str, state: str | None = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
-    bilm = load_bilm(model, state=state)
+    with warnings.catch_warnings():  # reported below, as `untrained`
+        warnings.simplefilter("ignore", ElmoUntrainedWarning)
+        bilm = load_bilm(model, state=state)
     located = locate(model)
     directory = located.config.parent
     architecture = architecture_file(directory) if located.kind == "efml" else None
@@ -45,13 +52,13 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
         softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
     o = bilm.options
     return {
-        "model": model, "state_policy": bilm.state_policy,
+        "model": model, "source": describe_source(model), "state_policy": bilm.state_policy.value,
         "parameters": sum(p.numel() for p in bilm.parameters()),
-        "parameters_by_part": parameter_counts(bilm.bilm), "softmax_parameters": softmax,
+        "parameters_by_part": parameter_counts(bilm.network), "softmax_parameters": softmax,
         "widths": {"char embedding": o.char_dim, "char CNN filters": o.n_filters, "token layer": o.projection_dim,
                    "LSTM cell": o.lstm_dim, "LSTM projection": o.projection_dim, "ELMo layers": bilm.output_dim},
         "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,
-        "fingerprint": bilm.fingerprint(), "options": o.sizes(),
+        "fingerprint": bilm.fingerprint(), "options": o.sizes(), "untrained": untrained_note(o),
         "files": [{"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)} for p in files + extra],
     }
 
@@ -71,7 +78,9 @@ def info_cli(
     from wasabi import msg
 
     o = report["options"]
-    msg.divider(f"ELMo biLM: {model}")
+    msg.divider(f"ELMo biLM: {report['source']}")
+    if report["untrained"]:
+        msg.warn(f"untrained: {report['untrained']}")
     msg.table({"char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
                "highway layers": o["n_highway"],
                "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip {o['proj_clip']}, "

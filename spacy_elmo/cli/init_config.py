@@ -14,8 +14,8 @@ from typing import Annotated, Any, Dict, List, Optional
 
 import typer
 
-from ..bilm import load_bilm, locate
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
+from ..weights import load_bilm, locate
 from .app import WEIGHTS_HELP, app, errors
 
 # The head of each component: its `model` without the `tok2vec` (spaCy's quickstart, CPU).

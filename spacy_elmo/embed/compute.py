@@ -11,8 +11,8 @@ from itertools import islice
 import numpy as np
 
 from ..bilm import ElmoEmbedder
-from ..bilm.embedder import long_sentence
 from ..bilm.finite import NonFiniteError
+from ..bilm.runner import long_sentence
 from ..errors import ElmoConfigError
 from .h5writer import Pieces
 
@@ -75,7 +75,7 @@ def in_pieces(bilm: ElmoEmbedder, tokens: list[str], layer: str | int, batch_siz
               line: int) -> Pieces:
     """A line (number `line`) longer than `long_sentence(batch_size)` tokens: its chosen layers as consecutive
     pieces along the token axis, computed as they are written (memory bounded by batch_size, not by the line)."""
-    if bilm.state_policy == "carry":
+    if not bilm.state_policy.allows_pieces:
         raise ElmoConfigError(f"a line of {len(tokens)} tokens, more than 256 x --batch-size {batch_size}: under "
                               "--state carry a line is computed whole; give a larger --batch-size, or --state warm "
                               "or zero (which compute long lines in pieces)")

@@ -1,5 +1,5 @@
-"""HDF5 files of `embed`, each written whole: the layout, `H5Writer`, and the writers of a piece and of
-the assembled output.
+"""HDF5 files of `embed`, each written whole: the layout, `H5Writer`, the writers of a piece and of the
+assembled output, and `HDF5Output`, the `writer.OutputWriter` a run uses.
 
 Every file has the layout `allennlp elmo` wrote: one dataset per input line, named by the line's number in
 the whole input, shaped `(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one layer or a mix),
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..bilm import files
-from ..bilm.files import fsync_dir, regular_file
+from .. import files
 from ..errors import ElmoError, ElmoFileError
+from ..files import fsync_dir, regular_file
+from .writer import Line, Pieces
 
 SETTINGS = "spacy_elmo.settings"
 INDEX = "sentence_to_index"
@@ -43,27 +45,13 @@ LIBVER_CHUNKED = ("v110", "latest")
 BASE_BYTES = 1 << 16
 OBJECT_BYTES = 1024
 CHUNKED_BYTES = 8192
+# An assembled `sentence_to_index` of more bytes than this is written a part's index at a time (`finish_in_pieces`).
+INDEX_IN_PIECES = 1 << 20
 
 
 def write_error(err: OSError, path: Path) -> ElmoError:
     """What went wrong writing `path`, as one line (see `files.write_error`); a full disk: `--resume`."""
     return files.write_error(err, path, "free space and run again with --resume") or ElmoFileError(f"cannot write {path}")
-
-
-@dataclass
-class Pieces:
-    """An array too large to hold at once (the layers of a very long line), given as consecutive pieces along
-    `axis`, each at most `chunk` long there: `shape` and `dtype` of the whole."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    axis: int
-    chunk: int
-    pieces: Iterator[np.ndarray]
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
 class H5Writer:
@@ -168,9 +156,36 @@ class H5Writer:
         self.h5.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
         self.commit()
 
+    def finish_in_pieces(self, size: int, pieces: Iterable[bytes | memoryview], settings: dict[str, Any]) -> None:
+        """`finish` for an index of `size` bytes given as consecutive `pieces`, never held whole: HDF5 is
+        asked what `finish` asks (the same file, byte for byte), the index's bytes given from an untouched
+        anonymous mapping (zero pages, which take no memory); once HDF5 has closed the file, the pieces are
+        written over those bytes in place."""
+        self._reserve(size + len(json.dumps(settings)))
+        zeros = mmap.mmap(-1, size)
+        buffer = np.frombuffer(zeros, dtype=f"S{size}")
+        dataset = self.h5.create_dataset(INDEX, (1,), dtype=buffer.dtype)
+        dataset.write_direct(buffer)
+        del buffer
+        zeros.close()
+        at = start = dataset.id.get_offset()
+        self.h5.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
+        self._close()
+        for piece in pieces:
+            piece = memoryview(piece)
+            while piece:
+                written = os.pwrite(self.fd, piece, at)
+                at, piece = at + written, piece[written:]
+        if at - start != size:
+            raise ElmoFileError(f"{self.path}: {at - start} bytes of {INDEX} written, expected {size}")
+        self._publish()
+
     def commit(self) -> None:
         """Close, fsync, rename to `path`, fsync the directory: the file is visible only whole."""
         self._close()
+        self._publish()
+
+    def _publish(self) -> None:
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
@@ -194,7 +209,7 @@ def index_items(texts: Iterable[str], first: int) -> bytes:
     return ", ".join(f'{json.dumps(t)}: "{i}"' for i, t in enumerate(texts, first)).encode("ascii")
 
 
-def write_piece(path: Path, first: int, count: int, lines: Iterable[tuple[str, np.ndarray | Pieces]],
+def write_piece(path: Path, first: int, count: int, lines: Iterable[Line],
                 settings: dict[str, Any], *, compression: str | None = None, reopen_every: int = 10_000) -> None:
     """Write one whole file at `path` from `(text, array)` for `count` lines, its datasets named
     `first`, `first + 1`, ...; visible only once complete (ElmoFileError where `lines` ends early)."""
@@ -218,20 +233,66 @@ def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: 
     `sentence_to_index`, written under a temporary name in `tmp_dir` (on `path`'s file system) and
     renamed when complete. A
     sentence repeated across lines maps to its last line: a JSON reader keeps a key's last value
-    (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files."""
+    (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files. Memory holds one
+    piece's index at a time (`H5Writer.finish_in_pieces`), where it is larger than `INDEX_IN_PIECES`."""
     out = H5Writer(path, reopen_every, tmp_dir, compressed=settings["compression"] != "none")
     try:
-        index = bytearray(b"{")
+        sizes = []  # of each piece's `"text": "index", ...` (its JSON less the braces)
         for piece in pieces:
             regular_file(piece, "part of the output")
             with h5py.File(piece, "r") as src:
                 for name in sorted((k for k in src if k != INDEX), key=int):
                     out.copy_from(src, name)
-                items = bytes(src[INDEX][0])[1:-1]
-            if items:
-                index += (b", " if len(index) > 1 else b"") + items
-        index += b"}"
-        out.finish(index, settings)
+                sizes.append(src[INDEX].dtype.itemsize - 2)
+        filled = sum(1 for n in sizes if n)
+        size = 2 + sum(sizes) + 2 * max(0, filled - 1)
+        if size <= INDEX_IN_PIECES:
+            out.finish(b"".join(_joined_index(pieces, sizes)), settings)
+        else:
+            out.finish_in_pieces(size, _joined_index(pieces, sizes), settings)
     except BaseException:
         out.abort()
         raise
+
+
+def _joined_index(pieces: list[Path], sizes: list[int]) -> Iterator[bytes | memoryview]:
+    """The bytes of the joined `sentence_to_index`, a piece's index at a time."""
+    yield b"{"
+    first = True
+    for piece, size in zip(pieces, sizes):
+        if not size:
+            continue
+        with h5py.File(piece, "r") as src:
+            items = src[INDEX][()].view(np.uint8)[1:-1]  # no copy
+        if items.size != size:
+            raise ElmoFileError(f"{piece}: its {INDEX} changed while the output was assembled")
+        if not first:
+            yield b", "
+        yield memoryview(items)
+        first = False
+    yield b"}"
+
+
+@dataclass(frozen=True)
+class HDF5Output:
+    """The `OutputWriter` of HDF5 files in the layout above: lines `compression`ed (gzip, lzf or None), each file
+    closed and reopened every `reopen_every` datasets (see `H5Writer`)."""
+
+    compression: str | None = None
+    reopen_every: int = 10_000
+
+    def write_piece(self, path: Path, first: int, count: int, lines: Iterable[Line], settings: dict[str, Any]) -> None:
+        write_piece(path, first, count, lines, settings, compression=self.compression, reopen_every=self.reopen_every)
+
+    def assemble(self, pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: Path) -> None:
+        assemble(pieces, path, settings, tmp_dir, reopen_every=self.reopen_every)
+
+    def read_settings(self, path: Path) -> dict[str, Any]:
+        regular_file(path, "existing output")
+        try:
+            with h5py.File(path, "r") as f:
+                if SETTINGS not in f.attrs:
+                    raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
+                return json.loads(f.attrs[SETTINGS])
+        except OSError as err:
+            raise ElmoFileError(f"{path}: exists and cannot be read as hdf5 ({err}): choose another output") from None

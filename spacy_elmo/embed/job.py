@@ -10,43 +10,81 @@ every setting.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Optional, TypedDict
 
-import h5py
 import torch
 from spacy.language import Language
 
 from ..about import __version__
-from ..bilm import ElmoEmbedder, load_bilm
-from ..bilm.files import regular_file
+from ..bilm import ElmoEmbedder
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
+from ..files import regular_file
+from ..weights import load_bilm
 from .compute import embed_blocks, parse_layer
-from .h5writer import SETTINGS, TMP, assemble, write_error, write_piece
-from .options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
-from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan, take_lock
-from .reader import read_sentences, scan_input
+from .h5writer import TMP, HDF5Output, write_error
+from .options import EmbedOptions
+from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, held_by, locked, plan
+from .sentences import read_sentences, scan_input
+from .writer import OutputWriter
+
+
+class Settings(TypedDict):
+    """What an output records of the run that wrote it (the root attribute `spacy_elmo.settings` of each file,
+    the manifest's `settings`): the input (`scan_input`), what changes a float32 result's bits (threads, torch,
+    the weights' fingerprint, ...) and the options that shape the output. A run continues an output only under
+    the same (`outdir.check_settings`)."""
+
+    input: str
+    input_bytes: int
+    input_sha256: str
+    lines: int
+    threads: int
+    torch: str
+    spacy_elmo: str
+    weights_fingerprint: str
+    state: str
+    precision: str
+    device: str
+    layer: str
+    batch_size: int
+    flush_every: int
+    dtype: str
+    compression: str
+    shards: Optional[int]
+    tokenizer: str
 
 
 @dataclass
 class Job:
-    """What to embed and how: the input, its tokenizer, every setting that shapes the output."""
+    """One run: its checked `options`, the `settings` it records, the `writer` of its files, the input's
+    tokenizer (`nlp`; None: split on whitespace) and the layer chosen; `on_line(n_tokens)` follows each line
+    embedded; `lines_done`: lines found complete when the run started, `lines_run`: lines embedded by it."""
 
-    input_path: Path
-    output: Path
-    settings: dict[str, Any]  # scan_input's keys + weights, state, layer, batch_size, flush_every, tokenizer, ...
+    options: EmbedOptions
+    settings: Settings
+    writer: OutputWriter
     nlp: Language | None = None
     layer: str | int = "all"
-    shards: int | None = None
     on_line: Callable[[int], None] | None = None
-    lines_done: int = 0  # lines found complete when the run started
-    lines_run: int = 0  # lines embedded by this run
-    max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES  # a .spacy input decompressed (not a setting of the output)
+    lines_done: int = 0
+    lines_run: int = 0
+
+    @property
+    def input_path(self) -> Path:
+        return self.options.input_path
+
+    @property
+    def output(self) -> Path:
+        return self.options.output
+
+    @property
+    def shards(self) -> int | None:
+        return self.options.shards
 
     @property
     def block(self) -> int:
@@ -54,15 +92,15 @@ class Job:
 
 
 def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
-    """Check the options of a run, load the biLM and scan the input: the embedder and the Job, whose
-    settings are recorded with the output (and must match when a run continues)."""
+    """Load the biLM and scan the input of a run of `options` (checked: `EmbedOptions.check`): the embedder and
+    the Job, whose settings are recorded with the output (and must match when a run continues)."""
     import spacy
 
-    o = options.check()
+    o = options
     regular_file(o.input_path, "input")  # read twice (scanned, then embedded): no pipe
     bilm = load_bilm(o.weights, state=o.state, precision=o.precision, device=o.device)
     chosen = parse_layer(o.layer, bilm.num_output_layers)
-    if (o.resume or o.shards) and bilm.state_policy == "carry":
+    if (o.resume and not bilm.state_policy.allows_resume) or (o.shards and not bilm.state_policy.allows_regrouping):
         raise ElmoConfigError(f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
                               "or zero): under carry a line's vectors depend on every line before it")
     docbin = o.input_path.suffix == ".spacy"
@@ -71,15 +109,14 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
     scanned = scan_input(o.input_path, o.max_docbin_bytes)
-    # what changes a float32 result's bits is recorded too: a run continues only under the same
-    settings = {**scanned, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                "spacy_elmo": __version__, "weights_fingerprint": bilm.fingerprint(), "state": bilm.state_policy,
-                "precision": bilm.precision, "device": bilm.device.type,
-                "layer": o.layer, "batch_size": o.batch_size, "flush_every": o.block_size(scanned["lines"]), "dtype": o.dtype,
-                "compression": o.compression, "shards": o.shards,
-                "tokenizer": "docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}"}
-    return bilm, Job(o.input_path, o.output, settings, nlp=nlp, layer=chosen, shards=o.shards,
-                     max_docbin_bytes=o.max_docbin_bytes)
+    settings = Settings(**scanned, threads=torch.get_num_threads(), torch=torch.__version__, spacy_elmo=__version__,
+                        weights_fingerprint=bilm.fingerprint(), state=bilm.state_policy.value, precision=bilm.precision,
+                        device=bilm.device.type, layer=o.layer, batch_size=o.batch_size,
+                        flush_every=o.block_size(scanned["lines"]), dtype=o.dtype, compression=o.compression,
+                        shards=o.shards,
+                        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}")
+    writer = HDF5Output(None if o.compression == "none" else o.compression, reopen_every=settings["flush_every"])
+    return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen)
 
 
 def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int, stop: int,
@@ -89,14 +126,13 @@ def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int,
     without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
     one call."""
     if sentences is None:
-        sentences = read_sentences(job.input_path, job.nlp, start, job.max_docbin_bytes)
+        sentences = read_sentences(job.input_path, job.nlp, start, job.options.max_docbin_bytes)
     lines = embed_blocks(bilm, islice(sentences, stop - start), block=job.block, layer=job.layer,
                          batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line,
                          first_line=start + 1)
-    compression = None if job.settings["compression"] == "none" else job.settings["compression"]
     path = work.piece(i)
     try:
-        write_piece(path, start, stop - start, lines, job.settings, compression=compression, reopen_every=job.block)
+        job.writer.write_piece(path, start, stop - start, lines, job.settings)
     except OSError as err:
         raise write_error(err, path) from None
     job.lines_run += stop - start
@@ -111,7 +147,7 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     if out.exists():
         if not resume:
             raise ElmoResumeError(f"{out} exists: pass --resume to continue it, or remove it")
-        check_settings(out, _file_settings(out), job.settings)
+        check_settings(out, job.writer.read_settings(out), job.settings)
         if partial.exists():  # killed while removing it, after OUTPUT was complete
             work.lock()
             work.remove()
@@ -119,6 +155,10 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
         job.lines_done = job.settings["lines"]
         return False
     if partial.exists() and not resume:
+        who = held_by(partial / LOCK)
+        if who:
+            raise ElmoResumeError(f"{out}: another process is writing it ({who}; {partial}): wait for it to "
+                                  "finish, or stop it and run again")
         raise ElmoResumeError(f"{out}: an interrupted run is in {partial}: pass --resume to continue it")
     try:
         if not partial.exists():
@@ -133,7 +173,7 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
             work.write_manifest(Manifest("file", job.settings, ranges))
         _run_pieces(bilm, job, work, ranges)
         try:
-            assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, partial, reopen_every=job.block)
+            job.writer.assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, partial)
         except OSError as err:
             raise write_error(err, out) from None
         work.remove()
@@ -170,7 +210,7 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
                             "smaller --flush-every")
     manifests = WorkDir(out, out, "shard")
     manifests.create(exist_ok=True)
-    with take_lock(out / LOCK, out, wait=True):
+    with locked(out / LOCK, out, wait=True):
         complete = manifests.complete(len(ranges))
         if manifests.has_manifest():
             manifest = manifests.manifest()
@@ -188,15 +228,15 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
 
 def write_shard(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, lines: tuple[int, int]) -> None:
     """Write shard `i` (input lines `lines`) whole, unless it is there already; its lock keeps a
-    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile."""
-    with take_lock(work.path / f"{work.piece(i).name}.lock", work.output):
+    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile (its file is removed after)."""
+    with locked(work.path / f"{work.piece(i).name}.lock", work.output):
         if not work.piece(i).is_file():
             write_range(bilm, job, work, i, *lines)
 
 
 def record_complete(work: WorkDir) -> None:
     """Record in the manifest which shards are on disk (under the directory's lock)."""
-    with take_lock(work.path / LOCK, work.output, wait=True):
+    with locked(work.path / LOCK, work.output, wait=True):
         work.record_complete(work.manifest())
 
 
@@ -209,7 +249,7 @@ def _run_pieces(bilm: ElmoEmbedder, job: Job, work: WorkDir, ranges: list[tuple[
         if complete:
             continue
         if sentences is None:
-            sentences = read_sentences(job.input_path, job.nlp, start, job.max_docbin_bytes)
+            sentences = read_sentences(job.input_path, job.nlp, start, job.options.max_docbin_bytes)
         write_range(bilm, job, work, i, start, stop, sentences)
         if i + 1 < len(ranges) and done[i + 1]:
             sentences = None  # the next pieces are there: open again where work resumes
@@ -223,14 +263,3 @@ def first_missing_line(job: Job) -> int:
     except ElmoFileError:
         return 0
     return next((a for i, (a, _) in enumerate(ranges) if not partial.piece(i).is_file()), job.settings["lines"])
-
-
-def _file_settings(path: Path) -> dict[str, Any]:
-    regular_file(path, "existing output")
-    try:
-        with h5py.File(path, "r") as f:
-            if SETTINGS not in f.attrs:
-                raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
-            return json.loads(f.attrs[SETTINGS])
-    except OSError as err:
-        raise ElmoFileError(f"{path}: exists and cannot be read as hdf5 ({err}): choose another output") from None

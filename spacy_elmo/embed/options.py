@@ -1,11 +1,13 @@
-"""Every setting of one `embed` run, in one object: what the command line takes and the job reads."""
+"""Every setting of one `embed` run, in one object: what the command line takes, `spacy_elmo.embed.run` runs
+and the job reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..bilm import check_precision
+from ..bilm.threads import check_threads
 from ..errors import ElmoConfigError, ElmoResourceError
 
 DTYPES = ("float32", "float16")
@@ -20,8 +22,9 @@ class EmbedOptions:
     """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files) with the
     biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard` ("I/N") writes one
     shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`,
-    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default). A `.spacy` input is
-    decompressed to at most `max_docbin_bytes`."""
+    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default; `runtime_env`: the
+    actors' Ray runtime environment, not on the command line). A `.spacy` input is decompressed to at most
+    `max_docbin_bytes`. `check()` gives the options a run uses (`spacy_elmo.embed.run` calls it)."""
 
     input_path: Path
     output: Path
@@ -46,6 +49,7 @@ class EmbedOptions:
     threads_per_worker: Optional[int] = None
     gpus_per_worker: Optional[float] = None
     max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES
+    runtime_env: Optional[dict[str, Any]] = None
 
     def check(self) -> "EmbedOptions":
         """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a setting out
@@ -54,6 +58,8 @@ class EmbedOptions:
             raise ElmoConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
                                   f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}")
         check_precision(self.precision)
+        check_threads(self.threads, "--threads")
+        check_threads(self.threads_per_worker, "--threads-per-worker")
         if not isinstance(self.max_docbin_bytes, int) or self.max_docbin_bytes < 1:
             raise ElmoConfigError(f"--max-docbin-bytes must be a positive number of bytes, got {self.max_docbin_bytes!r}")
         only = self.only_shard()
@@ -84,9 +90,9 @@ class EmbedOptions:
             raise ElmoConfigError(f"--engine must be local or ray, got {self.engine!r}")
         if self.engine == "local":
             if any(option is not None for option in (self.address, self.workers, self.threads_per_worker,
-                                                     self.gpus_per_worker)):
-                raise ElmoConfigError("--address, --workers, --threads-per-worker and --gpus-per-worker go with "
-                                      "--engine ray")
+                                                     self.gpus_per_worker, self.runtime_env)):
+                raise ElmoConfigError("--address, --workers, --threads-per-worker and --gpus-per-worker (and a "
+                                      "runtime_env) go with --engine ray")
             return
         if self.device not in ("cpu", "cuda"):
             raise ElmoConfigError(f"--device {self.device}: with --engine ray, --device is cpu or cuda (Ray gives each "

@@ -18,13 +18,15 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, regular_file, write_atomic
 from ..errors import ElmoFileError, ElmoResumeError
+from ..files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, regular_file, write_atomic
 from .h5writer import write_error
 
 FORMAT = "spacy_elmo.embed/1"
@@ -83,18 +85,80 @@ def _record(record: Any) -> Optional[dict[str, Any]]:
 
 def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
     """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
-    another process holds it; the lock lasts until the returned file is closed."""
+    another process holds it (naming it: the holder writes its pid and host into the file); the lock lasts
+    until the returned file is closed (`release`). A holder may remove the file as it releases it: a process
+    that waited on the removed file then takes the one now at `path`."""
+    while True:
+        try:
+            file = open(path, "a+")  # the caller holds it open
+        except OSError as err:
+            raise write_error(err, path) from None
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            who = _holder(file)
+            file.close()
+            raise ElmoResumeError(f"{output} is locked by another process that is writing it ("
+                                  f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
+                                  "again") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        file.close()  # removed by its holder meanwhile
     try:
-        file = open(path, "a+")  # the caller holds it open
-    except OSError as err:
-        raise write_error(err, path) from None
-    try:
-        fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        file.close()
-        raise ElmoResumeError(f"{output} is locked by another process that is writing it ({path}): "
-                              "wait for it to finish, or stop it and run again") from None
+        file.truncate(0)
+        file.write(f"{os.getpid()} {socket.gethostname()}\n")
+        file.flush()
+    except OSError:
+        pass  # the lock holds without its holder's name (a full disk)
     return file
+
+
+def release(lock: IO[str], remove: bool = False) -> None:
+    """Release a lock of `take_lock`; `remove`: remove its file first (no lock file stays once a run is done)."""
+    if remove:
+        try:
+            os.unlink(lock.name)
+        except OSError:
+            pass
+    lock.close()
+
+
+@contextmanager
+def locked(path: Path, output: Path, wait: bool = False) -> Iterator[None]:
+    """`take_lock` for the block; the lock's file is removed as it is released."""
+    lock = take_lock(path, output, wait)
+    try:
+        yield
+    finally:
+        release(lock, remove=True)
+
+
+def _holder(lock: IO[str]) -> str:
+    """`pid N on HOST` as the holder of `lock` wrote it, or ""."""
+    try:
+        lock.seek(0)
+        found = lock.read(300).split()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f"pid {found[0]} on {found[1]}" if len(found) == 2 and found[0].isdigit() else ""
+
+
+def held_by(path: Path) -> Optional[str]:
+    """Whether another process holds the lock at `path`: `pid N on HOST` (or "a process" where it did not say
+    which), else None."""
+    try:
+        file = open(path)
+    except OSError:
+        return None
+    with file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(file) or "a process"
+        return None
 
 
 def piece_name(kind: str, i: int) -> str:

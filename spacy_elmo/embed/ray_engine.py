@@ -18,8 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
-from collections.abc import Callable
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,13 +34,13 @@ import ray
 import ray.data
 import torch
 
-from ..bilm import load_bilm
-from ..bilm.threads import torch_threads
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
+from ..weights import load_bilm
 from .compute import bound_kernel_cache
-from .job import Job, new_job, record_complete, start_sharded, write_shard
+from .job import Job, record_complete, start_sharded, write_shard
 from .options import EmbedOptions
 from .outdir import WorkDir
+from .runner import EmbedResult, run
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
 
@@ -79,10 +84,47 @@ class ShardWriter:
         return {key: np.array(values, dtype=object if key == "error" else np.int64) for key, values in rows.items()}
 
 
+# Ray's C++ core writes its log lines to this process's stderr: an ERROR line for every actor whose
+# constructor arguments are in the object store, as Ray Data's are (`ray_stderr` leaves those out).
+RAY_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ ([DIWEF]) \d+ \d+\] [\w.]+:\d+: ")
+EXPECTED = ("has constructor arguments in the object store",)
+
+
+@contextmanager
+def ray_stderr() -> Iterator[None]:
+    """While the block runs, what Ray's C++ core writes to stderr (fd 2) goes to a temporary file, Python's
+    `sys.stderr` (a progress bar, messages) to the terminal as before; after it, the lines other than Ray's
+    debug, info and warning lines and its `EXPECTED` notices are written out. Ray's log files keep them all
+    (/tmp/ray/session_latest/logs)."""
+    try:
+        ours = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        ours = False
+    sys.stderr.flush()
+    saved, capture, before = os.dup(2), tempfile.TemporaryFile(), sys.stderr
+    os.dup2(capture.fileno(), 2)
+    if ours:  # a copy of the terminal's descriptor, closed with the last object that writes to it
+        sys.stderr = os.fdopen(os.dup(saved), "w", buffering=1, encoding=before.encoding, errors=before.errors)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = before
+        capture.seek(0)
+        for line in capture.read().decode("utf-8", "replace").splitlines():
+            found = RAY_LINE.match(line)
+            if not (found and (found.group(1) in "DIW" or any(notice in line for notice in EXPECTED))):
+                print(line, file=sys.stderr)
+        capture.close()
+
+
 def connect(address: str | None) -> bool:
     """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
     runs in this process already. Returns whether it started (the caller then shuts it down).
-    Ray that cannot start is an ElmoResourceError in one line."""
+    Ray that cannot start is an ElmoResourceError in one line. Ray logs only errors here, and the actors'
+    output stays in Ray's log files (`log_to_driver`)."""
     if ray.is_initialized():
         return False
     host, _, port = (address or "").split("://")[-1].rpartition(":")
@@ -94,9 +136,10 @@ def connect(address: str | None) -> bool:
                                   "`ray start --head`, or leave --address out to run on this machine") from None
     try:
         if address:
-            ray.init(address=address, logging_level=logging.WARNING)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         else:
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR,
+                     log_to_driver=False)
     except Exception as err:  # Ray raises many kinds; each is one line here
         where = f"at {address}" if address else "on this machine"
         raise ElmoResourceError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
@@ -123,43 +166,45 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard
         return False
-    started = connect(address)
-    failures: list[str] = []
-    context, log = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
-    bars, level = context.enable_progress_bars, log.level
-    context.enable_progress_bars = False  # the caller reports progress (on_shard)
-    log.setLevel(logging.ERROR)
-    try:
-        resources = ray.cluster_resources()
-        cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
-        if gpus_per_worker > gpus:
-            raise ElmoResourceError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)")
-        fit = cpus // threads_per_worker if not gpus_per_worker else min(cpus // threads_per_worker,
-                                                                         int(gpus / gpus_per_worker))
-        size = min(len(todo), workers or max(1, fit))
-        lang = job.nlp.lang if job.nlp is not None else None
-        weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # else a published name
-        shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
-        written = shards.map_batches(
-            ShardWriter, batch_size=1, batch_format="numpy",
-            fn_constructor_kwargs={"job": replace(job, input_path=job.input_path.resolve(), output=job.output.resolve(),
-                                                  nlp=None, on_line=None),  # a node's working directory is not ours
-                                   "weights": weights, "lang": lang, "ranges": ranges, "threads": threads_per_worker},
-            compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
-            num_cpus=threads_per_worker, num_gpus=gpus_per_worker or None, runtime_env=runtime_env)
-        for row in written.iter_rows():
-            if row["error"]:
-                failures.append(row["error"])
-                continue
-            job.lines_run += int(row["lines"])
-            record_complete(work)
-            if on_shard is not None:
-                on_shard(int(row["lines"]), int(row["tokens"]))
-    finally:
-        context.enable_progress_bars = bars
-        log.setLevel(level)
-        if started:
-            ray.shutdown()
+    with ray_stderr():  # quiet: see `connect`, `ray_stderr`
+        started = connect(address)
+        failures: list[str] = []
+        context, log = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
+        bars, level = context.enable_progress_bars, log.level
+        context.enable_progress_bars = False  # the caller reports progress (on_shard)
+        log.setLevel(logging.ERROR)
+        try:
+            resources = ray.cluster_resources()
+            cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
+            if gpus_per_worker > gpus:
+                raise ElmoResourceError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)")
+            fit = cpus // threads_per_worker if not gpus_per_worker else min(cpus // threads_per_worker,
+                                                                             int(gpus / gpus_per_worker))
+            size = min(len(todo), workers or max(1, fit))
+            lang = job.nlp.lang if job.nlp is not None else None
+            weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # else a published name
+            shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
+            written = shards.map_batches(
+                ShardWriter, batch_size=1, batch_format="numpy",
+                fn_constructor_kwargs={"job": replace(job, options=replace(job.options, input_path=job.input_path.resolve(),
+                                                                           output=job.output.resolve()),
+                                                      nlp=None, on_line=None),  # a node's working directory is not ours
+                                       "weights": weights, "lang": lang, "ranges": ranges, "threads": threads_per_worker},
+                compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
+                num_cpus=threads_per_worker, num_gpus=gpus_per_worker or None, runtime_env=runtime_env)
+            for row in written.iter_rows():
+                if row["error"]:
+                    failures.append(row["error"])
+                    continue
+                job.lines_run += int(row["lines"])
+                record_complete(work)
+                if on_shard is not None:
+                    on_shard(int(row["lines"]), int(row["tokens"]))
+        finally:
+            context.enable_progress_bars = bars
+            log.setLevel(level)
+            if started:
+                ray.shutdown()
     if failures:
         more = f" (and {len(failures) - 1} more shard(s) failed)" if len(failures) > 1 else ""
         raise ElmoFileError(f"{failures[0]}{more}; the complete shards are kept: run the same command again")
@@ -167,18 +212,9 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
 
 
 def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, weights: str, *, shards: int,
-                   address: str | None = None, workers: int | None = None, threads_per_worker: int = 1,
-                   gpus_per_worker: float | None = None, runtime_env: dict[str, Any] | None = None,
-                   **settings: Any) -> Job:
-    """Embed `input_path` into the shard directory `output` on Ray (see the module's docstring);
-    `settings` are fields of `EmbedOptions` (lang, whitespace, layer, batch_size, state, precision,
-    device, dtype, compression, flush_every). Rerunning it writes only the missing shards. Returns the Job
-    (`lines_done`: lines complete before, `lines_run`: lines written now)."""
-    options = EmbedOptions(Path(input_path), Path(output), weights, shards=shards, engine="ray",
-                           gpus_per_worker=gpus_per_worker, **settings).check()
-    with torch_threads(threads_per_worker):  # the weights' fingerprint as the actors see them (see `embed_job`)
-        bilm, job = new_job(options)
-    del bilm  # each actor loads its own
-    embed_job(job, weights, address=address, workers=workers, threads_per_worker=threads_per_worker,
-              gpus_per_worker=options.gpus_per_worker or 0.0, runtime_env=runtime_env)
-    return job
+                   **settings: Any) -> EmbedResult:
+    """Deprecated: `spacy_elmo.embed.run(EmbedOptions(input_path, output, weights, shards=shards,
+    engine="ray", **settings))`, whose result this returns."""
+    warnings.warn("embed_with_ray is deprecated: use spacy_elmo.embed.run(EmbedOptions(..., engine='ray'))",
+                  DeprecationWarning, stacklevel=2)
+    return run(EmbedOptions(Path(input_path), Path(output), weights, shards=shards, engine="ray", **settings))

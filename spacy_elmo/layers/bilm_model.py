@@ -28,18 +28,15 @@ from ..bilm import (
     ElmoEmbedder,
     Precision,
     StatePolicy,
-    bilm_from_state_dict,
     check_batch_size,
     check_precision,
-    check_state_policy,
-    load_bilm,
-    read_state_dict,
 )
-from ..bilm.embedder import check_cache_size
-from ..bilm.files import read_regular
 from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
-from ..bilm.own_format import MAX_TABLE_BYTES
+from ..bilm.runner import check_cache_size
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
+from ..files import read_regular
+from ..weights import bilm_from_state_dict, load_bilm, read_state_dict
+from ..weights.own import MAX_TABLE_BYTES
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
@@ -55,7 +52,7 @@ class FrozenBiLM(nn.Module):
                  token_cache_size: int, precision: Precision = "float32"):
         super().__init__()
         self.configured = options
-        self.state = None if state is None else check_state_policy(state)  # None: the weights' own policy
+        self.state = None if state is None else StatePolicy.parse(state)  # None: the weights' own policy
         self.batch_size = check_batch_size(batch_size)
         self.token_cache_size = check_cache_size(token_cache_size)
         self.precision = check_precision(precision)
@@ -73,8 +70,8 @@ class FrozenBiLM(nn.Module):
         check_sizes(self.configured, embedder.options, source)
         if self.state is not None:
             embedder.state_policy = self.state
-        if embedder.state_policy == "warm":
-            embedder.bilm.warm_state(1)  # ElmoConfigError now where there is no warm-up text (see load_bilm)
+        if embedder.state_policy.warm_start:
+            embedder.network.warm_state(1)  # ElmoConfigError now where there is no warm-up text (see load_bilm)
         embedder.token_cache.capacity = int(self.token_cache_size)
         embedder.token_cache.clear()
         embedder.eval()
@@ -109,11 +106,11 @@ def serialize_bilm(module: FrozenBiLM) -> bytes:
     policy), warm_state (whether the state dict holds one)}`, and `char_table` (JSON) where the model has one."""
     if module.embedder is None or not module.has_weights:
         raise ElmoConfigError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
-    network = module.embedder.bilm
+    network = module.embedder.network
     buf = BytesIO()
     torch.save({k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}, buf)
     msg = {"format": SERIAL_FORMAT, "version": SERIAL_VERSION, "options": json.dumps(network.options.to_dict()),
-           "state_dict": buf.getvalue(), "state": module.embedder.state_policy, "warm_state": network.has_warm_state}
+           "state_dict": buf.getvalue(), "state": module.embedder.state_policy.value, "warm_state": network.has_warm_state}
     if isinstance(network.token_encoder.token_ids, CharTable):
         msg["char_table"] = network.token_encoder.token_ids.to_json()
     return srsly.msgpack_dumps(msg)
@@ -132,7 +129,7 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
         raise ElmoFileError(f"its options are not valid JSON ({err})") from None
     options = BiLMOptions.from_dict(options, source="options")
     try:
-        policy = check_state_policy(module.state or msg.get("state", "warm"))
+        policy = StatePolicy.parse(module.state or msg.get("state", "warm"))
     except ElmoConfigError as err:
         raise ElmoFileError(f"its state policy: {err}") from None
     table = None
@@ -205,3 +202,10 @@ def load_weights(model: Model, path: Union[str, Path, Tuple[str, str]]) -> ElmoE
                          cache_size=module.token_cache_size)
     module.set_embedder(embedder, str(path))
     return module.embedder
+
+
+def read_component_bilm(path: Union[str, Path], state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
+    """The biLM that an `elmo` component saved at `path` (`PIPELINE/NAME/model`, by `nlp.to_disk`), read as
+    `spacy.load` reads it; `state` None: the policy saved with it. For `load_bilm` of a pipeline directory."""
+    model = bilm_layer(None, state, 64, cache_size).from_disk(path)
+    return frozen_bilm(model).embedder

@@ -86,7 +86,7 @@ def elmo_mix(
 
 def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     """Take null sizes from the Docs' layers (checking set ones against them), else from the `elmo` component
-    the mix listens to; then allocate `s` and `gamma`. Raises ValueError where a size is still null."""
+    the mix listens to; then allocate `s` and `gamma`. Raises ElmoConfigError where a size is still null."""
     docs = list(X or [])
     found = docs_sizes(docs)
     if found is not None:

@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, write_atomic, write_errors
-from ..bilm.hub import sha256_file
 from ..errors import ElmoFileError
+from ..files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, write_atomic, write_errors
+from ..weights.hub import sha256_file
 
 MANIFEST = "checkpoint.json"
 MODEL_PART = "model.pt"

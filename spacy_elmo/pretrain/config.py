@@ -6,9 +6,9 @@ from typing import Any, Dict, Optional, Union
 
 from thinc.api import Config
 
-from ..bilm import BiLMOptions, StatePolicy, check_state_policy
-from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, read_regular
+from ..bilm import BiLMOptions, StatePolicy
 from ..errors import ElmoConfigError, ElmoFileError
+from ..files import RECORD_BYTES, TEXT_ENCODING, read_regular
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.cfg")
 SCHEMES = ("stream", "sentences")
@@ -18,7 +18,7 @@ TRAINING_PRECISIONS = ("float32", "bfloat16", "auto")
 TOKENIZERS = ("spacy", "whitespace")
 # Default state policy of a model, by training scheme: from bench/README.md's policy table
 # (dev perplexity of models trained each way, under each inference policy).
-DEFAULT_POLICY = {"sentences": "zero", "stream": "warm"}
+DEFAULT_POLICY = {"sentences": StatePolicy.ZERO, "stream": StatePolicy.WARM}
 MAX_SEED = 2**31 - 1  # numpy's seeds are below 2**32; the softmax's generator takes seed + 1 + rank
 # Bounds on the sizes of one step, far above any run's (the published biLMs: 20-token windows, 128 rows
 # per GPU): past them a batch's arrays would not fit in memory.
@@ -80,11 +80,10 @@ def check_config(config: Config) -> None:
     _need(t["optimizer"] in OPTIMIZERS, "training.optimizer", f"one of {OPTIMIZERS}", t["optimizer"])
     _need(training_precision(config) in TRAINING_PRECISIONS, "training.precision", f"one of {TRAINING_PRECISIONS}",
           training_precision(config))
-    if t["state_policy"] != "auto":
-        try:
-            check_state_policy(t["state_policy"])
-        except ValueError as err:
-            raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
+    try:
+        model_policy(config)
+    except ElmoConfigError as err:
+        raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
     _need(isinstance(t["seed"], int) and not isinstance(t["seed"], bool) and 0 <= t["seed"] <= MAX_SEED,
           "training.seed", f"an integer from 0 to {MAX_SEED}", t["seed"])
     _need(_positive_int(t["checkpoint_every"]), "training.checkpoint_every", "a positive integer",
@@ -129,6 +128,6 @@ def training_precision(config: Config) -> str:
 
 
 def model_policy(config: Config) -> StatePolicy:
-    """The state policy for dev perplexity and the saved model."""
+    """The state policy for dev perplexity and the saved model (ElmoConfigError: `training.state_policy` names none)."""
     policy = config["training"]["state_policy"]
-    return DEFAULT_POLICY[config["training"]["scheme"]] if policy == "auto" else policy
+    return DEFAULT_POLICY[config["training"]["scheme"]] if policy == "auto" else StatePolicy.parse(policy)

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, words_char_ids
-from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, open_regular, read_regular, regular_file
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError
+from ..files import RECORD_BYTES, TEXT_ENCODING, open_regular, read_regular, regular_file
 
 UNK_TOKEN = "<unk>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)

@@ -77,12 +77,13 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch
     was_training = bilm.training, head.training
     bilm.eval()
     head.eval()
-    if policy == "warm":
+    policy = StatePolicy.parse(policy)
+    if policy.warm_start:
         bilm.compute_warm_state()
     inference = ElmoEmbedder(bilm, state=policy, cache_size=0)
     P = bilm.options.projection_dim
     totals = torch.zeros(2, dtype=torch.float64)
-    batches = _carry_batches(dev, batch_size) if policy == "carry" else _length_batches(dev, batch_size)
+    batches = _length_batches(dev, batch_size) if policy.allows_regrouping else _carry_batches(dev, batch_size)
     bar = tqdm(total=len(dev.sentences), desc="dev perplexity", unit=" sentences", leave=False, disable=not progress)
     for rows in batches:
         sents = [dev.sentences[i] for i in rows]

@@ -16,11 +16,12 @@ from typing import Any, Dict, Tuple
 import torch
 from thinc.api import Config
 
-from ..bilm import BiLM, ElmoEmbedder, export_hdf5, hub, load_bilm, locate, save_bilm
-from ..bilm.files import RECORD_BYTES, TEXT_ENCODING, atomic_dir, read_regular, write_atomic, write_errors
-from ..bilm.hub import sha256_file
-from ..bilm.locate import PRETRAIN_MODEL
+from ..bilm import BiLM, ElmoEmbedder
 from ..errors import ElmoFileError, ElmoResumeError
+from ..files import RECORD_BYTES, TEXT_ENCODING, atomic_dir, read_regular, write_atomic, write_errors
+from ..weights import export_hdf5, hub, load_bilm, locate, save_bilm
+from ..weights.hub import sha256_file
+from ..weights.own import PRETRAIN_MODEL
 from . import checkpoint
 from .corpus import Vocab
 from .heads import build_head
@@ -148,7 +149,7 @@ def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     model_dir = Path(model_dir)
     summary = json.loads(read_regular(model_dir / "training.json", "training summary", RECORD_BYTES))
     config = Config().from_str(summary["config"])
-    bilm = load_bilm(model_dir).bilm
+    bilm = load_bilm(model_dir).network
     vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
     s = config["softmax"]
     head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])

@@ -25,11 +25,13 @@ import torch.distributed as dist
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..bilm import BiLM, LSTMState, load_bilm
-from ..bilm.files import append_whole, write_atomic, write_errors
-from ..bilm.hub import sha256_file
+from ..bilm import BiLM, LSTMState
 from ..bilm.precision import resolve_precision
 from ..errors import ElmoConfigError, ElmoFileError
+from ..files import append_whole, write_atomic, write_errors
+from ..weights import load_bilm
+from ..weights.hub import sha256_file
+from ..weights.untrained import UNTRAINED_KEY
 from . import checkpoint
 from .config import bilm_options, default_vocab_size, model_policy, training_precision
 from .corpus import SPECIALS, DevSet, Position, TrainingCorpus, Vocab, corpus_files, load_dev, make_tokenizer
@@ -124,7 +126,8 @@ class Trainer:
             self.dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], self.vocab, self.unk)
 
         torch.manual_seed(t["seed"])
-        bilm = load_bilm(init_dir).bilm if init_dir else BiLM(bilm_options(config))
+        bilm = load_bilm(init_dir).network if init_dir else BiLM(bilm_options(config))
+        bilm.options.extra.pop(UNTRAINED_KEY, None)  # from `init-random`'s weights: trained from here on
         if bilm.options.char_table:
             raise ElmoConfigError(f"--init-from {init_from}: a model with a character table (ELMoForManyLangs) "
                                   "cannot be trained here; pretrain reads utf-8 bytes")

@@ -2,26 +2,37 @@
 resumed and retried downloads; from a local HTTP server only (never the network)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 import numpy as np
 import pytest
 import spacy
+import torch
 
 from spacy_elmo import ElmoFileError, load_bilm
-from spacy_elmo.bilm import hub
+from spacy_elmo.bilm.model import BiLM
+from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.weights import download as download_module
+from spacy_elmo.weights import hub
+from spacy_elmo.weights.untrained import published_options, write_untrained
 
-from ..helpers import SENTS, run_cli
+from ..helpers import ENV, SENTS, one_error_line, run_cli, tmpfs
 
 
 class Handler(BaseHTTPRequestHandler):
     """Serves `server.files` ({url path: bytes}) with Range support; a path in `server.truncate_once`
-    is cut off halfway (after announcing its full length) the first time it is asked for."""
+    is cut off halfway (after announcing its full length) the first time it is asked for; a path in
+    `server.trickle` ({path: seconds}) is sent one byte at a time, that many seconds apart; a path in
+    `server.extra` ({path: n}) gets n bytes more than its Content-Range says, counted in its Content-Length."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
@@ -36,13 +47,21 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(206 if start else 200)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        body = data[start:]
+        body = data[start:] + b"x" * self.server.extra.get(self.path, 0)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.path in self.server.truncate_once:
             self.server.truncate_once.discard(self.path)
             body = body[: len(body) // 2]
-        self.wfile.write(body)
+        delay = self.server.trickle.get(self.path)
+        try:
+            if not delay:
+                self.wfile.write(body)
+            for i in range(len(body) if delay else 0):
+                self.wfile.write(body[i: i + 1])
+                time.sleep(delay)
+        except OSError:  # the client hung up (a deadline, a refused size): nothing more to send
+            pass
 
     def log_message(self, *args):
         pass
@@ -52,13 +71,13 @@ class Handler(BaseHTTPRequestHandler):
 def server(fixture_dir, tmp_path, monkeypatch):
     """A local server holding the fixture under the published names of 'small'; the cache in tmp_path."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.log, httpd.truncate_once = [], set()
+    httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra = [], set(), {}, {}
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
     httpd.files = {urlparse(options_url).path: (fixture_dir / "options.json").read_bytes(),
                    urlparse(weights_url).path: (fixture_dir / "lm_weights.hdf5").read_bytes()}
-    httpd.weights_path = urlparse(weights_url).path
+    httpd.options_path, httpd.weights_path = urlparse(options_url).path, urlparse(weights_url).path
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -159,3 +178,169 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, f
     (directory / options_name).write_text((directory / options_name).read_text() + " ")
     with pytest.raises(ElmoFileError, match=options_name):
         load_bilm("small")
+
+
+# ---------------------------------------------------------------- bounded downloads (issue 34, item 5)
+def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):
+    """A byte every 0.2 s (the options file would take 83 s): the per-file deadline ends it, once, not retried;
+    the part file stays for the next run to continue."""
+    server.trickle[server.options_path] = 0.2
+    start = time.monotonic()
+    assert run_cli("download", "small", "--no-progress", "--deadline", "1") == 1
+    assert time.monotonic() - start < 10
+    line = one_error_line(capsys.readouterr().err)
+    assert "options.json" in line and "within 1 s" in line and "--deadline" in line, line
+    assert [p for p, _ in server.log] == [server.options_path]
+    part = tmp_path / "cache" / "small" / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
+    assert 0 < part.stat().st_size < 417
+
+
+def test_the_deadline_is_derived_from_the_expected_size():
+    assert download_module.file_deadline(1000) == download_module.DEADLINE_BASE + 1000 / download_module.MIN_RATE
+    small_options, small_weights = hub.max_bytes("small")
+    assert download_module.file_deadline(small_options) < 2 * download_module.DEADLINE_BASE  # a few KB: ~a minute
+    assert download_module.file_deadline(hub.max_bytes("original")[1]) < 4 * 3600
+
+
+def test_size_bounds_match_the_published_architectures(tmp_path):
+    """The registry's bounds hold the float32 parameters of each published architecture (counted without
+    allocating them), and a weights file written in the published layout at the small size."""
+    for name in hub.PUBLISHED:
+        options_bound, weights_bound = hub.max_bytes(name)
+        size = "original" if name.startswith("original") else name
+        opts = BiLMOptions.from_dict(published_options(size), source=size)
+        with torch.device("meta"):
+            n = sum(p.numel() for p in BiLM(opts).parameters())
+        assert 4 * n < weights_bound < 4 * n * 1.1 + (1 << 20), (name, n, weights_bound)
+        assert options_bound <= 64 << 10
+    options_file, weights_file = write_untrained(tmp_path, "small")
+    assert options_file.stat().st_size < hub.max_bytes("small")[0]
+    assert 0.9 * hub.max_bytes("small")[1] < weights_file.stat().st_size < hub.max_bytes("small")[1]
+
+
+def test_an_oversized_file_is_refused_before_it_is_fetched(server, tmp_path, capsys):
+    """A 200 KB "options JSON": refused at its Content-Length, nothing written, not retried."""
+    server.files[server.options_path] = b"{" + b" " * 200_000 + b"}"
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "options.json" in line and "200,002 bytes" in line and "at most" in line, line
+    assert [p for p, _ in server.log] == [server.options_path]
+    assert not (tmp_path / "cache" / "small").exists()
+
+
+def test_bytes_beyond_the_announced_size_stop_the_download(server, fixture_dir, tmp_path, capsys):
+    """A server whose Content-Length (10 MB) exceeds its Content-Range (the 417-byte options file): the download
+    stops at the first byte too many and removes the part file."""
+    directory = tmp_path / "cache" / "small"
+    directory.mkdir(parents=True)
+    part = directory / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
+    part.write_bytes((fixture_dir / "options.json").read_bytes()[:100])
+    server.extra[server.options_path] = 10_000_000
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "options.json" in line and "more than" in line, line
+    assert not part.exists() and [p for p, _ in server.log] == [server.options_path]
+
+
+class FullFile:
+    """A file that takes `room` more bytes, then raises OSError(`code`) (a full disk, a quota)."""
+
+    def __init__(self, file, room: int, code: int):
+        self.file, self.room, self.code = file, room, code
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(self.code, os.strerror(self.code))
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_is_one_error_that_removes_the_part(server, tmp_path, monkeypatch, capsys, code):
+    """ENOSPC / EDQUOT writing the weights (injected): one error naming the file, the part removed, no retry."""
+    real_open = open
+
+    def open_full(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullFile(f, 1000, code) if str(path).endswith("weights.hdf5.part") else f
+
+    monkeypatch.setattr(download_module, "open", open_full, raising=False)
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "weights.hdf5" in line and os.strerror(code) in line and "removed" in line, line
+    assert [p for p, _ in server.log].count(server.weights_path) == 1
+    assert not list((tmp_path / "cache" / "small").glob("*.part"))
+
+
+def test_a_real_full_disk(server, tmp_path, monkeypatch, capsys):
+    """The same on a real full disk: a 300 KB tmpfs (the fixture's weights take 450 KB)."""
+    with tmpfs(tmp_path / "disk", "300k") as disk:
+        monkeypatch.setenv("SPACY_ELMO_CACHE", str(disk))
+        assert run_cli("download", "small", "--no-progress") == 1
+        line = one_error_line(capsys.readouterr().err)
+        assert "weights.hdf5" in line and "No space left on device" in line, line
+        assert [p for p, _ in server.log].count(server.weights_path) == 1
+        assert not list((disk / "small").glob("*.part"))
+
+
+# ---------------------------------------------------------------- the cache location (issue 34, item 6)
+CHILD = """
+import contextlib, io, json, sys, traceback
+from spacy_elmo import ElmoError, load_bilm
+from spacy_elmo.cli import main
+
+def run(call):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            call()
+        return 0, err.getvalue()
+    except SystemExit as exit_info:
+        return exit_info.code, err.getvalue()
+    except ElmoError as error:  # load_bilm's way to fail
+        return 1, err.getvalue() + f"error: {error}"
+    except BaseException:
+        return "traceback", err.getvalue() + traceback.format_exc()
+
+print(json.dumps({
+    "download": run(lambda: main(["download", "small", "--no-progress"])),
+    "info": run(lambda: main(["info", "small"])),
+    "load_bilm": run(lambda: load_bilm("small")),
+}))
+"""
+
+
+@pytest.mark.parametrize("setting, value, says", [
+    ("SPACY_ELMO_CACHE", "A_FILE", "not a directory"),
+    ("HOME", "/dev/null", "not a directory"),
+    ("HOME", "/proc", "HOME=/proc"),
+    ("HOME", "", "SPACY_ELMO_CACHE"),
+    ("HOME", None, "SPACY_ELMO_CACHE"),
+])
+def test_a_bad_cache_location_is_one_error_naming_the_setting(tmp_path, setting, value, says):
+    """`download`, `info` and `load_bilm` of a published name, in a child with the setting: one error line naming
+    the setting (and, for an empty or unset HOME, SPACY_ELMO_CACHE as the way to set the cache), never a
+    traceback, and nothing written to `/.cache`."""
+    if value == "A_FILE":
+        value = str(tmp_path / "a_file")
+        (tmp_path / "a_file").write_text("not a directory\n")
+    env = {k: v for k, v in ENV.items() if k not in ("SPACY_ELMO_CACHE", "HOME")}
+    env["SPACY_ELMO_BASE_URL"] = "http://127.0.0.1:9/elmo"  # the discard port: never the network
+    if value is not None:
+        env[setting] = value
+    root_cache = os.path.lexists("/.cache/spacy_elmo")
+    child = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    results = json.loads(child.stdout.splitlines()[-1])
+    for command, (code, err) in results.items():
+        assert code == 1, (command, code, err)
+        line = one_error_line(err)
+        assert (f"{setting}=" in line or setting == "HOME" and not value) and says in line, (command, line)
+    assert os.path.lexists("/.cache/spacy_elmo") == root_cache

@@ -14,7 +14,7 @@ import spacy
 import torch
 
 from spacy_elmo import ElmoConfigError, ElmoFileError, load_bilm, save_bilm
-from spacy_elmo.bilm.efml_format import PUBLISHED_ARCHITECTURE, PUBLISHED_CONFIGS, read_architecture
+from spacy_elmo.weights.efml import PUBLISHED_ARCHITECTURE, PUBLISHED_CONFIGS, read_architecture
 
 from ..efml_models import ARCHITECTURE, SENTENCES, efml_outputs, write_efml_model
 from ..helpers import one_error_line, run_cli
@@ -118,7 +118,7 @@ def test_warm_needs_a_warmup_text_in_the_language(efml_dir, tmp_path):
     save_bilm(bilm, tmp_path / "zero")
     with pytest.raises(ElmoConfigError, match="warm-up text"):
         load_bilm(tmp_path / "zero", state="warm")
-    bilm.bilm.compute_warm_state([["Die", "Katze", "schläft", "."], ["Der", "Hund", "bellt", "."]])
+    bilm.network.compute_warm_state([["Die", "Katze", "schläft", "."], ["Der", "Hund", "bellt", "."]])
     bilm.state_policy = "warm"
     warm = bilm.embed(SENTENCES)
     assert not np.allclose(warm[0], load_bilm(efml_dir).embed(SENTENCES)[0])

@@ -249,7 +249,7 @@ def test_an_expanded_tensor_is_refused_before_it_is_materialised(copy):
 def test_efml_memory_is_estimated_before_converting(copy, monkeypatch):
     """float16 files hold half of what the float32 network needs: the need is checked before converting."""
     from spacy_elmo import ElmoResourceError
-    from spacy_elmo.bilm import memory
+    from spacy_elmo.weights import memory
 
     for name in ("token_embedder.pkl", "encoder.pkl"):
         edit_tensors(copy / name, lambda t: t.update({k: v.half() for k, v in t.items()}))

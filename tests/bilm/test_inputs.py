@@ -108,3 +108,60 @@ def test_embed_iter_reads_its_input_lazily(bilm):
     for _ in range(5):
         next(it)
     assert len(consumed) <= 16 * 8
+
+
+def _ids_uncached(text: str, max_chars: int = 50) -> list:
+    """bilm-tf's ids of a token, computed from the whole text (what the cache must agree with)."""
+    if text in ("<S>", "</S>"):
+        body = [256 if text == "<S>" else 257]
+    else:
+        body = list(text.encode("utf-8", "ignore")[: max_chars - 2])
+    return [259, *(b + 1 for b in body), 260] + [261] * (max_chars - len(body) - 2)
+
+
+@pytest.mark.parametrize("max_chars", [50, 5, 6, 8])
+def test_char_ids_of_long_tokens_are_those_of_the_whole_text(max_chars):
+    """The char-id cache keys a token by a prefix that determines its ids: cuts inside a multibyte character,
+    characters that encode to nothing (lone surrogates) before the cut, and texts that begin like `<S>`."""
+    texts = ["a" * 47 + "é" + "x" * 100, "é" * 30, "🙂" * 20 + "tail", "\ud800" * 60 + "abc", "\ud800" * 3 + "<S>",
+             "<S>", "</S>", "<S>x", "</S>yz", "<S>" * 30, "a\ud800" * 40, "", "é", "x" * 48, "x" * 49]
+    for text in texts + texts[::-1]:
+        assert list(word_char_ids(text, max_chars)) == _ids_uncached(text, max_chars), (text[:60], max_chars)
+
+
+def test_the_char_id_cache_holds_no_long_token():
+    """3,000 tokens of 100 KB held 290 MB in the cache (issue 34 item 4): a key is at most as long as the ids."""
+    import tracemalloc
+
+    word_char_ids("warm-up")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(300):
+            word_char_ids(f"{i:04d}" + "y" * 100_000)  # 30 MB of token text, each dropped after its call
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, f"{held:,} bytes held after the calls"
+
+
+def test_efml_char_table_ids_of_a_long_token_are_those_of_its_48_character_cut():
+    """ELMoForManyLangs' ids cut a token at 48 characters (not bytes); they hold nothing between calls."""
+    import tracemalloc
+
+    from spacy_elmo.bilm import CharTable
+
+    chars = {c: i for i, c in enumerate(["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>", "a", "é", "🙂"])}
+    table = CharTable(chars, {"<oov>": 0, "<pad>": 1, "é" * 48: 2}, 50)
+    long = "é" * 48 + "a" * 100_000
+    np.testing.assert_array_equal(table.words_ids([long]), table.words_ids(["é" * 48]))
+    assert table.words_ids([long])[0, -1] == 3  # the word id of the cut text
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(100):
+            table.words_ids([f"{i}" + "a" * 100_000])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000

@@ -29,7 +29,7 @@ def test_token_layer_matches_tensorflow(fixture_dir):
         expected = f["embedding"][...]
     assert len(words) == expected.shape[0] == 458
     with torch.no_grad():
-        got = bilm.bilm.token_encoder(torch.from_numpy(words_char_ids(words))).numpy()
+        got = bilm.network.token_encoder(torch.from_numpy(words_char_ids(words))).numpy()
     assert np.abs(got - expected).max() <= FLOAT32_ATOL
 
 

@@ -106,10 +106,10 @@ def test_int8_products_pickle_and_follow_new_weights(fixture_dir, sentences):
     for a, b in zip(copy.embed(sentences[:20]), before):
         np.testing.assert_array_equal(a, b)
     # new weights: the int8 copies are made again from them (not the old weights' products)
-    state = {k: v * 0.5 if k.startswith("lstm.") and v.dim() == 3 else v for k, v in bilm.bilm.state_dict().items()}
-    bilm.bilm.load_state_dict(state)
+    state = {k: v * 0.5 if k.startswith("lstm.") and v.dim() == 3 else v for k, v in bilm.network.state_dict().items()}
+    bilm.network.load_state_dict(state)
     fresh = load_bilm(fixture_dir, precision="int8")
-    fresh.bilm.load_state_dict(state)
+    fresh.network.load_state_dict(state)
     for a, b in zip(bilm.embed(sentences[:20]), fresh.embed(sentences[:20])):
         np.testing.assert_array_equal(a, b)
 

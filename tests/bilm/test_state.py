@@ -54,7 +54,7 @@ def test_repeated_calls_are_deterministic(bilm):
 
 def test_warm_differs_from_zero_and_is_stored(fixture_dir):
     warm, zero = load_bilm(fixture_dir, state="warm"), load_bilm(fixture_dir, state="zero")
-    assert float(warm.bilm.warm_h.abs().sum()) > 0
+    assert float(warm.network.warm_h.abs().sum()) > 0
     assert np.abs(warm.embed([TARGET])[0][2] - zero.embed([TARGET])[0][2]).max() > 1e-3
     # the token layer does not depend on the state
     np.testing.assert_array_equal(warm.embed([TARGET])[0][0], zero.embed([TARGET])[0][0])
@@ -98,14 +98,14 @@ def test_derived_state_follows_the_weights(fixture_dir):
     np.testing.assert_allclose(as_double.embed([TARGET])[0], before, atol=FLOAT32_ATOL)
     bilm.float()
     with torch.no_grad():
-        bilm.bilm.token_encoder.b_proj.add_(0.5)
-    bilm.bilm.invalidate()
+        bilm.network.token_encoder.b_proj.add_(0.5)
+    bilm.network.invalidate()
     after = bilm.embed([TARGET])[0]
     assert np.abs(after[0] - before[0]).max() > 0.4  # the token layer moved with the bias
     fresh = load_bilm(fixture_dir, state="warm")
     with torch.no_grad():
-        fresh.bilm.token_encoder.b_proj.add_(0.5)
-    fresh.bilm.invalidate()
+        fresh.network.token_encoder.b_proj.add_(0.5)
+    fresh.network.invalidate()
     np.testing.assert_allclose(fresh.embed([TARGET])[0], after, atol=FLOAT32_ATOL)
 
 
@@ -119,8 +119,8 @@ def test_warm_state_and_fingerprint_do_not_depend_on_the_thread_count(fixture_di
     for threads in (1, 2):
         with torch_threads(threads):
             bilm = load_bilm(fixture_dir, state="warm")
-            bilm.bilm.compute_warm_state()
-            states.append((bilm.bilm.warm_h.clone(), bilm.bilm.warm_c.clone(), bilm.fingerprint()))
+            bilm.network.compute_warm_state()
+            states.append((bilm.network.warm_h.clone(), bilm.network.warm_c.clone(), bilm.fingerprint()))
     assert torch.equal(states[0][0], states[1][0]) and torch.equal(states[0][1], states[1][1])
     assert states[0][2] == states[1][2]
 

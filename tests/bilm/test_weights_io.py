@@ -9,7 +9,7 @@ import torch
 
 from spacy_elmo import ElmoFileError, export_hdf5, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
-from spacy_elmo.bilm.hdf5_format import iter_hdf5_datasets
+from spacy_elmo.weights.hdf5 import iter_hdf5_datasets
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 
@@ -149,7 +149,7 @@ def test_a_published_name_is_a_name_and_a_path_is_a_path(fixture_dir, tmp_path, 
     `small/`, an absolute path and a Path are paths."""
     from pathlib import Path
 
-    from spacy_elmo.bilm import hub
+    from spacy_elmo.weights import hub
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spacy_elmo import load_bilm, save_bilm
-from spacy_elmo.bilm import hub
+from spacy_elmo.weights import hub
 
 from ..helpers import ENV, REPO, SENTS, full_disk_in_torch_save, one_error_line, run_cli, tmpfs
 from ..reference_bilm import TINY_OPTIONS, write_random_weights

@@ -15,7 +15,7 @@ from spacy.tokens import DocBin
 
 from spacy_elmo import load_bilm
 
-from ..helpers import ENV, FLOAT32_ATOL, LINES, REPO, read_output, run_cli, write_lines
+from ..helpers import ENV, FLOAT32_ATOL, LINES, REPO, interrupt_embed_at_line, read_output, run_cli, write_lines
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
@@ -115,20 +115,10 @@ def many_lines(n):
 def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, capsys):
     """Interrupted while making dataset 32 (parts of 5 lines): parts 0-5 (lines up to 30) are
     complete and kept; part 6, half written, left nothing; the output does not exist yet."""
-    from spacy_elmo.embed import compute
-
     text = write_lines(tmp_path / "in.txt", many_lines(57))
     args = ["--weights", weights, "--whitespace", "--batch-size", 2, "--flush-every", 5, "--no-progress"]
     assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
-    real, calls = compute.select_layer, []
-
-    def interrupted(layers, layer):
-        calls.append(1)
-        if len(calls) == 33:
-            raise KeyboardInterrupt
-        return real(layers, layer)
-
-    monkeypatch.setattr(compute, "select_layer", interrupted)
+    interrupt_embed_at_line(monkeypatch, 33)
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args) == 130
     assert "--resume (from line 30)" in capsys.readouterr().err
     assert not (tmp_path / "part.hdf5").exists()
@@ -136,7 +126,7 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
     assert sorted(p.name for p in work.glob("part-*")) == [f"part-{i:05d}.hdf5" for i in range(6)]
     with h5py.File(work / "part-00005.hdf5", "r") as f:
         assert sorted(f) == ["25", "26", "27", "28", "29", "sentence_to_index"]
-    monkeypatch.setattr(compute, "select_layer", real)
+    monkeypatch.undo()  # no more Ctrl-C
     assert run_cli("embed", text, tmp_path / "part.hdf5", *[a for a in args if a != "--no-progress"], "--resume") == 0
     err = capsys.readouterr().err
     assert "27 in this run" in err
@@ -191,28 +181,27 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
     """Raised at the source, before the CLI: bad options ElmoConfigError, a missing or foreign input
     ElmoFileError naming it, a refused resume ElmoResumeError (an ElmoFileError)."""
     from spacy_elmo import ElmoConfigError, ElmoFileError, ElmoResumeError
-    from spacy_elmo.embed import EmbedOptions
-    from spacy_elmo.embed.job import embed_single, new_job
+    from spacy_elmo.embed import EmbedOptions, run
 
     text, out, weights = write_lines(tmp_path / "in.txt", ["a b", "", "c"]), tmp_path / "o.hdf5", str(fixture_dir)
     with pytest.raises(ElmoConfigError, match="--dtype"):
-        new_job(EmbedOptions(text, out, weights, dtype="float64"))
+        run(EmbedOptions(text, out, weights, dtype="float64"))
     with pytest.raises(ElmoConfigError, match="go with --engine ray"):
-        new_job(EmbedOptions(text, out, weights, workers=2))
+        run(EmbedOptions(text, out, weights, workers=2))
     with pytest.raises(ElmoConfigError, match="--engine ray writes every shard"):
-        new_job(EmbedOptions(text, out, weights, engine="ray"))
+        run(EmbedOptions(text, out, weights, engine="ray"))
     with pytest.raises(ElmoFileError, match="input not found: .*missing.txt"):
-        new_job(EmbedOptions(tmp_path / "missing.txt", out, weights))
+        run(EmbedOptions(tmp_path / "missing.txt", out, weights))
     with pytest.raises(ElmoConfigError, match="--layer"):
-        new_job(EmbedOptions(text, out, weights, layer="9"))
+        run(EmbedOptions(text, out, weights, layer="9"))
     (tmp_path / "bad.spacy").write_bytes(b"garbage")
     with pytest.raises(ElmoFileError, match="bad.spacy: not a spaCy DocBin"):
-        new_job(EmbedOptions(tmp_path / "bad.spacy", out, weights))
-    assert embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True)), resume=False)
+        run(EmbedOptions(tmp_path / "bad.spacy", out, weights))
+    assert run(EmbedOptions(text, out, weights, whitespace=True)).wrote
     with pytest.raises(ElmoResumeError, match="exists: pass --resume"):
-        embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True)), resume=False)
+        run(EmbedOptions(text, out, weights, whitespace=True))
     with pytest.raises(ElmoResumeError, match="other settings"):
-        embed_single(*new_job(EmbedOptions(text, out, weights, whitespace=True, resume=True, batch_size=3)), resume=True)
+        run(EmbedOptions(text, out, weights, whitespace=True, resume=True, batch_size=3))
 
 
 def test_a_long_line_is_written_in_pieces(fixture_dir, fixture_bilm, tmp_path):
@@ -271,3 +260,39 @@ def test_embed_threads_beyond_any_machine_is_one_error(fixture_dir, tmp_path, ca
     assert run_cli("embed", text, tmp_path / "out.hdf5", "-w", fixture_dir, "--whitespace", "--threads", "100000",
                    "--no-progress") == 1
     assert "threads" in one_error_line(capsys.readouterr().err)
+
+
+def _long_token_lines(path, n, size=100_000):
+    return write_lines(path, [f"{i:05d}" + "t" * size for i in range(n)])
+
+
+def test_memory_of_lines_of_one_long_token_is_bounded_by_the_block(fixture_dir, tmp_path):
+    """Lines of one 100 KB token each (issue 34 item 4: 50 MB of input peaked at 474 MB): neither the char-id
+    cache nor the output's `sentence_to_index` holds the whole input; a block (`--flush-every`) of lines is held."""
+    import tracemalloc
+
+    text = _long_token_lines(tmp_path / "in.txt", 200)  # 20 MB
+    args = ["embed", text, tmp_path / "out.hdf5", "-w", fixture_dir, "--whitespace", "--flush-every", 10,
+            "--no-progress"]
+    tracemalloc.start()
+    try:
+        assert run_cli(*args) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    arrays, index, _ = read_output(tmp_path / "out.hdf5")
+    assert len(arrays) == 200 and index[f"{7:05d}" + "t" * 100_000] == "7"
+    assert peak < 10_000_000, f"peak {peak:,} bytes for 20 MB of input in blocks of 10 lines (1 MB)"
+
+
+def test_a_large_index_is_written_in_pieces_to_the_same_bytes(fixture_dir, tmp_path, monkeypatch):
+    """`sentence_to_index` of an assembled output is written a part at a time, byte for byte as written whole."""
+    from spacy_elmo.embed import h5writer
+
+    text = _long_token_lines(tmp_path / "in.txt", 30, size=1000)
+    args = ["-w", fixture_dir, "--whitespace", "--flush-every", 4, "--no-progress"]
+    monkeypatch.setattr(h5writer, "INDEX_IN_PIECES", 1 << 40)
+    assert run_cli("embed", text, tmp_path / "whole.hdf5", *args) == 0
+    monkeypatch.setattr(h5writer, "INDEX_IN_PIECES", 0)
+    assert run_cli("embed", text, tmp_path / "pieces.hdf5", *args) == 0
+    assert (tmp_path / "whole.hdf5").read_bytes() == (tmp_path / "pieces.hdf5").read_bytes()

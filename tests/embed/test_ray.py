@@ -18,10 +18,11 @@ import pytest
 import ray
 import torch
 
+import spacy_elmo.embed.h5writer
 import spacy_elmo.embed.job
 from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
-from spacy_elmo.embed.options import EmbedOptions
+from spacy_elmo.embed import EmbedOptions, run
 from spacy_elmo.embed.ray_engine import embed_job, embed_with_ray
 
 from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
@@ -30,6 +31,11 @@ from ..reference_bilm import TINY_OPTIONS, write_random_weights
 SHARDS, FLUSH, BATCH = 4, 25, 8  # 300 lines: 12 blocks, 3 per shard
 SETTINGS = {"whitespace": True, "flush_every": FLUSH, "batch_size": BATCH}
 DIE_AT = "SPACY_ELMO_TEST_DIE_AT"  # set for the actors of one test only (runtime_env)
+
+
+def embed_with_ray_run(text, out, weights, **settings):
+    """`spacy_elmo.embed.run` with `--shards SHARDS --engine ray`."""
+    return run(EmbedOptions(text, out, weights, shards=SHARDS, engine="ray", **settings))
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +91,14 @@ def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(local_ray, 
                                                                     workers):
     text, expected, local = corpus
     out = tmp_path / "ray"
-    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=workers, **SETTINGS)
+    job = embed_with_ray_run(text, out, str(fixture_dir), workers=workers, **SETTINGS)
     assert (job.lines_done, job.lines_run) == (0, 300)
     assert_arrays(out, expected)
     assert sorted(p.name for p in out.glob("*.hdf5")) == sorted(p.name for p in local.glob("*.hdf5"))
     for shard in local.glob("*.hdf5"):
         assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name
     assert (out / "manifest.json").read_text() == (local / "manifest.json").read_text()
-    assert not list(out.glob("*.tmp"))
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(SHARDS))]
 
 
 def die_on_first_try_at_shard_1():
@@ -100,7 +106,7 @@ def die_on_first_try_at_shard_1():
     its lines, its temporary file open; the marker file `$DIE_AT` says it happened."""
     if DIE_AT not in os.environ:
         return
-    real = spacy_elmo.embed.job.write_piece
+    real = spacy_elmo.embed.h5writer.write_piece
     marker = Path(os.environ[DIE_AT])
 
     def write_piece(path, first, count, lines, *args, **kwargs):
@@ -114,7 +120,7 @@ def die_on_first_try_at_shard_1():
             lines = halfway(lines)
         return real(path, first, count, lines, *args, **kwargs)
 
-    spacy_elmo.embed.job.write_piece = write_piece
+    spacy_elmo.embed.h5writer.write_piece = write_piece
 
 
 @pytest.mark.timeout(300)
@@ -124,8 +130,8 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, 
     a lost shard (and a temporary file left behind) writes that shard only."""
     text, expected, _ = corpus
     out, marker = tmp_path / "ray16", tmp_path / "died"
-    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16",
-                         runtime_env={"env_vars": {DIE_AT: str(marker)}}, **SETTINGS)
+    job = embed_with_ray_run(text, out, str(fixture_dir), workers=2, dtype="float16",
+                             runtime_env={"env_vars": {DIE_AT: str(marker)}}, **SETTINGS)
     assert int(marker.read_text()) > 0, "the actor was not killed mid-write"
     assert job.lines_run == 300 and json.loads((out / "manifest.json").read_text())["complete"] == [True] * SHARDS
     assert not list(out.glob("*.tmp"))
@@ -134,12 +140,13 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, 
     (out / "shard-00002.hdf5").unlink()
     (out / "shard-00002.hdf5.tmp").write_bytes(b"half a shard")
     kept = {p.name: p.stat().st_ino for p in out.glob("*.hdf5")}
-    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
+    job = embed_with_ray_run(text, out, str(fixture_dir), workers=2, dtype="float16", **SETTINGS)
     assert (job.lines_done, job.lines_run) == (225, 75)
     assert {p.name: p.stat().st_ino for p in out.glob("*.hdf5") if p.name in kept} == kept
     assert not list(out.glob("*.tmp"))
     assert_arrays(out, expected, "float16")
-    job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
+    with pytest.deprecated_call():  # the name before `spacy_elmo.embed.run`
+        job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
     assert (job.lines_done, job.lines_run) == (300, 0)  # complete: nothing to do
 
 
@@ -150,7 +157,7 @@ def test_a_gpu_job_on_a_cluster_without_gpus_is_one_error_not_a_wait(local_ray, 
     text, _, _ = corpus
     options = EmbedOptions(text, tmp_path / "o", str(fixture_dir), shards=SHARDS, engine="ray", **SETTINGS)
     with torch_threads(1):
-        _, job = spacy_elmo.embed.job.new_job(options)
+        _, job = spacy_elmo.embed.job.new_job(options.check())
     gpu_job = replace(job, settings={**job.settings, "device": "cuda"})
     with pytest.raises(ElmoResourceError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPU\(s\)"):
         embed_job(gpu_job, str(fixture_dir), gpus_per_worker=1.0)
@@ -170,15 +177,15 @@ def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_
     other = tmp_path / "weights"
     write_random_weights(other, TINY_OPTIONS, seed=3)
     with pytest.raises(ElmoFileError, match="other settings .*weights"):
-        embed_with_ray(text, out, str(other), shards=SHARDS, **SETTINGS)
+        embed_with_ray_run(text, out, str(other), **SETTINGS)
     with pytest.raises(ElmoFileError, match="other settings .*dtype: 'float32' then, 'float16' now"):
-        embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, **{**SETTINGS, "dtype": "float16"})
+        embed_with_ray_run(text, out, str(fixture_dir), **{**SETTINGS, "dtype": "float16"})
     changed = tmp_path / "in.txt"
     changed.write_text(text.read_text(encoding="utf-8").replace("cat", "dog"), encoding="utf-8")
     manifest["settings"]["input"] = str(changed.resolve())
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ElmoFileError, match="started on other content of"):
-        embed_with_ray(changed, out, str(fixture_dir), shards=SHARDS, **SETTINGS)
+        embed_with_ray_run(changed, out, str(fixture_dir), **SETTINGS)
 
 
 def cli(text, out, fixture_dir, *extra):
@@ -226,3 +233,23 @@ def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
                               cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 1, done.stderr
         assert one_error_line(done.stderr).startswith(words), done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_normal_run_prints_only_its_own_lines_and_the_help_says_when_ray_pays_off(corpus, fixture_dir, tmp_path):
+    """A fresh process starting its own Ray (issue 34 item 7): no auth-token warning, no `core_worker.cc` line, no
+    actor output; the Ray engine's lock files gone. `--engine`'s help says when Ray pays off (it starts in seconds)."""
+    import typer.main
+
+    from spacy_elmo.cli import app
+
+    text, _, _ = corpus
+    done = subprocess.run([sys.executable, "-m", "spacy_elmo", *cli(text, tmp_path / "o", fixture_dir, "--workers", 2)],
+                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"wrote {tmp_path / 'o'}: 300 lines"), lines
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["manifest.json",
+                                                                  *(f"shard-{i:05d}.hdf5" for i in range(SHARDS))]
+    engine = next(p for p in typer.main.get_command(app).commands["embed"].params if p.name == "engine")
+    assert "pays off" in engine.help, engine.help

@@ -285,6 +285,52 @@ def test_flock_held_by_another_process(fixture_dir, tmp_path, monkeypatch, capsy
     assert "locked by another process" in line and "remove" not in line, line
 
 
+PAUSED = """
+import sys, time
+from pathlib import Path
+import spacy_elmo.embed.job as ef
+real, marker = ef.read_sentences, Path(sys.argv.pop(1))
+def paused(*a, **k):
+    marker.with_suffix(".started").write_text("")
+    while not marker.with_suffix(".go").exists():
+        time.sleep(0.02)
+    yield from real(*a, **k)
+ef.read_sentences = paused
+from spacy_elmo.cli import main
+
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_run_started_beside_a_live_one_says_another_run_holds_it(fixture_dir, tmp_path, capsys, sharded):
+    """Two runs at once into one output (issue 34 item 7): the second is told that another run, by its pid, is
+    writing it, not to pass --resume; the first finishes, and a finished shard directory holds no lock files."""
+    text = generated(tmp_path / "in.txt", 60, seed=5)
+    out, marker = tmp_path / ("out" if sharded else "out.hdf5"), tmp_path / "first"
+    extra = ["--shards", 2, "--flush-every", 30] if sharded else []
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED, str(marker), *embed_args(text, out, fixture_dir, *extra)],
+                            env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.with_suffix(".started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.with_suffix(".started").exists(), proc.stderr.read() if proc.poll() is not None else "late"
+        for again in ([], ["--resume"])[: 1 if sharded else 2]:
+            capsys.readouterr()
+            assert run_cli(*embed_args(text, out, fixture_dir, *extra, *again)) == 1
+            line = one_error_line(capsys.readouterr().err)
+            assert "another process" in line and f"pid {proc.pid}" in line and "pass --resume" not in line, line
+    finally:
+        marker.with_suffix(".go").write_text("")
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    if sharded:
+        assert run_cli(*embed_args(text, out, fixture_dir, *extra)) == 0  # complete already
+        assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shard-00000.hdf5", "shard-00001.hdf5"]
+
+
 @pytest.mark.timeout(60)
 def test_read_only_output_is_reported_as_read_only(fixture_dir, tmp_path, monkeypatch, capsys):
     """An interrupted run on a file system then remounted read-only: `--resume` says read-only,

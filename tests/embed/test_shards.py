@@ -67,6 +67,7 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
         with pytest.raises(IndexError):
             reader[600]
     assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0  # complete: nothing to do
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(4))]
 
 
 def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, capsys):
@@ -78,6 +79,7 @@ def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, ca
     out = tmp_path / "sharded"
     assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3", flush_every=None)) == 0
     assert run_cli(*args(text, out, fixture_dir, "--shards", 3, flush_every=None)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(3))]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["ranges"] == [[0, 101], [101, 202], [202, 303]] and manifest["settings"]["flush_every"] == 101
     with open_embeddings(tmp_path / "one.hdf5") as x, open_embeddings(out) as y:

@@ -224,15 +224,20 @@ def test_threads_setting_restores_the_process_count(fixture_dir, monkeypatch):
 
 
 def test_threads_option_of_embed(fixture_dir, tmp_path):
-    """`embed --threads N` runs torch on N threads (3: not the default on any machine this runs on)."""
+    """`embed --threads N` runs torch on N threads (3: not the default on any machine this runs on), as its output
+    records, and the caller's count is back afterwards."""
     (tmp_path / "in.txt").write_text("one line .\n")
     command = ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "-w", str(fixture_dir),
                "--threads", "3", "--no-progress"]
-    script = (f"import torch\nfrom spacy_elmo.cli import app\ntry:\n    app({command!r})\n"
+    script = (f"import torch\nfrom spacy_elmo.cli import app\ntorch.set_num_threads(1)\ntry:\n    app({command!r})\n"
               f"except SystemExit as e:\n    assert not e.code, e.code\nprint(torch.get_num_threads())\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "3"
+    assert result.stdout.strip().splitlines()[-1] == "1"
+    from spacy_elmo import open_embeddings
+
+    with open_embeddings(tmp_path / "out.hdf5") as out:
+        assert out.settings["threads"] == 3
 
 
 JOBLIB = """

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoFileError, ElmoResourceError
-from spacy_elmo.bilm.hub import sha256_file
 from spacy_elmo.cli import main
 from spacy_elmo.pretrain import train
+from spacy_elmo.weights.hub import sha256_file
 
 from ..helpers import REPO, full_disk_in_torch_save, override_args, tiny_config, toy_sentences, write_corpus
 

@@ -219,7 +219,7 @@ def test_init_from_missing_path(toy, tmp_path):
 
 def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, monkeypatch):
     from spacy_elmo import ElmoFileError
-    from spacy_elmo.bilm import hub
+    from spacy_elmo.weights import hub
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ElmoFileError, match="python -m spacy_elmo download small"):

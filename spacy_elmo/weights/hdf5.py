@@ -1,4 +1,5 @@
-"""The bilm-tf / AllenNLP weight file layout (`dump_weights`): read, checked, converted, written.
+"""The bilm-tf / AllenNLP weight file layout (`dump_weights`): an options JSON and an `.hdf5` weight file, the
+pair found in a directory (published or plain names), read, checked, converted, written.
 
 Files are untrusted: every dataset is checked from its metadata (float, the shape the options imply,
 stored in this file, written) before any is read, and values must be finite. What cannot be read is
@@ -7,27 +8,35 @@ one ElmoFileError naming the file.
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatch
 from io import BytesIO
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ..bilm.embedder import ElmoEmbedder
+from ..bilm.lstm import gates_to_internal, gates_to_tf
+from ..bilm.model import BiLM
+from ..bilm.options import BiLMOptions, read_json
 from ..errors import ElmoConfigError, ElmoFileError
-from .embedder import ElmoEmbedder
-from .files import atomic_path, hdf5_dataset, regular_file, write_atomic
-from .finite import check_finite
-from .lstm import gates_to_internal, gates_to_tf
-from .model import BiLM
-from .options import BiLMOptions
+from ..files import atomic_path, hdf5_dataset, inside_dir, regular_file, write_atomic
+from .checks import check_finite
+from .data import ModelData, ModelFiles
+from .memory import check_memory
 
+KIND = "hdf5"
 PathLike = Union[str, Path]
 # Trained float weights compress by well under 2:1 (the published files are not compressed at all); a file whose
 # datasets expand more than this is refused before it is read. Datasets under CHECKED_DATASET_BYTES are not checked
 # (a small bias may be all zeros): the options bound what they declare, and load_bilm checks that memory first.
 MAX_COMPRESSION_RATIO = 10
 CHECKED_DATASET_BYTES = 1 << 20
+OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the readers call them
+# Float32 copies of the weights alive at once while a file loads: the arrays read, the state dict converted from
+# them, the network's parameters.
+HDF5_COPIES = 3
 
 
 def _cell(d: int, l: int) -> str:
@@ -147,6 +156,93 @@ def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[s
     return sd
 
 
+def _listing(directory: Path) -> List[Path]:
+    """The entries of `directory` that are not directories, sorted (a FIFO or a device among them is
+    refused when read); an unlistable directory says so (a glob would report it empty)."""
+    try:
+        return sorted(p for p in directory.iterdir() if not p.is_dir())
+    except PermissionError:
+        raise ElmoFileError(f"{directory}: permission denied: the directory cannot be listed") from None
+
+
+def _stem(name: str, suffix: str) -> Optional[str]:
+    """`<stem>` of a published file name `elmo_<stem><suffix>`, else None."""
+    return name[len("elmo_"): -len(suffix)] if name.startswith("elmo_") and name.endswith(suffix) else None
+
+
+def _looks_like_options(path: Path) -> bool:
+    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections (read where it is
+    inside its directory)."""
+    if fnmatch(path.name, "*options*.json"):
+        return True
+    inside_dir(path.parent, path.name, OPTIONS_FILE)
+    try:
+        opts = read_json(path)
+    except ElmoFileError:
+        return False
+    return isinstance(opts, dict) and "lstm" in opts and "char_cnn" in opts
+
+
+def _one(found: Sequence[Path], directory: Path, what: str) -> Optional[Path]:
+    if len(found) > 1:
+        raise ElmoFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
+                              "ambiguous; pass an (options_file, weight_file) pair")
+    return found[0] if found else None
+
+
+def _inside(directory: Path, options: Path, weights: Path) -> Tuple[Path, Path]:
+    return inside_dir(directory, options.name, OPTIONS_FILE), inside_dir(directory, weights.name, WEIGHT_FILE)
+
+
+def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
+    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair.
+
+    Exactly one file must look like an options file; published names must agree on their stem."""
+    files = _listing(directory)
+    jsons = [p for p in files if p.suffix == ".json"]
+    options = _one([p for p in jsons if _looks_like_options(p)], directory, "options JSON")
+    if options is None:
+        looked = f" (looked at {', '.join(p.name for p in jsons)}: none has 'lstm' and 'char_cnn')" if jsons else ""
+        raise ElmoFileError(f"{directory}: no options file found{looked}")
+    stem = _stem(options.name, "_options.json")
+    published = [p for p in files if fnmatch(p.name, "elmo_*_weights.hdf5")]
+    if stem is not None and published:
+        weights = next((p for p in published if _stem(p.name, "_weights.hdf5") == stem), None)
+        if weights is None:
+            raise ElmoFileError(f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
+                                  f"{', '.join(p.name for p in published)} (mismatched stems); "
+                                  "pass an (options_file, weight_file) pair")
+        return _inside(directory, options, weights)
+    for pattern in ("elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"):
+        weights = _one([p for p in files if fnmatch(p.name, pattern)], directory, "hdf5 weight")
+        if weights is not None:
+            return _inside(directory, options, weights)
+    raise ElmoFileError(f"{directory}: no hdf5 weight file found (looked for *.hdf5)")
+
+
+def detect(directory: Path) -> bool:
+    """Always True: a directory no other format claims (this format comes last in `FORMATS`) is read as an
+    options JSON + a `.hdf5` weight file, and `model_files` says what is missing or ambiguous."""
+    return True
+
+
+def model_files(directory: Path) -> ModelFiles:
+    """The `(options, weights)` pair of a directory (see `resolve_hdf5_pair`)."""
+    return ModelFiles(KIND, *resolve_hdf5_pair(directory))
+
+
+def read(model: ModelFiles) -> ModelData:
+    """The options file and the weights of `model` (a directory's pair, a pair given, a published model's files):
+    the memory a load needs is checked first, then every dataset (see `read_hdf5`); policy "warm", the warm
+    state computed when needed."""
+    options = BiLMOptions.from_file(model.config)
+    check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
+    state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
+    state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)  # not in the file: computed
+    state_dict["warm_c"] = torch.zeros(options.n_layers, 2, options.lstm_dim)
+    return ModelData(options, state_dict, str(model.weights), "warm")
+
+
 def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
     opts = bilm.options
     sd = {k: v.detach().cpu().float() for k, v in bilm.state_dict().items()}
@@ -180,7 +276,7 @@ def export_hdf5(model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Opt
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
     AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in memory
     and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes later)."""
-    bilm = model.bilm if isinstance(model, ElmoEmbedder) else model
+    bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError("the bilm-tf hdf5 layout has no character table or word embedding: keep this "
                               "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)")

@@ -4,7 +4,7 @@ A model `NAME` lives in `$SPACY_ELMO_CACHE/NAME/` (default `~/.cache/spacy_elmo/
 published file names, with `manifest.json` recording each file's size and sha256. No official
 checksums exist, so a file is trusted on first use (when a download completes, or the first time
 files placed by hand load) and verified on every later use. Nothing here touches the network
-(`spacy_elmo.bilm.download` does).
+(`spacy_elmo.weights.download` does).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ..errors import ElmoConfigError, ElmoFileError
-from .files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
+from ..files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -24,6 +24,12 @@ PUBLISHED = {
 }
 BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 MANIFEST = "manifest.json"
+# What a download may receive of each published file, at most. No official sizes exist; the options JSON files
+# are under 1 KB, and a weights file holds the float32 parameters of its architecture (DESIGN.md, counted by
+# `tests/bilm/test_download.py` from `BiLM`: 13.6M small, 28.0M medium, 93.6M original and original-5.5b, which
+# share the architecture) plus the hdf5 structure of some 30 datasets, well under 1 MB: bound by 5% more + 1 MB.
+OPTIONS_MAX_BYTES = 64 << 10
+PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848, "original-5.5b": 93_600_848}
 
 
 def is_published(name: object) -> bool:
@@ -36,13 +42,52 @@ def check_name(name: str) -> str:
     return name
 
 
+def max_bytes(name: str) -> tuple[int, int]:
+    """The most bytes the options JSON and the weights file of the published model `name` may hold."""
+    return OPTIONS_MAX_BYTES, int(4 * PARAMETERS[check_name(name)] * 1.05) + (1 << 20)
+
+
+def cache_setting() -> str:
+    """Which setting places the cache, as `NAME=value`: `SPACY_ELMO_CACHE`, else `HOME`. An empty or unset
+    HOME is refused (ElmoConfigError) rather than taken as `/`."""
+    if os.environ.get("SPACY_ELMO_CACHE"):
+        return f"SPACY_ELMO_CACHE={os.environ['SPACY_ELMO_CACHE']}"
+    if not os.environ.get("HOME"):
+        raise ElmoConfigError("no cache directory for the published ELMo models: HOME is "
+                              f"{'empty' if 'HOME' in os.environ else 'not set'} and SPACY_ELMO_CACHE is not set; "
+                              "set SPACY_ELMO_CACHE to a directory (e.g. SPACY_ELMO_CACHE=/path/to/elmo_cache)")
+    return f"HOME={os.environ['HOME']}"
+
+
 def cache_dir() -> Path:
-    """`$SPACY_ELMO_CACHE`, else `~/.cache/spacy_elmo`."""
-    return Path(os.environ.get("SPACY_ELMO_CACHE") or Path.home() / ".cache" / "spacy_elmo")
+    """`$SPACY_ELMO_CACHE`, else `$HOME/.cache/spacy_elmo`. Raises ElmoConfigError naming the setting where
+    the place cannot be a directory (a file, `/dev/null`) or neither is set (see `cache_setting`)."""
+    setting = cache_setting()
+    name, value = setting.split("=", 1)
+    path = Path(value) if name == "SPACY_ELMO_CACHE" else Path(value) / ".cache" / "spacy_elmo"
+    for place in (path, *path.parents):  # the nearest that exists must be a directory
+        if os.path.lexists(place):
+            if not place.is_dir():
+                raise ElmoConfigError(f"{setting}: {place} is not a directory, so the cache of the published ELMo "
+                                      f"models ({path}) cannot be there; set SPACY_ELMO_CACHE to a directory")
+            break
+    return path
 
 
 def model_dir(name: str, cache: str | Path | None = None) -> Path:
     return Path(cache or cache_dir()) / check_name(name)
+
+
+def make_model_dir(name: str, cache: str | Path | None = None) -> Path:
+    """`model_dir`, created: ElmoConfigError naming the setting (or `cache`) where that fails."""
+    directory = model_dir(name, cache)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        where = f"cache {cache}" if cache else cache_setting()
+        raise ElmoConfigError(f"{where}: cannot create the cache directory {directory} ({err.strerror or err}); "
+                              "set SPACY_ELMO_CACHE to a writable directory") from None
+    return directory
 
 
 def base_url() -> str:
@@ -99,7 +144,8 @@ def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dic
 
 def missing_message(name: str, directory: Path) -> str:
     files = published_files(name)
-    return (f"ELMo model '{name}' is not in the cache {directory}: run `python -m spacy_elmo download {name}`, "
+    return (f"ELMo model '{name}' is not in the cache {directory} ({cache_setting()}): run "
+            f"`python -m spacy_elmo download {name}`, "
             f"or place {' and '.join(f for f, _ in files)} there by hand (from {' and '.join(u for _, u in files)})")
 
 

@@ -11,8 +11,8 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import DocBin
 
-from ..bilm.files import TEXT_ENCODING, open_regular
 from ..errors import ElmoFileError
+from ..files import TEXT_ENCODING, open_regular
 from .options import DEFAULT_MAX_DOCBIN_BYTES
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..bilm.files import hdf5_dataset, regular_file
 from ..errors import ElmoFileError
+from ..files import hdf5_dataset, regular_file
 from .h5writer import INDEX, SETTINGS
 from .outdir import MANIFEST, WorkDir, piece_name
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Union
 
-from ..errors import ElmoError, ElmoFileError, ElmoResourceError
+from .errors import ElmoError, ElmoFileError, ElmoResourceError
 
 PathLike = Union[str, Path]
 # How every text file is decoded: UTF-8, a byte order mark at the start of the file (Windows editors write one) dropped

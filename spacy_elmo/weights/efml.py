@@ -20,19 +20,20 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from ..bilm.chars import CharTable
+from ..bilm.lstm import gates_to_internal
+from ..bilm.options import BiLMOptions, read_json
 from ..errors import ElmoFileError
-from .chars import CharTable
-from .embedder import ElmoEmbedder
-from .files import TEXT_ENCODING, excerpt, inside_dir, read_regular
-from .finite import check_finite
-from .lstm import gates_to_internal
+from ..files import TEXT_ENCODING, excerpt, inside_dir, read_regular
+from .checks import check_finite, check_float, check_stored
+from .data import ModelData, ModelFiles
 from .memory import check_memory
-from .options import BiLMOptions, StatePolicy, read_json
-from .own_format import FLOAT_DTYPES, bilm_from_state_dict, read_state_dict
+from .state_dict import read_state_dict
 
+KIND = "efml"
 EFML_CONFIG, EFML_CHARS, EFML_WORDS = "config.json", "char.dic", "word.dic"
 EFML_TOKEN_EMBEDDER, EFML_ENCODER = "token_embedder.pkl", "encoder.pkl"
-EFML_MARKERS = (EFML_CHARS, EFML_TOKEN_EMBEDDER, EFML_ENCODER)  # any of them: an EFML directory (`locate`)
+EFML_MARKERS = (EFML_CHARS, EFML_TOKEN_EMBEDDER, EFML_ENCODER)  # any of them: an EFML directory (`detect`)
 MAX_DIC_BYTES = 64 << 20  # the published dictionaries hold thousands of characters and ~100,000s of words
 # The architecture of every published model, which EFML ships as elmoformanylangs/configs/<name> for these
 # names (the two files are the same) and uses where `config_path` is found nowhere else.
@@ -151,12 +152,8 @@ def _check_tensors(tensors: Dict[str, torch.Tensor], shapes: Dict[str, Tuple[int
                             f"architecture of {arch_source}")
     for name, shape in shapes.items():
         tensor = tensors[name]
-        if tensor.dtype not in FLOAT_DTYPES:
-            raise ElmoFileError(f"{source}: '{name}' is a {tensor.dtype} tensor; weights must be float")
-        stored = tensor.untyped_storage().nbytes() // tensor.element_size()
-        if stored < tensor.numel():  # a view that repeats its values (stride 0): copied, it would be this large
-            raise ElmoFileError(f"{source}: tensor '{name}' of shape {tuple(tensor.shape)} stores {stored:,} of its "
-                                f"{tensor.numel():,} values (an expanded view); EFML's files store every value")
+        check_float(name, tensor, source)
+        check_stored(name, tensor, source)
         if tuple(tensor.shape) != shape:
             raise ElmoFileError(f"{source}: tensor '{name}' has shape {tuple(tensor.shape)} but the architecture of "
                                 f"{arch_source} implies {shape}")
@@ -238,8 +235,24 @@ def efml_to_state_dict(token: Dict[str, torch.Tensor], encoder: Dict[str, torch.
     return sd
 
 
-def load_efml(directory: Path, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
-    """An EFML model directory -> an embedder (`state` None: "zero", EFML's outputs after `reset_states`)."""
+def detect(directory: Path) -> bool:
+    """An ELMoForManyLangs model directory: it holds any of `EFML_MARKERS` (the others missing: one error when
+    read)."""
+    return any(os.path.lexists(directory / name) for name in EFML_MARKERS)
+
+
+def model_files(directory: Path) -> ModelFiles:
+    """The files of a directory `detect` accepts: `config.json`, `token_embedder.pkl`, then those of
+    `encoder.pkl`, `char.dic` and `word.dic` that are there."""
+    others = [directory / name for name in (EFML_ENCODER, EFML_CHARS, EFML_WORDS)]
+    return ModelFiles(KIND, directory / EFML_CONFIG, directory / EFML_TOKEN_EMBEDDER,
+                      others=tuple(p for p in others if os.path.lexists(p)))
+
+
+def read(model: ModelFiles) -> ModelData:
+    """The EFML model in `model.config`'s directory, converted to a `BiLM` state dict (warm state zero, not
+    computed) and a character table; its policy "zero", EFML's outputs after `reset_states`."""
+    directory = model.config.parent
     arch, arch_source = read_architecture(directory)
     paths = {name: inside_dir(directory, name, WHAT[name])
              for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER, EFML_CHARS, EFML_WORDS)}
@@ -257,6 +270,4 @@ def load_efml(directory: Path, state: Optional[StatePolicy], cache_size: int) ->
     words = read_dic(paths[EFML_WORDS], WHAT[EFML_WORDS]) if opts.word_dim else None
     table = CharTable.checked(chars, words, opts.max_characters_per_token, opts.n_characters, opts.n_words,
                               str(paths[EFML_CHARS]), str(paths[EFML_WORDS]))
-    state_dict = efml_to_state_dict(token, encoder, opts)
-    return bilm_from_state_dict(opts, state_dict, str(directory), state or "zero", cache_size, table,
-                                warm_state=False)
+    return ModelData(opts, efml_to_state_dict(token, encoder, opts), str(directory), "zero", table, warm_state=False)

@@ -1,0 +1,221 @@
+"""The packed runner: token texts -> layers through a `BiLM` from a fixed start state (the "warm" and "zero"
+policies), the way `ElmoEmbedder` computes them.
+
+Sentences are regrouped by length into compute batches; each batch's distinct words go through the token
+encoder once (and the token-layer cache), the boundary steps are computed once per start state, and each
+direction steps each distinct prefix once (`BiLM.run_packed`). A sentence longer than `long_sentence(batch_size)`
+tokens is computed in consecutive windows, the recurrence carried across them. Also here: the checks of what
+`embed` is given.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import ElmoConfigError
+from .cache import TokenLayerCache
+from .finite import NonFiniteError, check_finite, naming_weights
+from .lstm import LSTMState
+from .model import BiLM
+from .policy import StatePolicy
+from .precision import PrecisionCopies, resolve_precision
+from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word_index
+
+# `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
+WINDOW_BATCHES = 8
+# Words per token-encoder call (bounds memory; words of similar length go together).
+ENCODER_CHUNK = 1024
+# Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark: 0.8M), and at
+# most 8 GiB at the largest published width (512).
+MAX_CACHE_SIZE = 1 << 22
+
+
+def check_batch_size(batch_size: int) -> int:
+    """`batch_size` if it is a positive int, else ElmoConfigError.
+
+    A memory bound, not a setting of the result: a compute batch holds at most `8 * batch_size`
+    sentences and `256 * batch_size` tokens (packed, no padding), and `embed_iter` regroups sentences
+    by length within windows of `8 * batch_size`. Under "carry" it is the number of rows (bilm-tf's batch).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def check_cache_size(cache_size: int) -> int:
+    """`cache_size` (rows of the token-layer cache) if it is an int from 0 (no cache) to MAX_CACHE_SIZE, else
+    ElmoConfigError."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or not 0 <= cache_size <= MAX_CACHE_SIZE:
+        raise ElmoConfigError(f"token_cache_size must be an integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
+                              f"got {cache_size!r}")
+    return cache_size
+
+
+def check_sentence(sent, i: int) -> List[str]:
+    """Sentence `i` of the input as a list of token texts, else TypeError."""
+    if isinstance(sent, str):
+        raise TypeError(f"sentence {i} is a str; pass a list of token texts (e.g. text.split())")
+    sent = list(sent)
+    for tok in sent:
+        if not isinstance(tok, str):
+            raise TypeError(f"sentence {i} holds a {type(tok).__name__} ({tok!r}); token texts must be str")
+    return sent
+
+
+def long_sentence(batch_size: int) -> int:
+    """Sentences longer than this many tokens are computed in windows of this size (`embed_long`)."""
+    return batch_size * TOKENS_PER_BATCH
+
+
+def convert(layers: Tensor, as_tensor: bool):
+    """Layers -> what `embed_iter` yields: a torch copy, or a float32 numpy copy."""
+    return layers.clone() if as_tensor else layers.float().cpu().numpy().copy()
+
+
+class PackedRunner:
+    """Runs `network` on token texts from a fixed start state, with the token-layer cache (`token_cache`), the state
+    after the boundary steps (per policy) and the weights in the chosen precision (`copies`), all derived from
+    the weights: `clear()` drops them."""
+
+    def __init__(self, network: BiLM, cache_size: int, source: str):
+        self.network = network
+        self.source = source  # what errors about the weights name
+        self.token_cache = TokenLayerCache(check_cache_size(cache_size), network.options.projection_dim)
+        self.copies = PrecisionCopies(network, source)
+        self._after_boundary: dict = {}
+
+    def clear(self) -> None:
+        """Forget what depends on the weights and the precision: token layers, boundary states, precision copies."""
+        self.token_cache.clear()
+        self._after_boundary = {}
+        self.copies.clear()
+
+    def set_precision(self, precision: str) -> None:
+        """Resolve `precision` ("auto" included) for the network's device, forget what was derived, make the copies."""
+        resolved = resolve_precision(precision, self.network.device, stacklevel=4)  # warns where it was set
+        self.clear()
+        self.copies.make(resolved)
+
+    def encode_words(self, words: List[str]) -> Tensor:
+        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
+        network, encoder = self.network, self.copies.token_encoder()
+        device = network.device
+        out = torch.empty(len(words), network.options.projection_dim, dtype=network.dtype, device=device)
+        if not words:
+            return out
+        order = sorted(range(len(words)), key=lambda i: len(words[i]))
+        for start in range(0, len(words), ENCODER_CHUNK):
+            chunk = order[start : start + ENCODER_CHUNK]
+            ids = torch.from_numpy(network.word_ids([words[i] for i in chunk]))
+            out[torch.tensor(chunk, device=device)] = encoder(ids.to(device)).to(out.dtype)
+        return out
+
+    def token_layers(self, words: List[str]) -> Tensor:
+        """Distinct token texts -> `(n, P)`, through the token cache."""
+        return self.token_cache.lookup(words, self.encode_words)
+
+    def boundary_state(self, policy: StatePolicy) -> LSTMState:
+        """The state after the first step of each direction (over `<S>` forward, over `</S>` backward, or the
+        model's own boundary tokens): under a fixed start state the same for every sentence, so computed once per
+        policy. Batch 1."""
+        if policy not in self._after_boundary:
+            x = self.token_layers(list(self.network.boundary_tokens))  # (2, P)
+            self._after_boundary[policy] = self.network.step_boundaries(x, policy.start_state(self.network, 1))
+        return self._after_boundary[policy]
+
+    def run(self, sentences: Sequence[Sequence[str]], policy: StatePolicy, init: Optional[LSTMState] = None,
+            directions: Sequence[int] = (0, 1), ids: Optional[Sequence[int]] = None) -> Tuple[List[Tensor], LSTMState]:
+        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens, through the packed
+        recurrence from the state after the boundary steps under `policy`. That state is the same for every
+        sentence, so each direction steps each distinct prefix (in its reading order) once. `init`
+        `(n_layers, 2, 1, ·)`: another start state (one sentence: a window of a long one, see `in_windows`), whose
+        final state is returned too (`BiLM.run_packed`). `ids`: the sentences' indices in the caller's input;
+        with them, the layers are checked (`check_output`)."""
+        device = self.network.device
+        lengths = np.array([len(s) for s in sentences])
+        words, index = word_index(sentences)  # index (B, T)
+        trees, nodes = direction_trees(index, lengths, device)
+        real = nodes[0] >= 0  # (B, T)
+        # sentence-major (sentences one after another, tokens in order) -> node of each direction
+        to_forward, to_backward = (torch.from_numpy(n[real]).to(device) for n in nodes)
+        vectors = self.token_layers(words)  # (U, P)
+        start = self.boundary_state(policy) if init is None else init
+        B = len(sentences)
+        init = LSTMState(start.h.expand(-1, -1, B, -1), start.c.expand(-1, -1, B, -1))
+        products = self.copies.lstm_products()
+        try:
+            with naming_weights(self.source):
+                outputs, final = self.network.run_packed(vectors, trees, init, directions, products)
+        except NonFiniteError as err:  # the first layer's gate inputs (int8): of which sentence?
+            if ids is None:
+                raise
+            gates = torch.cat([products[0][d].input.weight for d in (0, 1)], dim=1)
+            bad = np.flatnonzero(~torch.isfinite(torch.mm(vectors, gates)).all(dim=1).cpu().numpy())
+            row = int(np.isin(index, bad).any(axis=1).argmax())
+            raise NonFiniteError(f"{err}, for sentence {ids[row]} (counted from 0)", ids[row]) from None
+        token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
+        layers = torch.stack([torch.cat([token, token], dim=-1)]
+                             + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
+        if ids is not None:
+            self.check_output(layers, lengths.tolist(), ids)
+        return list(layers.split(lengths.tolist(), dim=1)), final
+
+    def check_output(self, layers: Tensor, lengths: Sequence[int], ids: Sequence[int]) -> None:
+        """NonFiniteError naming the weights and the first sentence (of `ids`) whose vectors hold NaN or infinite
+        values; `layers` `(n_layers + 1, sum(lengths), 2P)`, sentences one after another. Once per batch."""
+        check_finite(layers, self.source, f"the vectors computed in {self.copies.precision}", lengths, ids)
+
+    def padded(self, sentences: Sequence[Sequence[str]]) -> Tuple[Tensor, Tensor, Tensor]:
+        """Sentences as one padded batch, boundaries included, for `forward` (the "carry" path): ids
+        `(B, T + 2, width)`, mask `(B, T + 2)`, and `real` `(B, T + 2)`, True at the real tokens."""
+        device = self.network.device
+        lengths = torch.tensor([len(s) + 2 for s in sentences], device=device)
+        positions = torch.arange(int(lengths.max()), device=device).unsqueeze(0)
+        real = (positions > 0) & (positions < lengths.unsqueeze(1) - 1)
+        ids = torch.from_numpy(self.network.char_ids(sentences)).to(device)
+        return ids, positions < lengths.unsqueeze(1), real
+
+    def in_windows(self, sentence: List[str], window: int, policy: StatePolicy, index: int = 0) -> Iterator[Tensor]:
+        """One sentence in consecutive windows of `window` tokens -> layers `(n_layers + 1, w, 2P)` per window,
+        the recurrence carried across windows (each direction reads the whole sentence): memory bounded by
+        `window`, not by the sentence. The backward states entering each window are found first (a
+        backward pass from the right end), then each window is computed from both carried states. `index`:
+        the sentence's in the caller's input (what an error names)."""
+        bounds = [(s, min(s + window, len(sentence))) for s in range(0, len(sentence), window)]
+        start = self.boundary_state(policy)
+        entering = [start] * len(bounds)  # the backward direction's state entering each window
+        for k in range(len(bounds) - 1, 0, -1):
+            a, b = bounds[k]
+            _, final = self.run([sentence[a:b]], policy, entering[k], directions=(1,))
+            entering[k - 1] = final
+        carried = start
+        for (a, b), back in zip(bounds, entering):
+            init = LSTMState(torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
+                             torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1))
+            (layers,), carried = self.run([sentence[a:b]], policy, init, ids=[index])
+            yield layers
+
+    def embed(self, sentences: List[List[str]], policy: StatePolicy, batch_size: int, as_tensor: bool,
+              first: int = 0) -> list:
+        """Sentences -> their layers (see `convert`), regrouped by length into batches; long ones in windows.
+        `first`: the index of `sentences[0]` in the caller's input (what an error names)."""
+        results: list = [None] * len(sentences)
+        limit = long_sentence(batch_size)
+        short = [s if len(s) <= limit else [] for s in sentences]
+        for batch in batches_by_length(short, batch_size):
+            outputs, _ = self.run([sentences[i] for i in batch], policy, ids=[first + i for i in batch])
+            for i, layers in zip(batch, outputs):
+                results[i] = convert(layers, as_tensor)
+        for i, sentence in enumerate(sentences):
+            if len(sentence) > limit:
+                pieces = self.in_windows(sentence, limit, policy, first + i)
+                results[i] = convert(torch.cat(list(pieces), dim=1), as_tensor)
+        return [self.empty(as_tensor) if r is None else r for r in results]
+
+    def empty(self, as_tensor: bool):
+        """The layers of an empty sentence, `(n_layers + 1, 0, 2P)`."""
+        shape = (self.network.num_output_layers, 0, self.network.output_dim)
+        return torch.zeros(shape, device=self.network.device) if as_tensor else np.zeros(shape, dtype=np.float32)

@@ -1,0 +1,81 @@
+"""A trained spaCy pipeline directory (`nlp.to_disk`, `spacy train`'s model-best) wherever weights are asked for:
+`info`, `convert` and `embed --weights` (and `load_bilm`) use its `elmo` component's biLM and say which; a pipeline
+with no or two `elmo` components is one error (issue 34 item 9)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo import ElmoFileError, load_bilm
+
+from ..helpers import SENTS, one_error_line, read_output, run_cli, write_lines
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(fixture_dir, tmp_path_factory):
+    """A pipeline of a sentencizer and an `elmo` component (named `elmo`) on the fixture's weights, as saved."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "model": {"state": "zero"}})
+    nlp.initialize()
+    path = tmp_path_factory.mktemp("pipeline") / "model-best"
+    nlp.to_disk(path)
+    return path
+
+
+def test_load_bilm_reads_the_component_of_a_pipeline(pipeline_dir, fixture_dir):
+    bilm = load_bilm(pipeline_dir)
+    assert bilm.state_policy == "zero"  # the component's own setting, saved with it
+    assert "component 'elmo'" in bilm.source and str(pipeline_dir) in bilm.source
+    for a, b in zip(bilm.embed(SENTS), load_bilm(fixture_dir, state="zero").embed(SENTS)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_info_of_a_pipeline_names_the_component(pipeline_dir, capsys):
+    assert run_cli("info", pipeline_dir, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["source"] == f"biLM of component 'elmo' in {pipeline_dir}"
+    assert report["output_dim"] == 32 and report["state_policy"] == "zero"
+    assert {f["path"] for f in report["files"]} == {str(pipeline_dir / "config.cfg"), str(pipeline_dir / "elmo" / "model")}
+    assert run_cli("info", pipeline_dir) == 0
+    assert f"biLM of component 'elmo' in {pipeline_dir}" in capsys.readouterr().out
+
+
+def test_convert_of_a_pipeline(pipeline_dir, tmp_path, capsys):
+    assert run_cli("convert", pipeline_dir, tmp_path / "own") == 0
+    out = capsys.readouterr()
+    assert f"biLM of component 'elmo' in {pipeline_dir}" in out.out + out.err
+    for a, b in zip(load_bilm(tmp_path / "own").embed(SENTS), load_bilm(pipeline_dir).embed(SENTS)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_embed_with_a_pipeline_as_weights(pipeline_dir, tmp_path, capsys):
+    corpus = write_lines(tmp_path / "corpus.txt", [" ".join(s) for s in SENTS])
+    assert run_cli("embed", corpus, tmp_path / "out.hdf5", "--weights", pipeline_dir, "--whitespace",
+                   "--no-progress") == 0
+    assert f"biLM of component 'elmo' in {pipeline_dir}" in capsys.readouterr().err
+    arrays, _, _ = read_output(tmp_path / "out.hdf5")
+    for i, expected in enumerate(load_bilm(pipeline_dir).embed(SENTS)):
+        np.testing.assert_allclose(arrays[str(i)], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_elmo", [0, 2])
+def test_a_pipeline_without_one_elmo_component_is_one_error(fixture_dir, tmp_path, capsys, n_elmo):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    for name in ("elmo", "elmo_b")[:n_elmo]:
+        nlp.add_pipe("elmo", name=name, config={"weights": str(fixture_dir)})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipe")
+    for command in (["info", tmp_path / "pipe"], ["convert", tmp_path / "pipe", tmp_path / "out"],
+                    ["embed", write_lines(tmp_path / "c.txt", ["a b"]), tmp_path / "o.hdf5", "--weights",
+                     tmp_path / "pipe", "--whitespace", "--no-progress"]):
+        assert run_cli(*command) == 1
+        line = one_error_line(capsys.readouterr().err)
+        assert str(tmp_path / "pipe") in line and "spaCy pipeline" in line
+        assert ("no elmo component" in line) if n_elmo == 0 else ("2 elmo components (elmo, elmo_b)" in line)
+    with pytest.raises(ElmoFileError):
+        load_bilm(tmp_path / "pipe")
