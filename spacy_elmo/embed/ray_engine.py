@@ -22,7 +22,6 @@ import re
 import socket
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -38,9 +37,7 @@ from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceErro
 from ..weights import load_bilm
 from .compute import bound_kernel_cache
 from .job import Job, record_complete, start_sharded, write_shard
-from .options import EmbedOptions
 from .outdir import WorkDir
-from .runner import EmbedResult, run
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
 
@@ -210,11 +207,3 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
         raise ElmoFileError(f"{failures[0]}{more}; the complete shards are kept: run the same command again")
     return True
 
-
-def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, weights: str, *, shards: int,
-                   **settings: Any) -> EmbedResult:
-    """Deprecated: `spacy_elmo.embed.run(EmbedOptions(input_path, output, weights, shards=shards,
-    engine="ray", **settings))`, whose result this returns."""
-    warnings.warn("embed_with_ray is deprecated: use spacy_elmo.embed.run(EmbedOptions(..., engine='ray'))",
-                  DeprecationWarning, stacklevel=2)
-    return run(EmbedOptions(Path(input_path), Path(output), weights, shards=shards, engine="ray", **settings))

@@ -2,11 +2,13 @@
 shard of N; a pool of Ray actors), from its `EmbedOptions` to its `EmbedResult`."""
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..bilm.threads import torch_threads
 from .compute import bound_kernel_cache
@@ -82,3 +84,12 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
             raise EmbedInterrupted(None if options.shards else first_missing_line(job)) from None
     return EmbedResult(options.output, total, job.lines_done, job.lines_run, tokens, time.perf_counter() - start,
                        wrote, source)
+
+
+def embed_with_ray(input_path: str | os.PathLike, output: str | os.PathLike, weights: str, *, shards: int,
+                   **settings: Any) -> EmbedResult:
+    """Deprecated: `run(EmbedOptions(input_path, output, weights, shards=shards, engine="ray", **settings))`,
+    whose result this returns."""
+    warnings.warn("embed_with_ray is deprecated: use spacy_elmo.embed.run(EmbedOptions(..., engine='ray'))",
+                  DeprecationWarning, stacklevel=2)
+    return run(EmbedOptions(Path(input_path), Path(output), weights, shards=shards, engine="ray", **settings))

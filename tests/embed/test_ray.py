@@ -23,7 +23,8 @@ import spacy_elmo.embed.job
 from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
 from spacy_elmo.embed import EmbedOptions, run
-from spacy_elmo.embed.ray_engine import embed_job, embed_with_ray
+from spacy_elmo.embed.ray_engine import embed_job
+from spacy_elmo.embed.runner import embed_with_ray
 
 from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
 from ..reference_bilm import TINY_OPTIONS, write_random_weights

@@ -20,7 +20,19 @@ import pytest
 
 from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
 
-from ..helpers import ENV, LINES, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli, tmpfs, write_lines
+from ..helpers import (
+    ENV,
+    LINES,
+    REPO,
+    generated,
+    interrupt_embed_at_line,
+    kill_at_rename,
+    one_error_line,
+    read_output,
+    run_cli,
+    tmpfs,
+    write_lines,
+)
 
 
 def assert_same_output(a, b):
@@ -212,15 +224,8 @@ def interrupted_run(text, out, fixture_dir, monkeypatch, at=100):
     """Run embed on `text` and interrupt it (KeyboardInterrupt) while it makes dataset `at`."""
     from spacy_elmo.embed import compute
 
-    real, calls = compute.select_layer, []
-
-    def interrupted(layers, layer):
-        calls.append(1)
-        if len(calls) == at:
-            raise KeyboardInterrupt
-        return real(layers, layer)
-
-    monkeypatch.setattr(compute, "select_layer", interrupted)
+    real = compute.select_layer
+    interrupt_embed_at_line(monkeypatch, at)
     assert run_cli(*embed_args(text, out, fixture_dir)) == 130
     monkeypatch.setattr(compute, "select_layer", real)
 
