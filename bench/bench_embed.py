@@ -7,6 +7,7 @@ sentences; tokens/s counts real tokens only. Random weights at a published size 
     python bench/bench_embed.py --size small
     python bench/bench_embed.py --size original
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,8 @@ def encoder_flops_per_token(opts) -> float:
 
 
 def exact_outputs(bilm, sentences, dtype=np.float32):
-    """One sentence at a time through `forward` on char ids, boundaries included: no cache, no regrouping."""
+    """One sentence at a time through `forward` on char ids, boundaries included: no cache, no
+    regrouping."""
     from spacy_elmo.bilm import batch_char_ids
 
     out = []
@@ -70,7 +72,9 @@ def noise_floor(bilm, sentences) -> float:
     with torch.inference_mode():
         for s, a in zip(sentences, alone):
             ids = torch.from_numpy(batch_char_ids([s, longest + ["."]]))
-            layers = bilm.network(ids, initial_state=bilm.initial_state(2)).layers[:, 0, 1 : len(s) + 1]
+            layers = bilm.network(ids, initial_state=bilm.initial_state(2)).layers[
+                :, 0, 1 : len(s) + 1
+            ]
             worst = max(worst, float(np.abs(layers.numpy() - a).max()) if a.size else 0.0)
     return worst
 
@@ -81,7 +85,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--state", default="warm", choices=["warm", "zero"])
-    parser.add_argument("--check", type=int, default=200, help="sentences checked against the exact path")
+    parser.add_argument(
+        "--check", type=int, default=200, help="sentences checked against the exact path"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -97,7 +103,8 @@ def main() -> None:
     seconds = time.perf_counter() - start
 
     opts = bilm.options
-    # packed rows, boundary steps computed once, shared prefixes stepped once: fewer steps than tokens
+    # packed rows, boundary steps computed once, shared prefixes stepped once: fewer steps than
+    # tokens
     forward_steps, backward_steps = stepped_positions(sentences, args.batch_size)
     misses = bilm.token_cache.lookups - bilm.token_cache.hits
     lstm_flops = (forward_steps + backward_steps) / 2 * lstm_flops_per_position(opts)
@@ -111,25 +118,36 @@ def main() -> None:
     # ... whose own noise floor is what padding one sentence next to another changes (float32
     # rounding, amplified through time where random weights make the recurrence chaotic) ...
     noise = noise_floor(bilm, checked)
-    # ... so the algorithm itself (regrouping, cache, skipped boundary steps) is held to 1e-5 in float64
+    # ... so the algorithm itself (regrouping, cache, skipped boundary steps) is held to 1e-5 in
+    # float64
     bilm64 = load_bilm(weights_dir(args.size), state=args.state).double()
     fast64 = list(bilm64.embed_iter(checked, batch_size=args.batch_size, as_tensor=True))
-    max_diff64 = max(float((f - torch.from_numpy(e).double()).abs().max()) if e.size else 0.0
-                     for f, e in zip(fast64, exact_outputs(bilm64, checked, np.float64)))
+    max_diff64 = max(
+        float((f - torch.from_numpy(e).double()).abs().max()) if e.size else 0.0
+        for f, e in zip(fast64, exact_outputs(bilm64, checked, np.float64))
+    )
     result = {
-        "size": args.size, "state": args.state, "batch_size": args.batch_size, "threads": args.threads,
-        "sentences": len(sentences), "tokens": n_tokens, "seconds": round(seconds, 2),
+        "size": args.size,
+        "state": args.state,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+        "sentences": len(sentences),
+        "tokens": n_tokens,
+        "seconds": round(seconds, 2),
         "tokens_per_s": round(n_tokens / seconds, 1),
-        # token occurrences whose token layer came from the cache (each distinct word is computed once)
+        # token occurrences whose token layer came from the cache (each distinct word is computed
+        # once)
         "cache_hit_rate": round(1 - misses / n_tokens, 3),
-        "token_layers_computed": misses, "stepped_positions": [forward_steps, backward_steps],
+        "token_layers_computed": misses,
+        "stepped_positions": [forward_steps, backward_steps],
         # the LSTM's arithmetic over the whole wall time: a lower bound on the rate reached
         "lstm_gflop_per_s": round(lstm_flops / seconds / 1e9, 1),
         # this host's rate on one large matrix product (2048^3) at the same thread count, for scale
         "matmul_gflop_per_s": round(peak, 1),
         # what a char CNN run for every token would cost per token, for scale
         "encoder_mflop_per_token": round(encoder_flops_per_token(opts) / 1e6, 1),
-        "max_abs_diff_vs_exact_fp32": max_diff, "fp32_noise_floor": noise,
+        "max_abs_diff_vs_exact_fp32": max_diff,
+        "fp32_noise_floor": noise,
         "max_abs_diff_vs_exact_fp64": max_diff64,
         "machine": machine(),
     }

@@ -8,6 +8,7 @@ high-water mark for the child) and RSS at 10%, 50% and 90% of the run.
 
     python bench/bench_embed_cli_memory.py --lines 1000000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,13 +71,31 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)  # as the child runs (OMP_NUM_THREADS), so machine() reports it
+    torch.set_num_threads(
+        args.threads
+    )  # as the child runs (OMP_NUM_THREADS), so machine() reports it
     corpus = make_corpus(args.lines)
     output = OUT / f"embed_lines_{args.lines}.hdf5"
     output.unlink(missing_ok=True)
-    shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)  # left by a killed run
-    command = [sys.executable, "-m", "spacy_elmo", "embed", str(corpus), str(output), "--weights", args.weights,
-               "--whitespace", "--layer", args.layer, "--batch-size", str(args.batch_size), "--no-progress"]
+    shutil.rmtree(
+        output.with_name(output.name + ".partial"), ignore_errors=True
+    )  # left by a killed run
+    command = [
+        sys.executable,
+        "-m",
+        "spacy_elmo",
+        "embed",
+        str(corpus),
+        str(output),
+        "--weights",
+        args.weights,
+        "--whitespace",
+        "--layer",
+        args.layer,
+        "--batch-size",
+        str(args.batch_size),
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
@@ -89,13 +108,27 @@ def main() -> None:
     if child.returncode != 0:
         sys.exit(f"embed failed ({child.returncode}): {stderr}")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    at = {f"{int(q * 100)}%": round(next(mb for t, mb in samples if t >= q * seconds), 1) for q in (0.1, 0.5, 0.9)}
+    at = {
+        f"{int(q * 100)}%": round(next(mb for t, mb in samples if t >= q * seconds), 1)
+        for q in (0.1, 0.5, 0.9)
+    }
     with open(corpus, encoding="utf-8") as f:
         tokens = sum(len(line.split()) for line in f)
-    print(json.dumps({"lines": args.lines, "tokens": tokens, "seconds": round(seconds, 1),
-                      "peak_rss_mb": round(peak, 1), "rss_mb_at": at, "output_mb": round(output.stat().st_size / 2**20),
-                      "command": " ".join(command[1:]), "embed_says": stderr.strip().splitlines()[-1],
-                      "machine": machine()}))
+    print(
+        json.dumps(
+            {
+                "lines": args.lines,
+                "tokens": tokens,
+                "seconds": round(seconds, 1),
+                "peak_rss_mb": round(peak, 1),
+                "rss_mb_at": at,
+                "output_mb": round(output.stat().st_size / 2**20),
+                "command": " ".join(command[1:]),
+                "embed_says": stderr.strip().splitlines()[-1],
+                "machine": machine(),
+            }
+        )
+    )
     output.unlink()
 
 

@@ -1,12 +1,15 @@
-"""The matrix products of the biLM's LSTM in float32, dynamic int8 and bfloat16, on this host: GFLOP/s per shape.
+"""The matrix products of the biLM's LSTM in float32, dynamic int8 and bfloat16, on this host:
+GFLOP/s per shape.
 
     python bench/bench_matmul_precision.py [--threads 2] [--repeats 20]
 
-Shapes (rows x in x out) are the LSTM's: a step's hidden product (rows x P x 4D), a chunk of input projections,
-the cell-to-projection product (rows x D x P), at the original model's sizes (P 512, D 4096). int8 is torch's
-dynamic quantization (weights per output channel, activations per call); bfloat16 a plain product of bfloat16
-tensors, which CPUs without native bfloat16 emulate. Prints one JSON record.
+Shapes (rows x in x out) are the LSTM's: a step's hidden product (rows x P x 4D), a chunk of input
+projections, the cell-to-projection product (rows x D x P), at the original model's sizes (P 512, D
+4096). int8 is torch's dynamic quantization (weights per output channel, activations per call);
+bfloat16 a plain product of bfloat16 tensors, which CPUs without native bfloat16 emulate. Prints one
+JSON record.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,14 +36,22 @@ def rates(m: int, k: int, n: int, repeats: int) -> dict:
     x, w, b = torch.randn(m, k), torch.randn(n, k) * 0.05, torch.zeros(n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        qw = torch.quantize_per_channel(w, w.abs().amax(1) / 127, torch.zeros(n, dtype=torch.long), 0, torch.qint8)
+        qw = torch.quantize_per_channel(
+            w, w.abs().amax(1) / 127, torch.zeros(n, dtype=torch.long), 0, torch.qint8
+        )
     packed = torch.ops.quantized.linear_prepack(qw, b)
     xb, wb = x.bfloat16(), w.bfloat16()
     flop = 2 * m * k * n
-    return {"shape": f"{m}x{k}x{n}",
-            "float32": round(gflops(lambda: torch.nn.functional.linear(x, w, b), flop, repeats)),
-            "int8_dynamic": round(gflops(lambda: torch.ops.quantized.linear_dynamic(x, packed), flop, repeats)),
-            "bfloat16": round(gflops(lambda: torch.nn.functional.linear(xb, wb), flop, max(1, repeats // 5)), 1)}
+    return {
+        "shape": f"{m}x{k}x{n}",
+        "float32": round(gflops(lambda: torch.nn.functional.linear(x, w, b), flop, repeats)),
+        "int8_dynamic": round(
+            gflops(lambda: torch.ops.quantized.linear_dynamic(x, packed), flop, repeats)
+        ),
+        "bfloat16": round(
+            gflops(lambda: torch.nn.functional.linear(xb, wb), flop, max(1, repeats // 5)), 1
+        ),
+    }
 
 
 def main() -> None:
@@ -50,8 +61,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = [rates(m, k, n, args.repeats) for m, k, n in SHAPES]
-    print(json.dumps({"gflop_per_s": rows, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                      "threads": args.threads, "machine": machine()}))
+    print(
+        json.dumps(
+            {
+                "gflop_per_s": rows,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "threads": args.threads,
+                "machine": machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ UD English-EWT test sentences (one Doc per sentence), random weights at a publis
 2 torch threads. The component's feature cache is off, so repeated sentences are not free.
 Target: the pipeline reaches at least 90% of embed's tokens/s.
 
-usage: python bench/bench_pipeline.py [--size small] [--limit N] [--threads 2] [--data ../shared/data]
+usage: python bench/bench_pipeline.py [--size small] [--limit N] [--threads 2] [--data
+../shared/data]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +23,9 @@ from common import read_conllu_sentences, weights_dir  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="small")
-    parser.add_argument("--limit", type=int, default=0, help="first N test sentences (0: all 2,077)")
+    parser.add_argument(
+        "--limit", type=int, default=0, help="first N test sentences (0: all 2,077)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64, help="biLM rows per compute batch")
     parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
@@ -41,7 +45,10 @@ def main() -> None:
 
     bilm = load_bilm(path)
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"weights": str(path), "cache_mb": 0, "model": {"batch_size": args.batch_size}})
+    elmo = nlp.add_pipe(
+        "elmo",
+        config={"weights": str(path), "cache_mb": 0, "model": {"batch_size": args.batch_size}},
+    )
     nlp.initialize()
     docs = [Doc(nlp.vocab, words=w) for w in sentences]
     bilm.embed(sentences[:64], batch_size=args.batch_size)  # warm up both (threads, allocator)
@@ -61,7 +68,9 @@ def main() -> None:
 
     cmd = " ".join(["python", "bench/bench_pipeline.py", *sys.argv[1:]])
     print(f"command: {cmd}")
-    print(f"{len(sentences)} sentences, {n_tokens} tokens, size {args.size}, {args.threads} threads")
+    print(
+        f"{len(sentences)} sentences, {n_tokens} tokens, size {args.size}, {args.threads} threads"
+    )
     print(f"bilm.embed : {t_embed:7.2f} s  {n_tokens / t_embed:8.0f} tokens/s")
     print(f"nlp.pipe   : {t_pipe:7.2f} s  {n_tokens / t_pipe:8.0f} tokens/s")
     print(f"ratio      : {t_embed / t_pipe:.3f} (target >= 0.90)")

@@ -1,16 +1,21 @@
-"""`bilm.embed` throughput by precision, in one run, with the host's matmul rates and the error per layer.
+"""`bilm.embed` throughput by precision, in one run, with the host's matmul rates and the error per
+layer.
 
-    python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto] [--rounds 2]
-                                    [--trained FIXTURE_DIR project/training/full/bilm/model] [--skip-speed]
+    python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto]
+    [--rounds 2]
+                                    [--trained FIXTURE_DIR project/training/full/bilm/model]
+                                    [--skip-speed]
 
-Each round loads the biLM afresh per precision (cold token cache) and times one pass of `embed` over the UD
-English-EWT test sentences; precisions alternate within a round, so a host that slows down affects them alike.
-Random weights at a published size (`../shared/tools/make_elmo_weights.py`) give the speed; their recurrence is
-chaotic, so accuracy is measured on trained weights instead (`--trained`: AllenNLP's fixture by default, and
-e.g. the project's biLM): relative error per layer, `||low - fp32|| / ||fp32||`, over the first 500 UD
-English-EWT dev sentences. "bfloat16" on a CPU without native
-bfloat16 runs float32 (and says so), so it is timed only where native. Prints one JSON line.
+Each round loads the biLM afresh per precision (cold token cache) and times one pass of `embed` over
+the UD English-EWT test sentences; precisions alternate within a round, so a host that slows down
+affects them alike. Random weights at a published size (`../shared/tools/make_elmo_weights.py`) give
+the speed; their recurrence is chaotic, so accuracy is measured on trained weights instead
+(`--trained`: AllenNLP's fixture by default, and e.g. the project's biLM): relative error per layer,
+`||low - fp32|| / ||fp32||`, over the first 500 UD English-EWT dev sentences. "bfloat16" on a CPU
+without native bfloat16 runs float32 (and says so), so it is timed only where native. Prints one
+JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +36,18 @@ STUDY_BILM = "project/training/full/bilm/model"
 
 
 def relative_errors(low, ref) -> list:
-    return [round(float(np.linalg.norm(np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref]))
-                        / np.linalg.norm(np.concatenate([x[k] for x in ref]))), 5) for k in range(ref[0].shape[0])]
+    return [
+        round(
+            float(
+                np.linalg.norm(
+                    np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref])
+                )
+                / np.linalg.norm(np.concatenate([x[k] for x in ref]))
+            ),
+            5,
+        )
+        for k in range(ref[0].shape[0])
+    ]
 
 
 def main() -> None:
@@ -42,14 +57,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--trained", nargs="+", default=[str(DATA / "allennlp_elmo_fixture")],
-                        help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)")
+    parser.add_argument(
+        "--trained",
+        nargs="+",
+        default=[str(DATA / "allennlp_elmo_fixture")],
+        help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)",
+    )
     parser.add_argument("--skip-speed", action="store_true", help="measure the error only")
     args = parser.parse_args()
-    for trained in args.trained:  # before anything is measured: one line, not a traceback minutes later
+    for (
+        trained
+    ) in args.trained:  # before anything is measured: one line, not a traceback minutes later
         if not Path(trained).exists():
-            study = (f": {STUDY_BILM} is the study's own biLM, written by its pretrain step (`python -m spacy "
-                     "project run all`, hours); leave it out to measure the fixture alone") if STUDY_BILM in trained else ""
+            study = (
+                (
+                    f": {STUDY_BILM} is the study's own biLM, written by its pretrain step "
+                    f"(`python -m spacy "
+                    "project run all`, hours); leave it out to measure the fixture alone"
+                )
+                if STUDY_BILM in trained
+                else ""
+            )
             sys.exit(f"bench_precision.py: --trained {trained}: not found{study}")
     torch.set_num_threads(args.threads)
     from spacy_elmo import load_bilm
@@ -80,11 +108,19 @@ def main() -> None:
                 errors.setdefault(trained, {})[p] = relative_errors(bilm.embed(dev), reference)
     best = {p: max(v) for p, v in speeds.items() if v}
     result = {
-        "size": args.size, "threads": args.threads, "tokens": n_tokens, "tokens_per_s": speeds,
-        "resolved": resolved, "speedup_vs_float32": {p: round(best[p] / best["float32"], 2) for p in best},
-        "relative_error_per_layer": errors, "native_bfloat16": native,
-        "matmul_gflop_per_s": [rates(m, k, n, 10) for m, k, n in [(256, 512, 16384), (256, 4096, 512)]],
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": machine(),
+        "size": args.size,
+        "threads": args.threads,
+        "tokens": n_tokens,
+        "tokens_per_s": speeds,
+        "resolved": resolved,
+        "speedup_vs_float32": {p: round(best[p] / best["float32"], 2) for p in best},
+        "relative_error_per_layer": errors,
+        "native_bfloat16": native,
+        "matmul_gflop_per_s": [
+            rates(m, k, n, 10) for m, k, n in [(256, 512, 16384), (256, 4096, 512)]
+        ],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": machine(),
     }
     print(json.dumps(result))
 

@@ -1,14 +1,18 @@
-"""Does the biLM's precision change a trained tagger's accuracy? Against the spread of training seeds.
+"""Does the biLM's precision change a trained tagger's accuracy? Against the spread of training
+seeds.
 
-    python bench/bench_precision_downstream.py [--weights DIR] [--train 2000] [--steps 400] [--seeds 0 1 2]
+    python bench/bench_precision_downstream.py [--weights DIR] [--train 2000] [--steps 400] [--seeds
+    0 1 2]
 
-Trains `project/configs/tagger_elmo.cfg` (UD English-EWT UPOS, the first `--train` training sentences) with
-ELMo features from `--weights` (default: AllenNLP's trained fixture), once per seed and training precision
-(`[components.elmo.model] precision`); evaluates on the first 1,000 test sentences: a pipeline trained in
-float32 with its features computed in each precision (the only change is the precision), and one trained in a
-low precision in that precision. Prints one JSON line: accuracy per seed as `trained->evaluated`, the largest
-change from float32->float32 of each, and the spread (max - min) over seeds in float32.
+Trains `project/configs/tagger_elmo.cfg` (UD English-EWT UPOS, the first `--train` training
+sentences) with ELMo features from `--weights` (default: AllenNLP's trained fixture), once per seed
+and training precision (`[components.elmo.model] precision`); evaluates on the first 1,000 test
+sentences: a pipeline trained in float32 with its features computed in each precision (the only
+change is the precision), and one trained in a low precision in that precision. Prints one JSON
+line: accuracy per seed as `trained->evaluated`, the largest change from float32->float32 of each,
+and the spread (max - min) over seeds in float32.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +36,10 @@ from corpora import read_conllu  # noqa: E402
 
 def write_split(path: Path, conllu: Path, limit: int) -> Path:
     nlp = spacy.blank("en")
-    docs = [Doc(nlp.vocab, words=s.words, spaces=s.spaces, tags=s.tags) for s in read_conllu(conllu, limit)]
+    docs = [
+        Doc(nlp.vocab, words=s.words, spaces=s.spaces, tags=s.tags)
+        for s in read_conllu(conllu, limit)
+    ]
     DocBin(docs=docs).to_disk(path)
     return path
 
@@ -64,20 +71,56 @@ def main() -> None:
             scores[seed] = {}
             for trained in precisions:
                 out = tmp / f"seed{seed}-{trained}"
-                subprocess.run([sys.executable, "-m", "spacy", "train", str(CONFIG), "--output", str(out),
-                                "--paths.train", str(train), "--paths.dev", str(dev), "--paths.elmo", args.weights,
-                                "--system.seed", str(seed), "--components.elmo.model.precision", trained,
-                                "--training.max_steps", str(args.steps), "--training.eval_frequency", "100"],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "spacy",
+                        "train",
+                        str(CONFIG),
+                        "--output",
+                        str(out),
+                        "--paths.train",
+                        str(train),
+                        "--paths.dev",
+                        str(dev),
+                        "--paths.elmo",
+                        args.weights,
+                        "--system.seed",
+                        str(seed),
+                        "--components.elmo.model.precision",
+                        trained,
+                        "--training.max_steps",
+                        str(args.steps),
+                        "--training.eval_frequency",
+                        "100",
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
                 for evaluated in precisions if trained == "float32" else [trained]:
-                    scores[seed][f"{trained}->{evaluated}"] = round(accuracy(out / "model-best", test, evaluated), 5)
+                    scores[seed][f"{trained}->{evaluated}"] = round(
+                        accuracy(out / "model-best", test, evaluated), 5
+                    )
     float32 = [s["float32->float32"] for s in scores.values()]
-    print(json.dumps({
-        "weights": args.weights, "train_sentences": args.train, "steps": args.steps, "test_sentences": 1000,
-        "tag_acc": scores, "seed_spread_float32": round(max(float32) - min(float32), 5),
-        "largest_change_from_float32": {k: round(max(abs(s[k] - s["float32->float32"]) for s in scores.values()), 5)
-                                        for k in next(iter(scores.values())) if k != "float32->float32"},
-        "machine": machine()}))
+    print(
+        json.dumps(
+            {
+                "weights": args.weights,
+                "train_sentences": args.train,
+                "steps": args.steps,
+                "test_sentences": 1000,
+                "tag_acc": scores,
+                "seed_spread_float32": round(max(float32) - min(float32), 5),
+                "largest_change_from_float32": {
+                    k: round(max(abs(s[k] - s["float32->float32"]) for s in scores.values()), 5)
+                    for k in next(iter(scores.values()))
+                    if k != "float32->float32"
+                },
+                "machine": machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""PTB benchmark of `pretrain` (issue 4): mean forward/backward validation perplexity after 30 minutes
-of training on 2 CPU cores (evaluation time not counted), the curve, tokens/s and the fraction of
-the machine's arithmetic rate.
+"""PTB benchmark of `pretrain` (issue 4): mean forward/backward validation perplexity after 30
+minutes of training on 2 CPU cores (evaluation time not counted), the curve, tokens/s and the
+fraction of the machine's arithmetic rate.
 
     python bench/bench_pretrain_ptb.py --minutes 30 --threads 2 --output bench/out/ptb
 
@@ -13,6 +13,7 @@ measured under the model's state policy and, for the record, under all three.
 Writes OUTPUT/curve.csv (perplexity against training minutes), OUTPUT/result.json and the
 training outputs (OUTPUT/model, metrics.jsonl, ...).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,18 +40,26 @@ def main() -> None:
     parser.add_argument("--data", default=str(DATA), help="directory with ptb.{train,valid}.txt.gz")
     parser.add_argument("--output", default=str(HERE / "out" / "ptb"))
     parser.add_argument("--config", default=str(HERE / "ptb.cfg"))
-    parser.add_argument("--minutes", type=float, default=30.0, help="training minutes (evaluation excluded)")
+    parser.add_argument(
+        "--minutes", type=float, default=30.0, help="training minutes (evaluation excluded)"
+    )
     parser.add_argument("--eval-every-minutes", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="log lines instead of a progress bar"
+    )
     rest, overrides = split_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     torch.set_num_threads(args.threads)
     data, out = Path(args.data), Path(args.output)
-    values = {"paths.train": str(data / "ptb.train.txt.gz"), "paths.dev": str(data / "ptb.valid.txt.gz"),
-              "training.max_minutes": args.minutes, "training.eval_every_minutes": args.eval_every_minutes,
-              **parse_overrides(overrides)}
+    values = {
+        "paths.train": str(data / "ptb.train.txt.gz"),
+        "paths.dev": str(data / "ptb.valid.txt.gz"),
+        "training.max_minutes": args.minutes,
+        "training.eval_every_minutes": args.eval_every_minutes,
+        **parse_overrides(overrides),
+    }
     config = load_config(args.config, values)
     peak = matmul_gflops()
     wall = time.perf_counter()
@@ -61,18 +70,36 @@ def main() -> None:
     write_curve(metrics, out / "curve.csv")
     bilm, head, vocab, _ = load_trained(out / "model")
     c = config["corpus"]
-    dev = load_dev(c["dev"], make_tokenizer(c["tokenizer"]), c["max_sentence_length"], vocab, c["unk_token"])
-    by_policy = {p: perplexities(dev_nll(bilm, head, dev, p, 128), dev.n_predicted) for p in ("zero", "warm", "carry")}
-    flops = train_flops_per_token(bilm.options, len(vocab), config["softmax"]["type"], config["softmax"]["n_samples"])
+    dev = load_dev(
+        c["dev"], make_tokenizer(c["tokenizer"]), c["max_sentence_length"], vocab, c["unk_token"]
+    )
+    by_policy = {
+        p: perplexities(dev_nll(bilm, head, dev, p, 128), dev.n_predicted)
+        for p in ("zero", "warm", "carry")
+    }
+    flops = train_flops_per_token(
+        bilm.options, len(vocab), config["softmax"]["type"], config["softmax"]["n_samples"]
+    )
     rate = summary["tokens_per_s"] * flops / 1e9
     result = {
-        "machine": machine(), "matmul_gflops": peak, "config": str(args.config), "overrides": overrides,
-        "train_minutes": summary["train_minutes"], "wall_minutes_with_eval": wall / 60,
-        "steps": summary["steps"], "tokens": summary["tokens"], "epochs_started": summary["epochs_started"],
-        "tokens_per_s": summary["tokens_per_s"], "train_gflop_per_token": flops / 1e9,
-        "achieved_gflops": rate, "fraction_of_matmul_rate": rate / peak,
-        "policy": summary["policy"], "dev": summary["dev"], "dev_by_policy": by_policy,
-        "target_mean_ppl": 150, "met": summary["dev"]["mean"] <= 150,
+        "machine": machine(),
+        "matmul_gflops": peak,
+        "config": str(args.config),
+        "overrides": overrides,
+        "train_minutes": summary["train_minutes"],
+        "wall_minutes_with_eval": wall / 60,
+        "steps": summary["steps"],
+        "tokens": summary["tokens"],
+        "epochs_started": summary["epochs_started"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "train_gflop_per_token": flops / 1e9,
+        "achieved_gflops": rate,
+        "fraction_of_matmul_rate": rate / peak,
+        "policy": summary["policy"],
+        "dev": summary["dev"],
+        "dev_by_policy": by_policy,
+        "target_mean_ppl": 150,
+        "met": summary["dev"]["mean"] <= 150,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(json.dumps(result, indent=2))

@@ -6,6 +6,7 @@ Prints a JSON line: RSS after the first 1,000 sentences, the peak, and the growt
 
     python bench/bench_stream_memory.py --size small --sentences 10000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,10 +53,21 @@ def main() -> None:
     seconds = time.perf_counter() - start
     after_1k = next(mb for i, mb in samples if i >= 1000)
     peak = max(mb for _, mb in samples)
-    print(json.dumps({"size": args.size, "sentences": args.sentences, "tokens": tokens,
-                      "seconds": round(seconds, 1), "rss_mb_after_1000": after_1k, "rss_mb_peak": peak,
-                      "growth_mb": round(peak - after_1k, 1), "token_cache_rows": len(bilm.token_cache.slots),
-                      "samples": samples}))
+    print(
+        json.dumps(
+            {
+                "size": args.size,
+                "sentences": args.sentences,
+                "tokens": tokens,
+                "seconds": round(seconds, 1),
+                "rss_mb_after_1000": after_1k,
+                "rss_mb_peak": peak,
+                "growth_mb": round(peak - after_1k, 1),
+                "token_cache_rows": len(bilm.token_cache.slots),
+                "samples": samples,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ At the original size (1024-wide layers) `--projection 128` maps the mixed featur
 usage: python bench/bench_tagger_epoch.py [--size small|original] [--limit N] [--epochs 3]
        [--projection P] [--threads 2] [--data ../shared/data]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,8 @@ WIDTHS = {"small": 256, "medium": 512, "original": 1024}
 
 
 def trainer(config_name: str, sentences, overrides: dict):
-    """A function that trains one epoch of the pipeline from `config_name` and returns its seconds."""
+    """A function that trains one epoch of the pipeline from `config_name` and returns its
+    seconds."""
     import spacy
     from spacy.tokens import Doc
     from spacy.training import Example
@@ -43,7 +45,10 @@ def trainer(config_name: str, sentences, overrides: dict):
     annotates = list(nlp.config["training"]["annotating_components"])
 
     def examples():  # fresh Docs each epoch, like `spacy train`
-        return [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t)) for w, _, t in sentences]
+        return [
+            Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t))
+            for w, _, t in sentences
+        ]
 
     optimizer = nlp.initialize(examples)
     rng = random.Random(0)
@@ -62,7 +67,9 @@ def trainer(config_name: str, sentences, overrides: dict):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="small", choices=sorted(WIDTHS))
-    parser.add_argument("--limit", type=int, default=1000, help="first N UD train sentences (0: all)")
+    parser.add_argument(
+        "--limit", type=int, default=1000, help="first N UD train sentences (0: all)"
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--projection", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -72,12 +79,18 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    sentences = list(read_conllu(Path(args.data) / "ud_english_ewt" / "en_ewt-ud-train.conllu.gz", args.limit or None))
+    sentences = list(
+        read_conllu(
+            Path(args.data) / "ud_english_ewt" / "en_ewt-ud-train.conllu.gz", args.limit or None
+        )
+    )
     n_tokens = sum(len(s.words) for s in sentences)
     run_base = trainer("tagger_base.cfg", sentences, {})
-    elmo_overrides = {"paths.elmo": str(weights_dir(args.size)),
-                      "components.tok2vec.model.embed.elmo.width": WIDTHS[args.size],
-                      "components.tok2vec.model.embed.elmo.projection": args.projection or None}
+    elmo_overrides = {
+        "paths.elmo": str(weights_dir(args.size)),
+        "components.tok2vec.model.embed.elmo.width": WIDTHS[args.size],
+        "components.tok2vec.model.embed.elmo.projection": args.projection or None,
+    }
     run_elmo = trainer("tagger_elmo.cfg", sentences, elmo_overrides)
     base, elmo = [], []
     for _ in range(args.epochs):  # interleaved, so that load on a shared machine hits both alike
@@ -86,12 +99,18 @@ def main() -> None:
     later_base = sum(base[1:]) / len(base[1:])
     later_elmo = sum(elmo[1:]) / len(elmo[1:])
     print(f"command: python bench/bench_tagger_epoch.py {' '.join(sys.argv[1:])}")
-    print(f"{len(sentences)} sentences, {n_tokens} tokens, size {args.size}, projection {args.projection or None}, "
-          f"{args.threads} threads")
+    print(
+        f"{len(sentences)} sentences, {n_tokens} tokens, size {args.size}, projection "
+        f"{args.projection or None}, "
+        f"{args.threads} threads"
+    )
     print("epoch times (s), without ELMo: " + ", ".join(f"{t:.2f}" for t in base))
     print("epoch times (s), with ELMo   : " + ", ".join(f"{t:.2f}" for t in elmo))
-    print(f"after the first epoch: {later_elmo:.2f} s vs {later_base:.2f} s = {later_elmo / later_base:.2f}x "
-          f"(target <= 1.5x)")
+    print(
+        f"after the first epoch: {later_elmo:.2f} s vs {later_base:.2f} s = "
+        f"{later_elmo / later_base:.2f}x "
+        f"(target <= 1.5x)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Shared helpers of the benchmarks: data and weights, machine facts, arithmetic rate, FLOPs per token."""
+"""Shared helpers of the benchmarks: data and weights, machine facts, arithmetic rate, FLOPs per
+token."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +16,9 @@ import torch
 from spacy_elmo.bilm import BiLMOptions
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "project" / "scripts"))  # the project's CoNLL-U reader and machine description
+sys.path.insert(
+    0, str(REPO / "project" / "scripts")
+)  # the project's CoNLL-U reader and machine description
 from corpora import read_conllu  # noqa: E402
 from machine import machine  # noqa: E402, F401 (the benchmarks' records import it from here)
 
@@ -31,26 +35,30 @@ def weights_dir(size: str) -> Path:
     out = REPO / "bench" / "out" / f"weights_{size}"
     if not (out / "weights.hdf5").exists():
         tool = REPO.parent / "shared" / "tools" / "make_elmo_weights.py"
-        subprocess.run([sys.executable, str(tool), size, str(out)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, str(tool), size, str(out)], check=True, stdout=subprocess.DEVNULL
+        )
     return out
 
 
-
 def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """The machine's float32 arithmetic rate (GFLOP/s) on large matrix products, at the current thread count."""
+    """The machine's float32 arithmetic rate (GFLOP/s) on large matrix products, at the current
+    thread count."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(2):
         a @ b
     start = time.perf_counter()
     for _ in range(repeats):
         a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def train_flops_per_token(options: BiLMOptions, vocab_size: int, softmax: str = "full", n_samples: int = 8192) -> float:
-    """Multiply-adds x 2 of one training token (both directions, forward + backward pass = 3x forward)
-    in the LSTM layers and the softmax. The token encoder runs once per distinct word of a batch and
-    is left out, so this is a lower bound."""
+def train_flops_per_token(
+    options: BiLMOptions, vocab_size: int, softmax: str = "full", n_samples: int = 8192
+) -> float:
+    """Multiply-adds x 2 of one training token (both directions, forward + backward pass = 3x
+    forward) in the LSTM layers and the softmax. The token encoder runs once per distinct word of a
+    batch and is left out, so this is a lower bound."""
     P, D = options.projection_dim, options.lstm_dim
     lstm = options.n_layers * 2 * (2 * P * 4 * D + D * P)
     classes = vocab_size if softmax == "full" else min(n_samples, vocab_size)
@@ -67,7 +75,9 @@ def write_curve(metrics: List[Dict[str, Any]], path: Path) -> None:
     rows = ["train_minutes,step,tokens,train_loss,dev_forward,dev_backward,dev_mean,policy"]
     for m in metrics:
         d = m["dev"] or {}
-        rows.append(f"{m['train_minutes']:.3f},{m['step']},{m['tokens']},{m['train_loss']:.4f},"
-                    f"{d.get('forward', float('nan')):.2f},{d.get('backward', float('nan')):.2f},"
-                    f"{d.get('mean', float('nan')):.2f},{d.get('policy', '')}")
+        rows.append(
+            f"{m['train_minutes']:.3f},{m['step']},{m['tokens']},{m['train_loss']:.4f},"
+            f"{d.get('forward', float('nan')):.2f},{d.get('backward', float('nan')):.2f},"
+            f"{d.get('mean', float('nan')):.2f},{d.get('policy', '')}"
+        )
     Path(path).write_text("\n".join(rows) + "\n", encoding="utf-8")

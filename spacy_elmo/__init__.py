@@ -1,4 +1,5 @@
 """ELMo for spaCy: a PyTorch biLM that loads the published weights, and spaCy components on it."""
+
 from .about import __version__
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder
 from .doc_data import install_extensions
@@ -14,12 +15,24 @@ from .errors import (
 )
 from .weights import export_hdf5, load_bilm, save_bilm
 
-# Docs stored with ELMo data (a DocBin, Doc.to_bytes, `spacy apply` output) read back in any process that
-# imports spacy_elmo: the extensions and the data's msgpack decoder are registered here.
+# Docs stored with ELMo data (a DocBin, Doc.to_bytes, `spacy apply` output) read back in any process
+# that imports spacy_elmo: the extensions and the data's msgpack decoder are registered here.
 install_extensions()
 
 __all__ = [
-    "BiLM", "BiLMOptions", "ElmoConfigError", "ElmoEmbedder", "ElmoError", "ElmoFileError", "ElmoResourceError",
-    "ElmoResumeError", "ElmoUntrainedWarning", "ElmoUnusedWarning", "export_hdf5", "load_bilm", "open_embeddings",
-    "save_bilm", "__version__",
+    "BiLM",
+    "BiLMOptions",
+    "ElmoConfigError",
+    "ElmoEmbedder",
+    "ElmoError",
+    "ElmoFileError",
+    "ElmoResourceError",
+    "ElmoResumeError",
+    "ElmoUntrainedWarning",
+    "ElmoUnusedWarning",
+    "export_hdf5",
+    "load_bilm",
+    "open_embeddings",
+    "save_bilm",
+    "__version__",
 ]

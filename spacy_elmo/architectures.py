@@ -1,17 +1,19 @@
-"""Every spaCy architecture of spacy_elmo, by its registered name (`.v1` never changes once released).
+"""Every spaCy architecture of spacy_elmo, by its registered name (`.v1` never changes once
+released).
 
 - `spacy_elmo.ElmoModel.v1`: the frozen biLM of the `elmo` component, token texts -> layers.
-- `spacy_elmo.ElmoFeatures.v2` (and `.v1`, the same with dropout and l2 0 by default): a task's own mix of
-  the layers that `elmo` stored on each Doc, `ELMo_k = gamma * sum_j softmax(s)_j h_kj` (Peters et al. 2018,
-  sec. 3.3).
+- `spacy_elmo.ElmoFeatures.v2` (and `.v1`, the same with dropout and l2 0 by default): a task's own
+  mix of the layers that `elmo` stored on each Doc, `ELMo_k = gamma * sum_j softmax(s)_j h_kj`
+  (Peters et al. 2018, sec. 3.3).
 - `spacy_elmo.ElmoFeatures.v3`: `.v2` plus `layers`, the biLM layers to mix (null: all).
-- `spacy_elmo.ElmoMultiHashEmbed.v1`: `[x_k; ELMo_k]`, `MultiHashEmbed` beside the features, reduced to
-  `width`, as the `embed` of `spacy.Tok2Vec.v2` (ELMo at the task model's input).
-- `spacy_elmo.ElmoAtOutput.v1`: `[h_k; ELMo_k]`, a task encoder's output beside features with their own mix
-  (ELMo at the output). No gradient flows into the frozen biLM.
+- `spacy_elmo.ElmoMultiHashEmbed.v1`: `[x_k; ELMo_k]`, `MultiHashEmbed` beside the features, reduced
+  to `width`, as the `embed` of `spacy.Tok2Vec.v2` (ELMo at the task model's input).
+- `spacy_elmo.ElmoAtOutput.v1`: `[h_k; ELMo_k]`, a task encoder's output beside features with their
+  own mix (ELMo at the output). No gradient flows into the frozen biLM.
 
 The layers themselves are in `layers/`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
@@ -41,16 +43,22 @@ def ElmoModel(
     """The frozen biLM: token texts -> float32 layers `(n_layers + 1, n_tokens, 2P)` per sequence.
 
     options: the biLM sizes in the bilm-tf options layout (`{"lstm": {...}, "char_cnn": {...}}`), or
-        null to take them from the weights. state: the state policy ("warm", "zero", "carry"), or null for
-        the weights' own (the `elmo` component's default: "warm" for bilm-tf weights, "zero" for
-        ELMoForManyLangs models, the saved one for this project's format).
-    batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences and
+        null to take them from the weights. state: the state policy ("warm", "zero", "carry"), or
+        null for the weights' own (the `elmo` component's default: "warm" for bilm-tf weights,
+        "zero" for ELMoForManyLangs models, the saved one for this project's format).
+    batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences
+    and
         256x this many tokens, regrouped by length (see `spacy_elmo.bilm.check_batch_size`).
     token_cache_size: entries of the token-layer cache.
-    precision: of the biLM's LSTM matrix products: "float32", "bfloat16" (where native), "int8" (CPU) or
+    precision: of the biLM's LSTM matrix products: "float32", "bfloat16" (where native), "int8"
+    (CPU) or
         "auto" (see `spacy_elmo.bilm.precision`); outputs stay float32.
     """
-    opts = BiLMOptions.from_dict(dict(options), source="[components.elmo.model.options]") if options else None
+    opts = (
+        BiLMOptions.from_dict(dict(options), source="[components.elmo.model.options]")
+        if options
+        else None
+    )
     return bilm_layer(opts, state, batch_size, token_cache_size, precision)
 
 
@@ -63,8 +71,8 @@ def ElmoFeatures(
     layer_norm: bool = False,
     projection: Optional[int] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """A task's own mix of the Doc's ELMo layers: Docs -> `(n_tokens, projection or width)` per Doc (see
-    `features`)."""
+    """A task's own mix of the Doc's ELMo layers: Docs -> `(n_tokens, projection or width)` per Doc
+    (see `features`)."""
     return features(n_layers, width, dropout, l2, layer_norm, projection)
 
 
@@ -80,8 +88,8 @@ def features(
     """A task's own mix of the Doc's ELMo layers: Docs -> `(n_tokens, projection or width)` per Doc.
 
     n_layers: the biLM's output layers (`n_layers + 1` of the biLM, 3 for the published models).
-    width: their width, `2 * projection_dim` (256 small, 1024 original). Null (either): taken from the
-    biLM at initialize; where set, initialize checks them against it. dropout: on the output.
+    width: their width, `2 * projection_dim` (256 small, 1024 original). Null (either): taken from
+    the biLM at initialize; where set, initialize checks them against it. dropout: on the output.
     l2: the penalty `l2 * ||s||^2` on the mix logits. layer_norm: normalise each layer per token
     (zero mean, unit variance) before mixing. projection: a learned linear map down to this width.
     layers (`.v3`): the biLM layers to mix, null for all.
@@ -121,9 +129,10 @@ def ElmoFeaturesLayers(
     projection: Optional[int] = None,
     layers: Optional[List[int]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """`ElmoFeatures.v2` plus `layers`: the biLM layers to mix (0: the token layer; null: all). With one layer
-    the mix is `gamma * h_j` exactly; `[0, 1]` mixes the token layer and the first LSTM layer only (Reimers and
-    Gurevych 2019 found that often as good). Docs -> `(n_tokens, projection or width)` per Doc."""
+    """`ElmoFeatures.v2` plus `layers`: the biLM layers to mix (0: the token layer; null: all). With
+    one layer the mix is `gamma * h_j` exactly; `[0, 1]` mixes the token layer and the first LSTM
+    layer only (Reimers and Gurevych 2019 found that often as good). Docs -> `(n_tokens, projection
+    or width)` per Doc."""
     return features(n_layers, width, dropout, l2, layer_norm, projection, layers)
 
 
@@ -132,14 +141,20 @@ def ElmoAtOutput(
     tok2vec: Model[List[Doc], List[Floats2d]],
     elmo: Model[List[Doc], List[Floats2d]],
 ) -> Model[List[Doc], List[Floats2d]]:
-    """ELMo at the task encoder's output (Peters et al. 2018, sec. 3.3): `[h_k; ELMo_k]`, the encoder's output
-    `h_k` (`tok2vec`, which may itself read ELMo at its input) beside `elmo`, an `ElmoFeatures` with a mix of its
-    own. Docs -> `(n_tokens, tok2vec width + elmo width)` per Doc, as the `tok2vec` of a tagger or NER."""
+    """ELMo at the task encoder's output (Peters et al. 2018, sec. 3.3): `[h_k; ELMo_k]`, the
+    encoder's output `h_k` (`tok2vec`, which may itself read ELMo at its input) beside `elmo`, an
+    `ElmoFeatures` with a mix of its own. Docs -> `(n_tokens, tok2vec width + elmo width)` per Doc,
+    as the `tok2vec` of a tagger or NER."""
     widths = [tok2vec.maybe_get_dim("nO"), elmo.maybe_get_dim("nO")]
-    # thinc's concatenate, built here: `concatenate()` would merge `elmo` into a `tok2vec` that is one (an
-    # ElmoAtOutput), changing that model's width
-    return Model("elmo_at_output", concatenate_forward, init=concatenate_init, layers=[tok2vec, elmo],
-                 dims={"nO": None if None in widths else sum(widths)})
+    # thinc's concatenate, built here: `concatenate()` would merge `elmo` into a `tok2vec` that is
+    # one (an ElmoAtOutput), changing that model's width
+    return Model(
+        "elmo_at_output",
+        concatenate_forward,
+        init=concatenate_init,
+        layers=[tok2vec, elmo],
+        dims={"nO": None if None in widths else sum(widths)},
+    )
 
 
 @registry.architectures("spacy_elmo.ElmoMultiHashEmbed.v1")
@@ -150,11 +165,16 @@ def ElmoMultiHashEmbed(
     include_static_vectors: bool,
     elmo: Model[List[Doc], List[Floats2d]],
 ) -> Model[List[Doc], List[Floats2d]]:
-    """`[x_k; ELMo_k]` reduced to `width` by a Maxout: x_k from `spacy.MultiHashEmbed.v2` (same arguments),
-    ELMo_k from `elmo` (an `ElmoFeatures.v1` or `.v2`). Docs -> `(n_tokens, width)` per Doc, for `spacy.Tok2Vec.v2`."""
-    hash_embed = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
+    """`[x_k; ELMo_k]` reduced to `width` by a Maxout: x_k from `spacy.MultiHashEmbed.v2` (same
+    arguments), ELMo_k from `elmo` (an `ElmoFeatures.v1` or `.v2`). Docs -> `(n_tokens, width)` per
+    Doc, for `spacy.Tok2Vec.v2`."""
+    hash_embed = MultiHashEmbed(
+        width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors
+    )
     elmo_width = elmo.maybe_get_dim("nO")
     n_in = None if elmo_width is None else width + elmo_width  # else inferred at initialize
-    model = chain(concatenate(hash_embed, elmo), with_array(Maxout(width, n_in, nP=3, normalize=True)))
+    model = chain(
+        concatenate(hash_embed, elmo), with_array(Maxout(width, n_in, nP=3, normalize=True))
+    )
     model.set_dim("nO", width)
     return model

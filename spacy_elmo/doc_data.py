@@ -1,19 +1,21 @@
-"""The ELMo data stored on each Doc, the named getters behind `doc._.elmo` and friends, and the vector hooks.
+"""The ELMo data stored on each Doc, the named getters behind `doc._.elmo` and friends, and the
+vector hooks.
 
 One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
-`(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 * projection_dim)`,
-as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that dtype; `doc._.elmo_layers`
-gives float32); whitespace tokens hold zero vectors. It also holds the character span of each token it
-was computed for, so it follows the Doc through `doc.retokenize()` (`merge_entities`, `merge_noun_chunks`,
-...): when the Doc's tokens are no longer those, the data is realigned on first read, by one rule: a
-merged token gets the mean of its parts' vectors (its whitespace parts left out), each piece of a split
-token gets the vector of the token it came from. Data that fits no rule (another text) is an error,
-never a shifted vector. Stored data read back is checked (types, shapes, finite values) against the
-Doc. The data object is registered with
+`(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 *
+projection_dim)`, as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that
+dtype; `doc._.elmo_layers` gives float32); whitespace tokens hold zero vectors. It also holds the
+character span of each token it was computed for, so it follows the Doc through `doc.retokenize()`
+(`merge_entities`, `merge_noun_chunks`, ...): when the Doc's tokens are no longer those, the data is
+realigned on first read, by one rule: a merged token gets the mean of its parts' vectors (its
+whitespace parts left out), each piece of a split token gets the vector of the token it came from.
+Data that fits no rule (another text) is an error, never a shifted vector. Stored data read back is
+checked (types, shapes, finite values) against the Doc. The data object is registered with
 srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
 carry it: the mix only, unless `save_layers` (the layers are `n_layers + 1` times its size).
 The getters are module-level functions, so extensions pickle.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,8 +30,10 @@ from .errors import ElmoFileError
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
 
+
 def token_spans(doc: Doc) -> np.ndarray:
-    """int32 `(n_tokens, 2)`: each token's character start and end in `doc.text` (spaCy's offsets are int32)."""
+    """int32 `(n_tokens, 2)`: each token's character start and end in `doc.text` (spaCy's offsets
+    are int32)."""
     spans = doc.to_array([IDX, LENGTH]).astype(np.int32).reshape(len(doc), 2)
     spans[:, 1] += spans[:, 0]
     return spans
@@ -37,11 +41,11 @@ def token_spans(doc: Doc) -> np.ndarray:
 
 @dataclass
 class ElmoDocData:
-    """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one is set);
-    `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo` reports.
-    `spans` int32 `(n_tokens, 2)`: the tokens' character spans it was computed for (None in data stored
-    before they were kept: then only the token count is checked). `save_layers`: whether a stored Doc keeps
-    `layers` (else only the mix is written)."""
+    """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one
+    is set); `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo`
+    reports. `spans` int32 `(n_tokens, 2)`: the tokens' character spans it was computed for (None in
+    data stored before they were kept: then only the token count is checked). `save_layers`: whether
+    a stored Doc keeps `layers` (else only the mix is written)."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
@@ -52,20 +56,23 @@ class ElmoDocData:
 
     @property
     def n_tokens(self) -> int:
-        return (self.layers.shape[1] if self.layers is not None else self.mixed.shape[0])
+        return self.layers.shape[1] if self.layers is not None else self.mixed.shape[0]
 
     @property
     def width(self) -> int:
-        return (self.layers.shape[2] if self.layers is not None else self.mixed.shape[1])
+        return self.layers.shape[2] if self.layers is not None else self.mixed.shape[1]
 
     def mix(self) -> np.ndarray:
-        """The fixed mix `(n_tokens, width)` in the stored dtype (summed in float32, computed once per Doc)."""
+        """The fixed mix `(n_tokens, width)` in the stored dtype (summed in float32, computed once
+        per Doc)."""
         if self._mix_cache is None:
             if self.mixed is not None:
                 out = self.mixed
             else:
                 layers = self.layers.astype(np.float32, copy=False)
-                out = np.tensordot(self.mix_weights, layers, axes=1).astype(self.layers.dtype, copy=False)
+                out = np.tensordot(self.mix_weights, layers, axes=1).astype(
+                    self.layers.dtype, copy=False
+                )
             out.setflags(write=False)
             self._mix_cache = out
         return self._mix_cache
@@ -81,20 +88,27 @@ class ElmoDocData:
         doc = token.doc
         if self.n_tokens != len(doc):
             return False
-        return self.spans is None or (self.spans[token.i, 0] == token.idx
-                                      and self.spans[token.i, 1] == token.idx + len(token))
+        return self.spans is None or (
+            self.spans[token.i, 0] == token.idx and self.spans[token.i, 1] == token.idx + len(token)
+        )
 
     def realigned(self, doc: Doc) -> "ElmoDocData":
-        """The data for `doc`'s tokens, which cover the same text in other token boundaries (see the module's
-        rule); ValueError where they do not."""
+        """The data for `doc`'s tokens, which cover the same text in other token boundaries (see the
+        module's rule); ValueError where they do not."""
         if self.spans is None:
-            raise ValueError(f"it holds {self.n_tokens} token vectors for a Doc of {len(doc)} tokens")
+            raise ValueError(
+                f"it holds {self.n_tokens} token vectors for a Doc of {len(doc)} tokens"
+            )
         new = token_spans(doc)
         old = self.spans
         if len(doc.text) < (old[-1, 1] if len(old) else 0) or (len(new) and len(old) == 0):
             raise ValueError("it was computed for another text")
-        first = np.searchsorted(old[:, 1], new[:, 0], side="right")  # first old token ending after the start
-        stop = np.searchsorted(old[:, 0], new[:, 1], side="left")  # first old token starting at/after the end
+        first = np.searchsorted(
+            old[:, 1], new[:, 0], side="right"
+        )  # first old token ending after the start
+        stop = np.searchsorted(
+            old[:, 0], new[:, 1], side="left"
+        )  # first old token starting at/after the end
         if np.any(stop <= first):
             raise ValueError("it was computed for another text")
         is_space = np.array([doc.text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
@@ -104,15 +118,25 @@ class ElmoDocData:
             array = getattr(self, name)
             if array is not None:
                 axis = array.ndim - 2
-                parts = [np.take(array, r, axis=axis).astype(np.float32).mean(axis=axis) for r in rows]
-                out = np.stack(parts, axis=axis) if parts else np.take(array, np.arange(0), axis=axis)
+                parts = [
+                    np.take(array, r, axis=axis).astype(np.float32).mean(axis=axis) for r in rows
+                ]
+                out = (
+                    np.stack(parts, axis=axis) if parts else np.take(array, np.arange(0), axis=axis)
+                )
                 arrays[name] = out.astype(array.dtype, copy=False)
-        return ElmoDocData(layers=arrays.get("layers"), mixed=arrays.get("mixed"), mix_weights=self.mix_weights,
-                           spans=new, save_layers=self.save_layers)
+        return ElmoDocData(
+            layers=arrays.get("layers"),
+            mixed=arrays.get("mixed"),
+            mix_weights=self.mix_weights,
+            spans=new,
+            save_layers=self.save_layers,
+        )
 
     @staticmethod
     def _parts(first: int, stop: int, is_space: np.ndarray) -> List[int]:
-        """The old rows a new token takes the mean of: its non-whitespace parts (all, if it has none)."""
+        """The old rows a new token takes the mean of: its non-whitespace parts (all, if it has
+        none)."""
         rows = [i for i in range(first, stop) if not is_space[i]]
         return rows or list(range(first, stop))
 
@@ -120,7 +144,12 @@ class ElmoDocData:
         """What a stored Doc keeps: the layers where `save_layers`, else the mix."""
         spans = self.spans
         if self.save_layers or self.layers is None:
-            return {"layers": self.layers, "mixed": self.mixed, "weights": self.mix_weights, "spans": spans}
+            return {
+                "layers": self.layers,
+                "mixed": self.mixed,
+                "weights": self.mix_weights,
+                "spans": spans,
+            }
         return {"layers": None, "mixed": self.mix(), "weights": self.mix_weights, "spans": spans}
 
     @classmethod
@@ -140,7 +169,7 @@ class ElmoDocData:
         if layers is None and mixed is None:
             raise ValueError("neither 'layers' nor 'mixed' holds an array")
         n_layers = None if layers is None else layers.shape[0]
-        n_tokens, width = (mixed.shape if layers is None else layers.shape[1:])
+        n_tokens, width = mixed.shape if layers is None else layers.shape[1:]
         if mixed is not None and mixed.shape != (n_tokens, width):
             raise ValueError(f"'mixed' has shape {mixed.shape}, 'layers' {layers.shape}")
         weights = _float_array(msg["weights"], "weights", 1)
@@ -152,8 +181,13 @@ class ElmoDocData:
             if spans.dtype.kind not in "iu" or spans.shape != (n_tokens, 2):
                 raise ValueError(f"'spans' must be {n_tokens} integer (start, end) pairs")
             spans = spans.astype(np.int32)
-        return cls(layers=layers, mixed=mixed, mix_weights=weights.astype(np.float32), spans=spans,
-                   save_layers=layers is not None)
+        return cls(
+            layers=layers,
+            mixed=mixed,
+            mix_weights=weights.astype(np.float32),
+            spans=spans,
+            save_layers=layers is not None,
+        )
 
 
 def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
@@ -161,7 +195,11 @@ def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
     if value is None:
         return None
     if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != ndim:
-        kind = f"{value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+        kind = (
+            f"{value.dtype} array of shape {value.shape}"
+            if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
         raise ValueError(f"'{name}' must be a {ndim}-d float array, got a {kind}")
     if not np.isfinite(value).all():
         raise ValueError(f"'{name}' holds non-finite values (NaN or infinity)")
@@ -169,16 +207,18 @@ def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
 
 
 def elmo_data(doc: Doc) -> Optional[ElmoDocData]:
-    """`doc._.elmo_data` fitted to `doc`'s current tokens (realigned once after a retokenization, see the
-    module); None before `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
+    """`doc._.elmo_data` fitted to `doc`'s current tokens (realigned once after a retokenization,
+    see the module); None before `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
     data = doc._.elmo_data
     if data is None or data.fits(doc):
         return data
     try:
         data = data.realigned(doc)
     except ValueError as err:
-        raise ElmoFileError(f"doc._.elmo_data does not fit this Doc ({len(doc)} tokens): {err}; run the "
-                            "'elmo' component on it again") from None
+        raise ElmoFileError(
+            f"doc._.elmo_data does not fit this Doc ({len(doc)} tokens): {err}; run the "
+            "'elmo' component on it again"
+        ) from None
     doc._.elmo_data = data
     return data
 
@@ -199,14 +239,15 @@ def deserialize_elmo_data(obj, chain=None):
 
 # ---------------------------------------------------------------------- getters
 def get_doc_elmo(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None before
-    `elmo` ran."""
+    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None
+    before `elmo` ran."""
     data = elmo_data(doc)
     return None if data is None else data.mix()
 
 
 def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo_layers`: float32 `(n_layers + 1, n_tokens, width)`; None where only the mix is kept."""
+    """`doc._.elmo_layers`: float32 `(n_layers + 1, n_tokens, width)`; None where only the mix is
+    kept."""
     data = elmo_data(doc)
     if data is None or data.layers is None:
         return None
@@ -222,7 +263,8 @@ def get_token_elmo(token: Token) -> Optional[np.ndarray]:
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:
-    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's tokens (zeros for an empty span)."""
+    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's tokens (zeros for an
+    empty span)."""
     mix = get_doc_elmo(span.doc)
     if mix is None:
         return None
@@ -251,7 +293,10 @@ def _norm(v: np.ndarray) -> float:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)  # float16 sums overflow
+    a, b = (
+        a.astype(np.float32, copy=False),
+        b.astype(np.float32, copy=False),
+    )  # float16 sums overflow
     na, nb = _norm(a), _norm(b)
     return float((a * b).sum() / (na * nb)) if na and nb else 0.0
 
@@ -286,7 +331,8 @@ def similarity_hook(a, b) -> float:
 
 
 def set_vector_hooks(doc: Doc) -> None:
-    """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this Doc."""
+    """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this
+    Doc."""
     doc.user_hooks["vector"] = doc_vector_hook
     doc.user_hooks["has_vector"] = has_vector_hook
     doc.user_hooks["similarity"] = similarity_hook

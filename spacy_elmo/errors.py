@@ -3,6 +3,7 @@
 Every message names the file or setting and the problem; the command line prints it as one
 `error: ...` line and exits 1. This module imports nothing of the package (every layer may use it).
 """
+
 from __future__ import annotations
 
 
@@ -16,12 +17,13 @@ class ElmoFileError(ElmoError, ValueError):
 
 
 class ElmoConfigError(ElmoError, ValueError):
-    """A setting, argument or config value that is out of range, unknown, or disagrees with the model."""
+    """A setting, argument or config value that is out of range, unknown, or disagrees with the
+    model."""
 
 
 class ElmoResourceError(ElmoError, OSError):
-    """Not enough of something to do the work: memory, disk space, or an optional package (named, with
-    the command that installs it)."""
+    """Not enough of something to do the work: memory, disk space, or an optional package (named,
+    with the command that installs it)."""
 
 
 class ElmoResumeError(ElmoFileError):
@@ -37,5 +39,5 @@ class ElmoUnusedWarning(UserWarning):
 
 
 class ElmoUntrainedWarning(UserWarning):
-    """A biLM of random, untrained weights (`python -m spacy_elmo init-random`): for trying the API offline; its
-    vectors mean nothing."""
+    """A biLM of random, untrained weights (`python -m spacy_elmo init-random`): for trying the API
+    offline; its vectors mean nothing."""

@@ -1,4 +1,5 @@
 """The `elmo` component's cache of biLM outputs per input sequence: an LRU bounded in bytes."""
+
 from __future__ import annotations
 
 import threading
@@ -20,7 +21,8 @@ class FeatureCache:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        """Copies and pickles start empty, with a lock of their own (a pickled pipeline carries no cached arrays)."""
+        """Copies and pickles start empty, with a lock of their own (a pickled pipeline carries no
+        cached arrays)."""
         state = dict(self.__dict__, entries=OrderedDict(), nbytes=0)
         del state["_lock"]
         return state

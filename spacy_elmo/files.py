@@ -1,15 +1,16 @@
 """Files read and written safely.
 
-Reading: every reader opens its file through `open_regular` (or checks it with `regular_file` where a
-library opens it by name): a regular file, or a symlink to one, of a bounded size. A FIFO, a device or
-a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero` never ends).
-A model directory is read from itself: every file a loader reads in it is named through `inside_dir`.
-A message quotes what a file holds only as an `excerpt`.
+Reading: every reader opens its file through `open_regular` (or checks it with `regular_file` where
+a library opens it by name): a regular file, or a symlink to one, of a bounded size. A FIFO, a
+device or a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero`
+never ends). A model directory is read from itself: every file a loader reads in it is named through
+`inside_dir`. A message quotes what a file holds only as an `excerpt`.
 
 Writing: files become visible only when complete: written under a temporary name beside the target,
 fsynced, renamed into place, the rename made durable; the temporary is removed on failure. Where a
 write fails, `write_errors` says what went wrong in one error (a full disk above all).
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,14 +25,23 @@ from typing import BinaryIO, Iterator, Optional, Union
 from .errors import ElmoError, ElmoFileError, ElmoResourceError
 
 PathLike = Union[str, Path]
-# How every text file is decoded: UTF-8, a byte order mark at the start of the file (Windows editors write one) dropped
+# How every text file is decoded: UTF-8, a byte order mark at the start of the file (Windows editors
+# write one) dropped
 TEXT_ENCODING = "utf-8-sig"
-RECORD_BYTES = 64 << 20  # bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+RECORD_BYTES = (
+    64 << 20
+)  # bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-# ---------------------------------------------------------------------------------------------- reading
+# ----------------------------------------------------------------------------------------------
+# reading
 def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> os.stat_result:
     """The status of `path` where it is a regular file (symlinks followed) of at most `max_bytes`;
     else ElmoFileError naming the file, `what` it should be and what it is."""
@@ -39,7 +49,11 @@ def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
     try:
         status = os.stat(path)
     except FileNotFoundError:
-        dangling = f" (a symlink to {os.readlink(path)}, which does not exist)" if path.is_symlink() else ""
+        dangling = (
+            f" (a symlink to {os.readlink(path)}, which does not exist)"
+            if path.is_symlink()
+            else ""
+        )
         raise ElmoFileError(f"{what} not found: {path}{dangling}") from None
     except OSError as err:
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
@@ -49,26 +63,36 @@ def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
 
 def _check_status(path: Path, status: os.stat_result, what: str, max_bytes: Optional[int]) -> None:
     if not stat.S_ISREG(status.st_mode):
-        kind = next((name for is_kind, name in _KINDS if is_kind(status.st_mode)), "not a regular file")
+        kind = next(
+            (name for is_kind, name in _KINDS if is_kind(status.st_mode)), "not a regular file"
+        )
         if path.is_symlink():
             kind = f"a symlink to {os.path.realpath(path)}, {kind}"
         raise ElmoFileError(f"{path}: the {what} must be a regular file, but this is {kind}")
     if max_bytes is not None and status.st_size > max_bytes:
-        raise ElmoFileError(f"{path}: {status.st_size:,} bytes is too large for the {what} (at most {max_bytes:,})")
+        raise ElmoFileError(
+            f"{path}: {status.st_size:,} bytes is too large for the {what} (at most {max_bytes:,})"
+        )
 
 
 def inside_dir(directory: PathLike, name: str, what: str) -> Path:
-    """`directory / name`, where `name` is relative without `..` and the file, symlinks resolved, is inside
-    `directory`; else ElmoFileError naming it. A file that does not exist is left to its reader to report."""
+    """`directory / name`, where `name` is relative without `..` and the file, symlinks resolved, is
+    inside `directory`; else ElmoFileError naming it. A file that does not exist is left to its
+    reader to report."""
     path = Path(directory) / name
     if Path(name).is_absolute() or ".." in Path(name).parts:
-        raise ElmoFileError(f"{path}: refused: the {what} must be named inside the model directory {directory}")
+        raise ElmoFileError(
+            f"{path}: refused: the {what} must be named inside the model directory {directory}"
+        )
     if os.path.lexists(path):
         target, root = os.path.realpath(path), os.path.realpath(directory)
         if os.path.commonpath([target, root]) != root:
             regular_file(path, what)  # a FIFO or a device is refused as what it is
-            raise ElmoFileError(f"{path}: refused: the {what} is a symlink to {target}, outside the model directory "
-                                f"{directory} (a model directory's files are read from it only)")
+            raise ElmoFileError(
+                f"{path}: refused: the {what} is a symlink to {target}, outside the model "
+                f"directory "
+                f"{directory} (a model directory's files are read from it only)"
+            )
     return path
 
 
@@ -84,7 +108,9 @@ def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
     path = Path(path)
     regular_file(path, what, max_bytes)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # never blocks, even on a FIFO
+        fd = os.open(
+            path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+        )  # never blocks, even on a FIFO
     except OSError as err:
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
     try:
@@ -101,15 +127,18 @@ def read_regular(path: PathLike, what: str, max_bytes: int) -> bytes:
     with open_regular(path, what, max_bytes) as f:
         data = f.read(os.fstat(f.fileno()).st_size)
         if f.read(1):
-            raise ElmoFileError(f"{path}: the {what} grew while it was read (is it still being written?)")
+            raise ElmoFileError(
+                f"{path}: the {what} grew while it was read (is it still being written?)"
+            )
     return data
 
 
 def hdf5_dataset(f, name: str, path: PathLike, what: str):
-    """The dataset `name` (`a/b/c`) of the open h5py File `f`, checked from its metadata alone (nothing is
-    read); None where it is missing. ElmoFileError naming `path` where it is reached through a soft or an
-    external link, is not a dataset, or keeps its data outside the file (external storage, a virtual
-    dataset): `what` must hold its datasets itself and make no other file read."""
+    """The dataset `name` (`a/b/c`) of the open h5py File `f`, checked from its metadata alone
+    (nothing is read); None where it is missing. ElmoFileError naming `path` where it is reached
+    through a soft or an external link, is not a dataset, or keeps its data outside the file
+    (external storage, a virtual dataset): `what` must hold its datasets itself and make no other
+    file read."""
     import h5py
 
     node = f
@@ -118,19 +147,26 @@ def hdf5_dataset(f, name: str, path: PathLike, what: str):
         if link is None:
             return None
         if not isinstance(link, h5py.HardLink):
-            target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
-            raise ElmoFileError(f"{path}: '{name}' is reached through a {type(link).__name__} to {target}; {what} "
-                                "holds its datasets itself, never through links (dangling, or external to the file)")
+            target = (
+                f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+            )
+            raise ElmoFileError(
+                f"{path}: '{name}' is reached through a {type(link).__name__} to {target}; {what} "
+                "holds its datasets itself, never through links (dangling, or external to the file)"
+            )
         node = node[part]
     if not isinstance(node, h5py.Dataset):
         raise ElmoFileError(f"{path}: '{name}' is a {type(node).__name__}, not a dataset")
     if node.is_virtual or node.id.get_create_plist().get_external_count():
-        raise ElmoFileError(f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
-                            f"storage); {what} must not read other files")
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' keeps its data outside the file (external or virtual "
+            f"storage); {what} must not read other files"
+        )
     return node
 
 
-# ---------------------------------------------------------------------------------------------- writing
+# ----------------------------------------------------------------------------------------------
+# writing
 def fsync_dir(path: PathLike) -> None:
     """Make the directory entries of `path` (new, renamed or removed files) durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -143,7 +179,8 @@ def fsync_dir(path: PathLike) -> None:
 @contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path` to write; on success it is fsynced and renamed to `path`
-    (readers see the old file or the whole new one, even after a crash); on failure it is removed."""
+    (readers see the old file or the whole new one, even after a crash); on failure it is
+    removed."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -164,14 +201,15 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> None:
 
 
 def append_whole(path: PathLike, data: bytes) -> None:
-    """Append `data` to `path` (made if absent) whole or not at all: a failed write is cut off again."""
+    """Append `data` to `path` (made if absent) whole or not at all: a failed write is cut off
+    again."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         start = os.fstat(fd).st_size
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         except BaseException:
             os.ftruncate(fd, start)
             raise
@@ -209,11 +247,13 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_error(err: BaseException, path: PathLike, retry: str = "free space and run again") -> Optional[ElmoError]:
-    """What went wrong writing `path`, as one error: a full disk (ElmoResourceError, then `retry`), a
-    read-only file system or a permission (ElmoFileError), else the system's words; None where `err`
-    is no failed write. torch reports a failed write as a RuntimeError raised while handling the
-    OSError; HDF5 may name the errno in its text only."""
+def write_error(
+    err: BaseException, path: PathLike, retry: str = "free space and run again"
+) -> Optional[ElmoError]:
+    """What went wrong writing `path`, as one error: a full disk (ElmoResourceError, then `retry`),
+    a read-only file system or a permission (ElmoFileError), else the system's words; None where
+    `err` is no failed write. torch reports a failed write as a RuntimeError raised while handling
+    the OSError; HDF5 may name the errno in its text only."""
     cause: Optional[BaseException] = err
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__context__
@@ -222,7 +262,11 @@ def write_error(err: BaseException, path: PathLike, retry: str = "free space and
     if cause is None and code is None:
         return None
     text = str(cause if cause is not None else err)
-    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text or "quota" in text.lower():
+    if (
+        code in (errno.ENOSPC, errno.EDQUOT)
+        or "No space left on device" in text
+        or "quota" in text.lower()
+    ):
         return ElmoResourceError(f"disk full while writing {path}: {retry}")
     if code == errno.EROFS or "Read-only file system" in text:
         return ElmoFileError(f"cannot write {path}: read-only file system")

@@ -13,11 +13,23 @@ biLM is frozen, so a training corpus is embedded once, not once per epoch. At in
 is off unless `cache_at_inference` is set: repeated texts would otherwise be answered from memory
 and speed measurements (`spacy benchmark speed` repeats its Docs) would mislead.
 """
+
 from __future__ import annotations
 
 import threading
 import warnings
-from typing import Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Callable,
+    Dict,
+    Hashable,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 import srsly
@@ -53,8 +65,9 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
-# The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far beyond any
-# sensible weight, which keeps the sums far inside float32's range (NaN and inf weights are refused).
+# The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far
+# beyond any sensible weight, which keeps the sums far inside float32's range (NaN and inf weights
+# are refused).
 MAX_MIX_WEIGHT = 1e4
 
 
@@ -81,14 +94,25 @@ class Elmo(Pipe):
         threads: Optional[int] = None,
     ):
         if store not in STORE_DTYPES:
-            raise ElmoConfigError(f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}")
+            raise ElmoConfigError(
+                f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}"
+            )
         if mix not in ("average", "top") and not (
-                isinstance(mix, (list, tuple)) and mix
-                and all(isinstance(w, (int, float)) and not isinstance(w, bool) and abs(w) <= MAX_MIX_WEIGHT for w in mix)):
-            raise ElmoConfigError(f"elmo: mix must be 'average', 'top' or a list of layer weights from "
-                                  f"-{MAX_MIX_WEIGHT:g} to {MAX_MIX_WEIGHT:g}, got {mix!r}")
+            isinstance(mix, (list, tuple))
+            and mix
+            and all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and abs(w) <= MAX_MIX_WEIGHT
+                for w in mix
+            )
+        ):
+            raise ElmoConfigError(
+                f"elmo: mix must be 'average', 'top' or a list of layer weights from "
+                f"-{MAX_MIX_WEIGHT:g} to {MAX_MIX_WEIGHT:g}, got {mix!r}"
+            )
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
-            raise ElmoConfigError(f"elmo: max_length must be an integer of at least 4, got {max_length!r}")
+            raise ElmoConfigError(
+                f"elmo: max_length must be an integer of at least 4, got {max_length!r}"
+            )
         if cache_mb < 0:
             raise ElmoConfigError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
         self.vocab, self.model, self.name = vocab, model, name
@@ -101,32 +125,47 @@ class Elmo(Pipe):
         self.cache = FeatureCache(int(cache_mb * 2**20))
         self.caching = bool(cache_at_inference)  # turned on by `initialize` with training examples
         self.threads = check_threads(threads)
-        self.cfg = {"store": store, "keep_layers": keep_layers, "use_sents": use_sents, "max_length": max_length}
+        self.cfg = {
+            "store": store,
+            "keep_layers": keep_layers,
+            "use_sents": use_sents,
+            "max_length": max_length,
+        }
         self.listener_map: Dict[str, List[Model]] = {}
         install_extensions()
 
     # ------------------------------------------------------------------ weights
     @property
     def bilm(self) -> ElmoEmbedder:
-        """The biLM's embedder, its weights loaded on first use from `weights` unless already initialized or loaded."""
+        """The biLM's embedder, its weights loaded on first use from `weights` unless already
+        initialized or loaded."""
         bilm = get_embedder(self.model)
         if bilm is None:
             if self.weights is None:
                 raise ElmoConfigError(
                     f"the '{self.name}' component has no ELMo weights: add it with "
-                    f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and call nlp.initialize()"
+                    f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and "
+                    f"call nlp.initialize()"
                 )
-            with _LOADING, torch_threads(self.threads):  # threads that make the first calls at once load once
+            with (
+                _LOADING,
+                torch_threads(self.threads),
+            ):  # threads that make the first calls at once load once
                 bilm = get_embedder(self.model) or load_weights(self.model, self.weights)
         return bilm
 
-    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None,
-                   weights: Optional[str] = None) -> None:
-        """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that was
-        loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen to this
-        component, and check the training wiring when `nlp` is given (an `ElmoUnusedWarning` where
-        components are trained and none reads ELMo). With `get_examples` (training), the feature cache is
-        turned on."""
+    def initialize(
+        self,
+        get_examples: Optional[Callable] = None,
+        *,
+        nlp: Optional[Language] = None,
+        weights: Optional[str] = None,
+    ) -> None:
+        """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that
+        was loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen
+        to this component, and check the training wiring when `nlp` is given (an `ElmoUnusedWarning`
+        where components are trained and none reads ELMo). With `get_examples` (training), the
+        feature cache is turned on."""
         if get_examples is not None:
             self.caching = True
         if weights is not None:
@@ -145,7 +184,8 @@ class Elmo(Pipe):
             self._check_wiring(nlp)
             self._check_read(nlp)
 
-    # ------------------------------------------------------------------ listeners (spaCy's protocol)
+    # ------------------------------------------------------------------ listeners (spaCy's
+    # protocol)
     @property
     def listening_components(self) -> List[str]:
         """The components whose `ElmoFeatures` read this component's layers."""
@@ -154,10 +194,13 @@ class Elmo(Pipe):
     @property
     def listeners(self) -> List[Model]:
         """The `elmo_mix` layers of the listening components."""
-        return [mix for component in self.listening_components for mix in self.listener_map[component]]
+        return [
+            mix for component in self.listening_components for mix in self.listener_map[component]
+        ]
 
     def add_listener(self, listener: Model, component_name: str) -> None:
-        """Register an `elmo_mix` of `component_name`, which then takes null sizes from this component's biLM."""
+        """Register an `elmo_mix` of `component_name`, which then takes null sizes from this
+        component's biLM."""
         mixes = self.listener_map.setdefault(component_name, [])
         if listener not in mixes:
             mixes.append(listener)
@@ -184,8 +227,8 @@ class Elmo(Pipe):
         return f"the biLM of '{self.name}' ({self.weights or 'loaded with the pipeline'})"
 
     def _check_wiring(self, nlp: Language) -> None:
-        """Training and evaluation must give a Doc the same sentences: a sentence setter before `elmo`
-        runs at evaluation, so it must also annotate during training."""
+        """Training and evaluation must give a Doc the same sentences: a sentence setter before
+        `elmo` runs at evaluation, so it must also annotate during training."""
         annotating = set(nlp.config["training"].get("annotating_components") or [])
         if self.name not in annotating or not self.use_sents:
             return
@@ -195,24 +238,38 @@ class Elmo(Pipe):
             assigns = nlp.get_pipe_meta(name).assigns
             if any(a in assigns for a in SENT_ASSIGNS) and name not in annotating:
                 raise ElmoConfigError(
-                    f"'{name}' sets sentence boundaries before '{self.name}' but is not in [training] "
-                    f"annotating_components, so '{self.name}' would split training Docs differently from "
+                    f"'{name}' sets sentence boundaries before '{self.name}' but is not in "
+                    f"[training] "
+                    f"annotating_components, so '{self.name}' would split training Docs "
+                    f"differently from "
                     f"evaluation Docs. Add '{name}' to annotating_components, or set "
                     f"[components.{self.name}] use_sents = false."
                 )
 
     def _check_read(self, nlp: Language) -> None:
         """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
-        builds such a pipeline). A pipeline that trains nothing (`elmo` to annotate Docs) is fine."""
-        trained = [name for name, proc in nlp.pipeline if name != self.name and getattr(proc, "is_trainable", False)]
-        reads = any(node.name == MIX_NAME for _, proc in nlp.pipeline
-                    if isinstance(getattr(proc, "model", None), Model) for node in proc.model.walk())
+        builds such a pipeline). A pipeline that trains nothing (`elmo` to annotate Docs) is
+        fine."""
+        trained = [
+            name
+            for name, proc in nlp.pipeline
+            if name != self.name and getattr(proc, "is_trainable", False)
+        ]
+        reads = any(
+            node.name == MIX_NAME
+            for _, proc in nlp.pipeline
+            if isinstance(getattr(proc, "model", None), Model)
+            for node in proc.model.walk()
+        )
         if trained and not reads:
             warnings.warn(
-                f"'{self.name}' computes ELMo but no component reads it: {', '.join(map(repr, trained))} "
-                "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. in a config "
+                f"'{self.name}' computes ELMo but no component reads it: "
+                f"{', '.join(map(repr, trained))} "
+                "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. "
+                "in a config "
                 "written by `python -m spacy_elmo init-config`, or leave out the elmo component",
-                ElmoUnusedWarning, stacklevel=3,
+                ElmoUnusedWarning,
+                stacklevel=3,
             )
 
     # ------------------------------------------------------------------ running
@@ -233,7 +290,8 @@ class Elmo(Pipe):
             yield from docs
 
     def windows(self, doc: Doc) -> Tuple[np.ndarray, List[Window]]:
-        """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows over them."""
+        """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows
+        over them."""
         not_space = doc.to_array([IS_SPACE]) == 0 if len(doc) else np.zeros(0, dtype=bool)
         keep = np.flatnonzero(not_space)
         if self.use_sents and doc.has_annotation("SENT_START"):
@@ -246,7 +304,8 @@ class Elmo(Pipe):
         return keep, windows_of(sents, self.max_length)
 
     def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
-        """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch threads."""
+        """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch
+        threads."""
         guard_spacy_worker()
         with torch_threads(self.threads):
             return self._predict(docs)
@@ -254,31 +313,54 @@ class Elmo(Pipe):
     def _predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         bilm = self.bilm
         plans = [self.windows(doc) for doc in docs]
-        inputs = [[doc[int(i)].text for i in keep[w.start : w.end]]
-                  for doc, (keep, wins) in zip(docs, plans) for w in wins]
+        inputs = [
+            [doc[int(i)].text for i in keep[w.start : w.end]]
+            for doc, (keep, wins) in zip(docs, plans)
+            for w in wins
+        ]
         outputs = iter(self._embed(bilm, inputs))
         mix_weights = self.mix_weights(bilm.num_output_layers)
         shape = (bilm.num_output_layers, 0, bilm.output_dim)
         out = []
         for doc, (keep, wins) in zip(docs, plans):
             outs = [next(outputs) for _ in wins]
-            if len(wins) == 1 and len(keep) == len(doc) and wins[0] == Window(0, len(doc), 0, len(doc)):
+            if (
+                len(wins) == 1
+                and len(keep) == len(doc)
+                and wins[0] == Window(0, len(doc), 0, len(doc))
+            ):
                 layers = outs[0]
             else:
                 layers = np.zeros((shape[0], len(doc), shape[2]), dtype=self.dtype)
                 for w, arr in zip(wins, outs):
-                    layers[:, keep[w.keep_start : w.keep_end]] = arr[:, w.keep_start - w.start : w.keep_end - w.start]
+                    layers[:, keep[w.keep_start : w.keep_end]] = arr[
+                        :, w.keep_start - w.start : w.keep_end - w.start
+                    ]
                 layers.setflags(write=False)
             if self.keep_layers:
-                out.append(ElmoDocData(layers=layers, mixed=None, mix_weights=mix_weights, spans=token_spans(doc),
-                                       save_layers=self.save_layers))
+                out.append(
+                    ElmoDocData(
+                        layers=layers,
+                        mixed=None,
+                        mix_weights=mix_weights,
+                        spans=token_spans(doc),
+                        save_layers=self.save_layers,
+                    )
+                )
             else:
-                mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1).astype(self.dtype)
-                out.append(ElmoDocData(layers=None, mixed=mixed, mix_weights=mix_weights, spans=token_spans(doc)))
+                mixed = np.tensordot(
+                    mix_weights, layers.astype(np.float32, copy=False), axes=1
+                ).astype(self.dtype)
+                out.append(
+                    ElmoDocData(
+                        layers=None, mixed=mixed, mix_weights=mix_weights, spans=token_spans(doc)
+                    )
+                )
         return out
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:
-        """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype, via the cache."""
+        """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype,
+        via the cache."""
         if not self.caching or self.cache.max_bytes == 0 or not bilm.state_policy.allows_reuse:
             return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
         prefix = (bilm.fingerprint(), bilm.state_policy, bilm.precision)
@@ -309,7 +391,9 @@ class Elmo(Pipe):
         if self.mix == "top":
             return np.eye(n_layers, dtype=np.float32)[-1]
         if len(self.mix) != n_layers:
-            raise ElmoConfigError(f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers")
+            raise ElmoConfigError(
+                f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers"
+            )
         return np.asarray(self.mix, dtype=np.float32)
 
     def set_annotations(self, docs: Sequence[Doc], datas: Sequence[ElmoDocData]) -> None:
@@ -321,7 +405,10 @@ class Elmo(Pipe):
     # ------------------------------------------------------------------ serialization
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         _ = self.bilm  # load the weights if they are not yet
-        serialize = {"cfg": lambda: srsly.json_dumps(self.cfg), "model": lambda: self.model.to_bytes()}
+        serialize = {
+            "cfg": lambda: srsly.json_dumps(self.cfg),
+            "model": lambda: self.model.to_bytes(),
+        }
         return util.to_bytes(serialize, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
@@ -333,7 +420,10 @@ class Elmo(Pipe):
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
         """Write the biLM into the pipeline directory (`model`), so loading needs nothing else."""
         _ = self.bilm  # load the weights if they are not yet
-        serialize = {"cfg": lambda p: srsly.write_json(p, self.cfg), "model": lambda p: self.model.to_disk(p)}
+        serialize = {
+            "cfg": lambda p: srsly.write_json(p, self.cfg),
+            "model": lambda p: self.model.to_disk(p),
+        }
         util.to_disk(path, serialize, exclude)
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
@@ -344,8 +434,8 @@ class Elmo(Pipe):
 
 
 def check_weights(weights: Optional[str], name: str) -> None:
-    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights` (only
-    directory listings are read: the weights load at `nlp.initialize` or first use)."""
+    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights`
+    (only directory listings are read: the weights load at `nlp.initialize` or first use)."""
     if weights is None:
         return
     try:
@@ -372,18 +462,45 @@ def check_weights(weights: Optional[str], name: str) -> None:
         "threads": None,
     },
 )
-def make_elmo(nlp: Language, name: str, model: Model, weights: Optional[str], mix: Union[str, List[float]],
-              store: str, keep_layers: bool, save_layers: bool, use_sents: bool, max_length: int, vector_hooks: bool,
-              cache_mb: float, cache_at_inference: bool, threads: Optional[int]) -> Elmo:
-    """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by `initialize`
-    or on first use (never by `spacy.load`, which reads the biLM from the pipeline directory).
-    `threads`: torch threads for the biLM (null: torch's default; 1 on a shared machine or with
-    `n_process`, whose forked children always use 1). `cache_mb`: the feature cache's bound, used while
-    training and, with `cache_at_inference`, at inference too."""
-    # A pipeline that spacy.load restores lists its components in the meta.json it is created with; its biLM
-    # comes from the pipeline directory, so the weights path of its training run is not read (and may be gone).
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model,
+    weights: Optional[str],
+    mix: Union[str, List[float]],
+    store: str,
+    keep_layers: bool,
+    save_layers: bool,
+    use_sents: bool,
+    max_length: int,
+    vector_hooks: bool,
+    cache_mb: float,
+    cache_at_inference: bool,
+    threads: Optional[int],
+) -> Elmo:
+    """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by
+    `initialize` or on first use (never by `spacy.load`, which reads the biLM from the pipeline
+    directory). `threads`: torch threads for the biLM (null: torch's default; 1 on a shared machine
+    or with `n_process`, whose forked children always use 1). `cache_mb`: the feature cache's bound,
+    used while training and, with `cache_at_inference`, at inference too."""
+    # A pipeline that spacy.load restores lists its components in the meta.json it is created with;
+    # its biLM comes from the pipeline directory, so the weights path of its training run is not
+    # read (and may be gone).
     if name not in nlp._meta.get("components", ()):
         check_weights(weights, name)
-    return Elmo(nlp.vocab, model, name, weights=weights, mix=mix, store=store, keep_layers=keep_layers,
-                save_layers=save_layers, use_sents=use_sents, max_length=max_length, vector_hooks=vector_hooks, cache_mb=cache_mb,
-                cache_at_inference=cache_at_inference, threads=threads)
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        weights=weights,
+        mix=mix,
+        store=store,
+        keep_layers=keep_layers,
+        save_layers=save_layers,
+        use_sents=use_sents,
+        max_length=max_length,
+        vector_hooks=vector_hooks,
+        cache_mb=cache_mb,
+        cache_at_inference=cache_at_inference,
+        threads=threads,
+    )

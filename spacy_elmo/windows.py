@@ -1,16 +1,22 @@
-"""A Doc's biLM inputs: sentences (a rule where the Doc has no boundaries) cut into windows of bounded length."""
+"""A Doc's biLM inputs: sentences (a rule where the Doc has no boundaries) cut into windows of
+bounded length."""
+
 from __future__ import annotations
 
 from typing import Iterable, List, NamedTuple, Sequence, Tuple
 
-# sentence-final marks: Latin, CJK full and half width (。！？｡), Arabic and Urdu (؟ ۔), Devanagari dandas (। ॥)
+# sentence-final marks: Latin, CJK full and half width (。！？｡), Arabic and Urdu (؟ ۔), Devanagari
+# dandas (। ॥)
 SENTENCE_END = frozenset(".!?\u2026\u3002\uff01\uff1f\uff61\u061f\u06d4\u0964\u0965")
-CLOSING = frozenset(['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb", "\u300d", "\u300f", "\uff09"])
+CLOSING = frozenset(
+    ['"', "'", "''", "\u201d", "\u2019", ")", "]", "\u00bb", "\u300d", "\u300f", "\uff09"]
+)
 
 
 class Window(NamedTuple):
     """One biLM input over a Doc's non-whitespace tokens: positions `[start, end)`; the outputs
-    at `[keep_start, keep_end)` are kept (the rest is context shared with the neighbouring windows)."""
+    at `[keep_start, keep_end)` are kept (the rest is context shared with the neighbouring
+    windows)."""
 
     start: int
     end: int
@@ -35,8 +41,9 @@ def rule_sentences(texts: Sequence[str]) -> List[Tuple[int, int]]:
 
 
 def windows_of(sentences: Iterable[Tuple[int, int]], max_length: int) -> List[Window]:
-    """Sentences -> biLM inputs of at most `max_length` tokens; a longer sentence becomes overlapping
-    windows with `max_length // 4` tokens of context on each side of the part that is kept."""
+    """Sentences -> biLM inputs of at most `max_length` tokens; a longer sentence becomes
+    overlapping windows with `max_length // 4` tokens of context on each side of the part that is
+    kept."""
     context = max_length // 4
     step = max_length - 2 * context
     out = []

@@ -1,5 +1,6 @@
-"""Shared fixtures. Data is read from `../shared/data` beside the repository, or from the directory named
-by the environment variable SPACY_ELMO_DATA (see `helpers.data_path`)."""
+"""Shared fixtures. Data is read from `../shared/data` beside the repository, or from the directory
+named by the environment variable SPACY_ELMO_DATA (see `helpers.data_path`)."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,8 @@ import torch
 
 from .helpers import data_path
 
-# Every test model is tiny: one thread is faster, and fair to a busy 2-core machine (.ci/run also runs the
-# numeric tests on 2: SPACY_ELMO_TEST_THREADS).
+# Every test model is tiny: one thread is faster, and fair to a busy 2-core machine (.ci/run also
+# runs the numeric tests on 2: SPACY_ELMO_TEST_THREADS).
 torch.set_num_threads(int(os.environ.get("SPACY_ELMO_TEST_THREADS", "1")))
 
 

@@ -1,6 +1,7 @@
-"""Small random ELMoForManyLangs (EFML) models written by EFML's own classes, and EFML's own outputs for
-them: the reference of `tests/bilm/test_efml.py` (the test-only package `elmoformanylangs`, in the dev
-extra, with `overrides<5`; run on the CPU)."""
+"""Small random ELMoForManyLangs (EFML) models written by EFML's own classes, and EFML's own outputs
+for them: the reference of `tests/bilm/test_efml.py` (the test-only package `elmoformanylangs`, in
+the dev extra, with `overrides<5`; run on the CPU)."""
+
 from __future__ import annotations
 
 import codecs
@@ -14,24 +15,45 @@ from unittest import mock
 import numpy as np
 import torch
 
-# A tiny architecture in EFML's layout (the published one: char_dim 50, 2048 filters, 2 highways, word_dim 100,
-# LSTM 4096 / 512, 2 layers, clips 3).
+# A tiny architecture in EFML's layout (the published one: char_dim 50, 2048 filters, 2 highways,
+# word_dim 100, LSTM 4096 / 512, 2 layers, clips 3).
 ARCHITECTURE = {
-    "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": 3, "proj_clip": 3, "dim": 12, "n_layers": 2},
-    "token_embedder": {"name": "cnn", "activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
-                       "word_dim": 6, "char_dim": 5, "max_characters_per_token": 50},
+    "encoder": {
+        "name": "elmo",
+        "projection_dim": 8,
+        "cell_clip": 3,
+        "proj_clip": 3,
+        "dim": 12,
+        "n_layers": 2,
+    },
+    "token_embedder": {
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 4], [2, 4], [3, 8]],
+        "n_highway": 2,
+        "word_dim": 6,
+        "char_dim": 5,
+        "max_characters_per_token": 50,
+    },
     "classifier": {"name": "sampled_softmax", "n_samples": 4},
     "dropout": 0.1,
 }
-# config.json as EFML's trainer writes it (its arguments), naming the architecture by a path on another machine
+# config.json as EFML's trainer writes it (its arguments), naming the architecture by a path on
+# another machine
 FOREIGN_CONFIG = "/home/hit-scir/elmo/configs/cnn_tiny.json"
 LONG = "Donaudampfschifffahrtselektrizitätenhauptbetriebswerkbauunterbeamten"  # 68 characters
-# The training text the tables are built from, as EFML's trainer builds them (tokens cut to 48 characters).
-CORPUS = ["Der Hund bellt .", "Die Katze schläft , der Hund nicht !", f"{LONG} ist lang .",
-          "我们 喜欢 北京 。", "Wir lesen Bücher über Hunde ."]
-# Each case EFML's reading must agree on: in- and out-of-vocabulary words (case-sensitive), a token cut at 48
-# characters (its cut form is in the vocabulary), CJK, characters missing from char.dic, EFML's boundary tokens
-# and bilm-tf's given literally, one token.
+# The training text the tables are built from, as EFML's trainer builds them (tokens cut to 48
+# characters).
+CORPUS = [
+    "Der Hund bellt .",
+    "Die Katze schläft , der Hund nicht !",
+    f"{LONG} ist lang .",
+    "我们 喜欢 北京 。",
+    "Wir lesen Bücher über Hunde .",
+]
+# Each case EFML's reading must agree on: in- and out-of-vocabulary words (case-sensitive), a token
+# cut at 48 characters (its cut form is in the vocabulary), CJK, characters missing from char.dic,
+# EFML's boundary tokens and bilm-tf's given literally, one token.
 SENTENCES = [
     ["Der", "Hund", "bellt", "."],
     ["Die", "Giraffe", "schläft", "hund", "Bücher", "?"],
@@ -44,8 +66,9 @@ SENTENCES = [
 
 
 def efml_lexicons(corpus: Sequence[str], max_chars: int = 50, extra_chars: str = ""):
-    """EFML's word and character tables for `corpus` (elmoformanylangs/biLM.py, `train`), with `extra_chars`
-    (characters its CoNLL-U reader can meet inside tokens, such as a space) before the special ones."""
+    """EFML's word and character tables for `corpus` (elmoformanylangs/biLM.py, `train`), with
+    `extra_chars` (characters its CoNLL-U reader can meet inside tokens, such as a space) before the
+    special ones."""
     tokens = [t[: max_chars - 2] for line in corpus for t in line.split()]
     words: Dict[str, int] = {}
     for special in ("<oov>", "<bos>", "<eos>", "<pad>"):
@@ -62,11 +85,19 @@ def efml_lexicons(corpus: Sequence[str], max_chars: int = 50, extra_chars: str =
     return words, chars
 
 
-def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, architecture: dict = ARCHITECTURE,
-                     config_path: str = FOREIGN_CONFIG, extra_chars: str = "") -> Path:
-    """A model written by EFML's classes (`biLM.Model.save_model`, or `torch.save` in the pre-1.6 format with
-    `legacy`), every parameter random (padding rows too), its tables written as EFML's trainer writes them,
-    `config.json` naming `config_path`, and the architecture saved beside under that file name."""
+def write_efml_model(
+    directory: Path,
+    *,
+    seed: int = 0,
+    legacy: bool = False,
+    architecture: dict = ARCHITECTURE,
+    config_path: str = FOREIGN_CONFIG,
+    extra_chars: str = "",
+) -> Path:
+    """A model written by EFML's classes (`biLM.Model.save_model`, or `torch.save` in the pre-1.6
+    format with `legacy`), every parameter random (padding rows too), its tables written as EFML's
+    trainer writes them, `config.json` naming `config_path`, and the architecture saved beside under
+    that file name."""
     from elmoformanylangs.biLM import Model
     from elmoformanylangs.modules.embedding_layer import EmbeddingLayer
 
@@ -76,13 +107,21 @@ def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, ar
     word_layer = EmbeddingLayer(emb["word_dim"], words, fix_emb=False) if emb["word_dim"] else None
     with warnings.catch_warnings():  # its softmax's loss takes an argument torch deprecated
         warnings.simplefilter("ignore", UserWarning)
-        model = Model(architecture, word_layer, EmbeddingLayer(emb["char_dim"], chars, fix_emb=False), len(words))
+        model = Model(
+            architecture,
+            word_layer,
+            EmbeddingLayer(emb["char_dim"], chars, fix_emb=False),
+            len(words),
+        )
     with torch.no_grad():
         for p in model.parameters():
             p.uniform_(-0.5, 0.5)
     directory.mkdir(parents=True, exist_ok=True)
     if legacy:
-        for name, part in (("token_embedder.pkl", model.token_embedder), ("encoder.pkl", model.encoder)):
+        for name, part in (
+            ("token_embedder.pkl", model.token_embedder),
+            ("encoder.pkl", model.encoder),
+        ):
             torch.save(part.state_dict(), directory / name, _use_new_zipfile_serialization=False)
     else:
         model.save_model(str(directory), False)
@@ -91,15 +130,25 @@ def write_efml_model(directory: Path, *, seed: int = 0, legacy: bool = False, ar
             with codecs.open(str(directory / name), "w", encoding="utf-8") as fpo:
                 for token, i in table.items():
                     print(f"{token}\t{i}", file=fpo)
-    (directory / "config.json").write_text(json.dumps({"config_path": config_path, "model": "/home/hit-scir/elmo/de",
-                                                       "seed": seed, "max_epoch": 10}))
+    (directory / "config.json").write_text(
+        json.dumps(
+            {
+                "config_path": config_path,
+                "model": "/home/hit-scir/elmo/de",
+                "seed": seed,
+                "max_epoch": 10,
+            }
+        )
+    )
     (directory / Path(config_path).name).write_text(json.dumps(architecture))
     return directory
 
 
-def efml_outputs(directory: Path, sentences: Sequence[Sequence[str]], float64: bool = False) -> List[np.ndarray]:
-    """EFML's own layers `(n_layers + 1, n_tokens, 2P)` per sentence, each read after `reset_states` (zero
-    states), on the CPU, in float32 (or float64)."""
+def efml_outputs(
+    directory: Path, sentences: Sequence[Sequence[str]], float64: bool = False
+) -> List[np.ndarray]:
+    """EFML's own layers `(n_layers + 1, n_tokens, 2P)` per sentence, each read after `reset_states`
+    (zero states), on the CPU, in float32 (or float64)."""
     from elmoformanylangs import Embedder
 
     logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)

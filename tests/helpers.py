@@ -1,5 +1,7 @@
 """What the tests share: paths and data, the project's configs resized for the fixture biLM, CoNLL-U
-sentences, tiny pretraining corpora and configs, and the command line run in-process or as a child."""
+sentences, tiny pretraining corpora and configs, and the command line run in-process or as a
+child."""
+
 from __future__ import annotations
 
 import errno
@@ -28,17 +30,19 @@ DATA_DIR = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data
 CONFIGS = REPO / "project" / "configs"
 # The AllenNLP fixture biLM: 2 LSTM layers of projection 16 -> 3 output layers of width 32.
 FIXTURE_LAYERS, FIXTURE_WIDTH = 3, 32
-# Float32 results differ by CPU, BLAS kernel (MKL, oneDNN, AMX) and thread count. The worst float32 difference seen
-# from the TensorFlow fixture is 1.19e-6 (an Intel Xeon with AMX; MKL_CBWR=COMPATIBLE with 1 thread on AMD), and
-# two float32 runs that batch differently stay closer. Float32 comparisons allow 10x the worst seen; exactness of
-# the algorithm (regrouping, caches, the packed path) is checked in float64, where rounding is ~1e-16 per step.
+# Float32 results differ by CPU, BLAS kernel (MKL, oneDNN, AMX) and thread count. The worst float32
+# difference seen from the TensorFlow fixture is 1.19e-6 (an Intel Xeon with AMX;
+# MKL_CBWR=COMPATIBLE with 1 thread on AMD), and two float32 runs that batch differently stay
+# closer. Float32 comparisons allow 10x the worst seen; exactness of the algorithm (regrouping,
+# caches, the packed path) is checked in float64, where rounding is ~1e-16 per step.
 FLOAT32_ATOL = 1.2e-5
 FLOAT64_ATOL = 1e-10
 sys.path.insert(0, str(REPO / "project" / "scripts"))
 from corpora import read_conllu  # noqa: E402,F401 (the project's CoNLL-U reader)
 
 
-# ---------------------------------------------------------------------------------------------- data
+# ----------------------------------------------------------------------------------------------
+# data
 def data_path(*parts: str) -> Path:
     """A path under the shared data directory, or a skip naming what is missing (a failure where
     SPACY_ELMO_REQUIRE_DATA=1, as in CI, which always has the data)."""
@@ -74,24 +78,45 @@ def fixture_config(name: str, fixture_dir: Path, **overrides) -> Config:
 
 
 # ------------------------------------------------------------------------------------- pretraining
-SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the company", "a small bird", "John", "the teacher"]
+SUBJECTS = [
+    "the cat",
+    "a dog",
+    "the old man",
+    "my sister",
+    "the company",
+    "a small bird",
+    "John",
+    "the teacher",
+]
 VERBS = ["saw", "liked", "found", "sold", "painted", "followed", "visited", "ignored"]
-OBJECTS = ["the house", "a red car", "the river", "two books", "the market", "an apple", "the garden", "her friend"]
+OBJECTS = [
+    "the house",
+    "a red car",
+    "the river",
+    "two books",
+    "the market",
+    "an apple",
+    "the garden",
+    "her friend",
+]
 ENDINGS = [".", "yesterday .", "on Monday .", "again .", "in the morning .", "!"]
 
 
 def toy_sentences(n: int, seed: int = 0) -> List[str]:
     """`n` sentences of a small grammar: structured enough for an LM to learn quickly."""
     rng = random.Random(seed)
-    return [" ".join([rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(ENDINGS)])
-            for _ in range(n)]
+    return [
+        " ".join(
+            [rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS), rng.choice(ENDINGS)]
+        )
+        for _ in range(n)
+    ]
 
 
 def write_corpus(path: Path, lines: List[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
-
 
 
 TINY = {
@@ -119,14 +144,22 @@ TINY = {
 
 def tiny_config(train: Path, dev: Path = None, **overrides: Any):
     """The built-in config with tiny sizes; `overrides` use `section__key` names."""
-    values: Dict[str, Any] = {**TINY, "paths.train": str(train), "paths.dev": str(dev) if dev else None}
+    values: Dict[str, Any] = {
+        **TINY,
+        "paths.train": str(train),
+        "paths.dev": str(dev) if dev else None,
+    }
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     return load_config(None, values)
 
 
 def override_args(train: Path, dev: Path = None, **overrides: Any) -> List[str]:
     """The same tiny config as CLI arguments (`--section.key value`)."""
-    values: Dict[str, Any] = {**TINY, "paths.train": str(train), "paths.dev": str(dev) if dev else None}
+    values: Dict[str, Any] = {
+        **TINY,
+        "paths.train": str(train),
+        "paths.dev": str(dev) if dev else None,
+    }
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     args: List[str] = []
     for key, value in values.items():
@@ -136,7 +169,13 @@ def override_args(train: Path, dev: Path = None, **overrides: Any) -> List[str]:
 
 # ------------------------------------------------------------------------------------- command line
 SENTS = [["The", "cat", "sat", "."], ["Hello"], ["a", "b", "c", "d", "e", "f"]]
-LINES = ["The cat sat on the mat .", "", "Hello world", "The cat sat on the mat .", "a b c d e f g h i j k l"]
+LINES = [
+    "The cat sat on the mat .",
+    "",
+    "Hello world",
+    "The cat sat on the mat .",
+    "a b c d e f g h i j k l",
+]
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", ".", "über", "x1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
@@ -171,7 +210,8 @@ def generated(path: Path, n: int, seed: int = 0) -> Path:
 
 
 def one_error_line(err: str) -> str:
-    """The one `error: ...` line of `err`; fails the test if there is any other line or a traceback."""
+    """The one `error: ...` line of `err`; fails the test if there is any other line or a
+    traceback."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     return lines[0]
@@ -181,8 +221,14 @@ def one_error_line(err: str) -> str:
 def tmpfs(path: Path, size: str):
     """A tmpfs of `size` mounted at `path` (root, as in CI); skips where mounting is not allowed."""
     path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                      capture_output=True, check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs is not allowed here (needs root)")
     try:
         yield path
@@ -242,7 +288,8 @@ main(sys.argv[1:])
 
 
 def interrupt_embed_at_line(monkeypatch, line: int) -> None:
-    """Ctrl-C (KeyboardInterrupt) while `embed` makes the dataset of its `line`-th line (counted from 1)."""
+    """Ctrl-C (KeyboardInterrupt) while `embed` makes the dataset of its `line`-th line (counted
+    from 1)."""
     from spacy_elmo.embed import compute
 
     real, calls = compute.select_layer, []

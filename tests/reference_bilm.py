@@ -1,6 +1,7 @@
 """A plain numpy ELMo biLM, written from the bilm-tf conventions and read straight from the
 hdf5 arrays, one time step at a time. The tests hold the package's fast path to it; it shares
 no code with the package."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,8 @@ def char_ids(token: str, max_chars: int = 50) -> np.ndarray:
 
 
 def write_random_weights(directory: Path, options: dict, seed: int = 0) -> Path:
-    """A bilm-tf layout options.json + weights.hdf5 with random values (small scales, like trained ones)."""
+    """A bilm-tf layout options.json + weights.hdf5 with random values (small scales, like trained
+    ones)."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
 
@@ -58,22 +60,40 @@ def write_random_weights(directory: Path, options: dict, seed: int = 0) -> Path:
 
 
 TINY_OPTIONS = {
-    "lstm": {"dim": 24, "projection_dim": 8, "n_layers": 2, "cell_clip": 1, "proj_clip": 0.8,
-             "use_skip_connections": True},
-    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 6], [3, 6]], "n_highway": 1,
-                 "activation": "tanh", "n_characters": 262, "max_characters_per_token": 50},
+    "lstm": {
+        "dim": 24,
+        "projection_dim": 8,
+        "n_layers": 2,
+        "cell_clip": 1,
+        "proj_clip": 0.8,
+        "use_skip_connections": True,
+    },
+    "char_cnn": {
+        "embedding": {"dim": 4},
+        "filters": [[1, 4], [2, 6], [3, 6]],
+        "n_highway": 1,
+        "activation": "tanh",
+        "n_characters": 262,
+        "max_characters_per_token": 50,
+    },
 }
 
 
 class ReferenceBiLM:
-    """Reads `options.json` + hdf5 weights; `token_layer(words)` and `run(sentences, state)` in float64."""
+    """Reads `options.json` + hdf5 weights; `token_layer(words)` and `run(sentences, state)` in
+    float64."""
 
     def __init__(self, options_path: Path, weights_path: Path):
         self.opts = json.loads(Path(options_path).read_text())
         with h5py.File(weights_path, "r") as f:
             self.w = {}
-            f.visititems(lambda n, o: self.w.__setitem__(n, o[...].astype(np.float64))
-                         if isinstance(o, h5py.Dataset) else None)
+            f.visititems(
+                lambda n, o: (
+                    self.w.__setitem__(n, o[...].astype(np.float64))
+                    if isinstance(o, h5py.Dataset)
+                    else None
+                )
+            )
         self.n_layers = self.opts["lstm"]["n_layers"]
         self.P = self.opts["lstm"]["projection_dim"]
         self.D = self.opts["lstm"]["dim"]
@@ -88,7 +108,12 @@ class ReferenceBiLM:
             feats = []
             for i, (width, _) in enumerate(cnn["filters"]):
                 W, b = self.w[f"CNN/W_cnn_{i}"][0], self.w[f"CNN/b_cnn_{i}"]  # (width, E, n)
-                conv = np.stack([np.einsum("we,wen->n", e[p : p + width], W) for p in range(50 - width + 1)]) + b
+                conv = (
+                    np.stack(
+                        [np.einsum("we,wen->n", e[p : p + width], W) for p in range(50 - width + 1)]
+                    )
+                    + b
+                )
                 feats.append(act(conv.max(axis=0)))
             x = np.concatenate(feats)
             for k in range(cnn["n_highway"]):
@@ -100,7 +125,9 @@ class ReferenceBiLM:
         return np.array(out)
 
     def zero_state(self):
-        return [[(np.zeros(self.P), np.zeros(self.D)) for _ in range(2)] for _ in range(self.n_layers)]
+        return [
+            [(np.zeros(self.P), np.zeros(self.D)) for _ in range(2)] for _ in range(self.n_layers)
+        ]
 
     def step(self, d: int, l: int, x, h, c):
         g = f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"

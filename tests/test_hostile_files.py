@@ -1,7 +1,8 @@
-"""Hostile, corrupt and mistyped options and weight files: each one is refused with one ElmoFileError
-that names the file and the problem, fast and before anything large is allocated.
+"""Hostile, corrupt and mistyped options and weight files: each one is refused with one
+ElmoFileError that names the file and the problem, fast and before anything large is allocated.
 
 Every hostile file is built here, in tmp_path, from a copy of the fixture."""
+
 from __future__ import annotations
 
 import io
@@ -32,7 +33,8 @@ def fixture_options(fixture_dir) -> dict:
 
 
 def hdf5_model(fixture_dir, directory, options=None):
-    """A copy of the fixture as options.json + weights.hdf5 in `directory` (options replaced if given)."""
+    """A copy of the fixture as options.json + weights.hdf5 in `directory` (options replaced if
+    given)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "options.json").write_text(json.dumps(options or fixture_options(fixture_dir)))
     shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
@@ -89,21 +91,28 @@ BOUNDED_LOAD = textwrap.dedent("""
 
 def load_in_3gb(kind, path):
     """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
-    proc = subprocess.run([sys.executable, "-c", BOUNDED_LOAD, kind, str(path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", BOUNDED_LOAD, kind, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     return float(lines["seconds"]), lines["error"]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind, key, value", [
-    ("options", "char_cnn.n_highway", 10**9),
-    ("options", "lstm.n_layers", 10**7),
-    ("options", "char_cnn.max_characters_per_token", 10**9),
-    ("own", "lstm.dim", 10**9),
-    ("pipeline", "lstm.dim", 10**9),
-])
+@pytest.mark.parametrize(
+    "kind, key, value",
+    [
+        ("options", "char_cnn.n_highway", 10**9),
+        ("options", "lstm.n_layers", 10**7),
+        ("options", "char_cnn.max_characters_per_token", 10**9),
+        ("own", "lstm.dim", 10**9),
+        ("pipeline", "lstm.dim", 10**9),
+    ],
+)
 def test_huge_sizes_fail_fast_without_allocating(fixture_dir, tmp_path, kind, key, value):
     section, name = key.split(".")
     if kind == "options":
@@ -132,7 +141,8 @@ def test_huge_sizes_fail_fast_without_allocating(fixture_dir, tmp_path, kind, ke
 
 
 def oversized_own_model(fixture_dir, directory):
-    """The fixture in this project's format, its options grown to 805M parameters (within the bounds)."""
+    """The fixture in this project's format, its options grown to 805M parameters (within the
+    bounds)."""
     path = own_model(fixture_dir, directory)
     config = json.loads((path / "bilm.json").read_text())
     config["options"]["char_cnn"].update(filters=[[1, 8192]], n_highway=6)
@@ -171,8 +181,12 @@ def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
     from spacy_elmo.weights.hdf5 import expected_shapes
 
     with h5py.File(directory / "weights.hdf5", "w") as f:
-        for name, shape in expected_shapes(BiLMOptions.from_dict(fixture_options(fixture_dir))).items():
-            big = tuple(2**21 * s // 64 if "LSTMCell" in name and s in (64, 256) else s for s in shape)
+        for name, shape in expected_shapes(
+            BiLMOptions.from_dict(fixture_options(fixture_dir))
+        ).items():
+            big = tuple(
+                2**21 * s // 64 if "LSTMCell" in name and s in (64, 256) else s for s in shape
+            )
             f.create_dataset(name, shape=big, dtype="f4")
     assert (directory / "weights.hdf5").stat().st_size < 100_000
     seconds, message = load_in_3gb("bilm", directory)
@@ -193,7 +207,8 @@ def test_parameter_count_matches_the_model(fixture_dir):
     assert bilm.options.n_parameters == sum(p.numel() for p in bilm.parameters())
 
 
-# ------------------------------------------------------------------ NaN / Inf in every weight source
+# ------------------------------------------------------------------ NaN / Inf in every weight
+# source
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_weights_refused_in_own_format(fixture_dir, tmp_path, bad):
     directory = own_model(fixture_dir, tmp_path / "m")
@@ -218,7 +233,8 @@ def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
         spacy.load(tmp_path / "p")
 
 
-# ------------------------------------------------------------------ what cannot be read -> ElmoFileError
+# ------------------------------------------------------------------ what cannot be read ->
+# ElmoFileError
 @pytest.mark.parametrize("config", [[1, 2], "a string", 7])
 def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
     directory = own_model(fixture_dir, tmp_path / "m")
@@ -226,26 +242,34 @@ def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
     refused(directory, "bilm.json", "JSON object")
 
 
-@pytest.mark.parametrize("content, problem", [
-    (lambda sd: 3, "got int"),
-    (lambda sd: [torch.zeros(2)], "got list"),
-    (lambda sd: {**sd, "warm_h": 4}, "not a named dense tensor"),
-    (lambda sd: {**sd, "warm_h": sd["warm_h"].to_sparse()}, "not a named dense tensor"),
-    (lambda sd: {**sd, "warm_h": sd["warm_h"].to(torch.int32)}, "must be float"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (lambda sd: 3, "got int"),
+        (lambda sd: [torch.zeros(2)], "got list"),
+        (lambda sd: {**sd, "warm_h": 4}, "not a named dense tensor"),
+        (lambda sd: {**sd, "warm_h": sd["warm_h"].to_sparse()}, "not a named dense tensor"),
+        (lambda sd: {**sd, "warm_h": sd["warm_h"].to(torch.int32)}, "must be float"),
+    ],
+)
 def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content, problem):
     directory = own_model(fixture_dir, tmp_path / "m")
-    torch.save(content(torch.load(directory / "weights.pt", weights_only=True)), directory / "weights.pt")
+    torch.save(
+        content(torch.load(directory / "weights.pt", weights_only=True)), directory / "weights.pt"
+    )
     refused(directory, "weights.pt", problem)
 
 
-@pytest.mark.parametrize("edit, key", [
-    (lambda o: o.update(lstm=[1, 2]), "'lstm'"),
-    (lambda o: o.update(char_cnn="cnn"), "'char_cnn'"),
-    (lambda o: o["char_cnn"].update(embedding=4), "char_cnn.embedding"),
-    (lambda o: o["char_cnn"].update(filters=7), "char_cnn.filters"),
-    (lambda o: o["char_cnn"].update(filters=[[1, 2, 3]]), "char_cnn.filters"),
-])
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda o: o.update(lstm=[1, 2]), "'lstm'"),
+        (lambda o: o.update(char_cnn="cnn"), "'char_cnn'"),
+        (lambda o: o["char_cnn"].update(embedding=4), "char_cnn.embedding"),
+        (lambda o: o["char_cnn"].update(filters=7), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1, 2, 3]]), "char_cnn.filters"),
+    ],
+)
 def test_options_of_the_wrong_shape(fixture_dir, tmp_path, edit, key):
     opts = fixture_options(fixture_dir)
     edit(opts)
@@ -267,11 +291,14 @@ def _compound(f):
     f.create_dataset(B_PROJ, data=np.zeros(16, dtype=[("a", "f4"), ("b", "f4")]))
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (_group_for_dataset, "not a dataset"),
-    (_dangling_link, "dangling"),
-    (_compound, "dtype"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (_group_for_dataset, "not a dataset"),
+        (_dangling_link, "dangling"),
+        (_compound, "dtype"),
+    ],
+)
 def test_hdf5_structure_problems(fixture_dir, tmp_path, edit, problem):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     with h5py.File(directory / "weights.hdf5", "r+") as f:
@@ -283,7 +310,7 @@ def test_corrupt_btree(fixture_dir, tmp_path):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     data = bytearray((directory / "weights.hdf5").read_bytes())
     at = data.index(b"TREE")
-    data[at: at + 24] = b"XXXX" + b"\xff" * 20
+    data[at : at + 24] = b"XXXX" + b"\xff" * 20
     (directory / "weights.hdf5").write_bytes(bytes(data))
     refused(directory, "weights.hdf5", "corrupt")
 
@@ -300,7 +327,9 @@ def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
         load_bilm(directory)
 
 
-@pytest.mark.parametrize("damage", [lambda b: b + b"xx", lambda b: b[: len(b) // 2], lambda b: b"\x93garbage" * 5])
+@pytest.mark.parametrize(
+    "damage", [lambda b: b + b"xx", lambda b: b[: len(b) // 2], lambda b: b"\x93garbage" * 5]
+)
 def test_corrupt_pipeline_model_names_the_file(fixture_dir, tmp_path, damage):
     model = pipeline(fixture_dir, tmp_path / "p")
     model.write_bytes(damage(model.read_bytes()))
@@ -330,7 +359,12 @@ def test_evil_lm_head_is_one_error_line(fixture_dir, tmp_path, capsys, command):
         main([str(a) for a in args])
     err = capsys.readouterr().err
     assert exit_info.value.code == 1
-    assert err.startswith("error: ") and err.count("\n") == 1 and "lm_head.pt" in err and "pwned" not in err
+    assert (
+        err.startswith("error: ")
+        and err.count("\n") == 1
+        and "lm_head.pt" in err
+        and "pwned" not in err
+    )
     assert not (tmp_path / "out" / "lm_head.pt").exists()
 
 
@@ -340,7 +374,12 @@ def test_cli_errors_catch_the_file_error_type(fixture_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["info", str(directory)])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 1 and err.startswith("error: ") and "bilm.json" in err and "Traceback" not in err
+    assert (
+        exit_info.value.code == 1
+        and err.startswith("error: ")
+        and "bilm.json" in err
+        and "Traceback" not in err
+    )
 
 
 # ------------------------------------------------------------------ messages that mislead
@@ -367,17 +406,21 @@ def test_unlistable_directory_says_permission_denied(fixture_dir, tmp_path, monk
     refused(directory, str(directory), "permission denied")
 
 
-# ------------------------------------------------------------------ wrong types, dtypes, external data, stems
-@pytest.mark.parametrize("edit, key", [
-    (lambda o: o["char_cnn"].update(filters=[["1", "4"], ["2", "8"]]), "char_cnn.filters"),
-    (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 8.0]]), "char_cnn.filters"),
-    (lambda o: o["char_cnn"].update(filters=[[1.9, 4]]), "char_cnn.filters"),
-    (lambda o: o["lstm"].update(use_skip_connections="false"), "lstm.use_skip_connections"),
-    (lambda o: o["lstm"].update(use_skip_connections=1), "lstm.use_skip_connections"),
-    (lambda o: o["char_cnn"].update(n_characters=262.0), "char_cnn.n_characters"),
-    (lambda o: o["lstm"].update(dim=64.0), "lstm.dim"),
-    (lambda o: o["lstm"].update(cell_clip="3"), "lstm.cell_clip"),
-])
+# ------------------------------------------------------------------ wrong types, dtypes, external
+# data, stems
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda o: o["char_cnn"].update(filters=[["1", "4"], ["2", "8"]]), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 8.0]]), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1.9, 4]]), "char_cnn.filters"),
+        (lambda o: o["lstm"].update(use_skip_connections="false"), "lstm.use_skip_connections"),
+        (lambda o: o["lstm"].update(use_skip_connections=1), "lstm.use_skip_connections"),
+        (lambda o: o["char_cnn"].update(n_characters=262.0), "char_cnn.n_characters"),
+        (lambda o: o["lstm"].update(dim=64.0), "lstm.dim"),
+        (lambda o: o["lstm"].update(cell_clip="3"), "lstm.cell_clip"),
+    ],
+)
 def test_options_of_the_wrong_type(fixture_dir, tmp_path, edit, key):
     opts = fixture_options(fixture_dir)
     edit(opts)
@@ -416,7 +459,10 @@ def test_hdf5_external_storage_refused(fixture_dir, tmp_path):
 
 def test_hdf5_external_link_refused(fixture_dir, tmp_path):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
-    with h5py.File(tmp_path / "other.hdf5", "w") as other, h5py.File(directory / "weights.hdf5", "r+") as f:
+    with (
+        h5py.File(tmp_path / "other.hdf5", "w") as other,
+        h5py.File(directory / "weights.hdf5", "r+") as f,
+    ):
         other["b"] = f[B_PROJ][...]
         del f[B_PROJ]
         f[B_PROJ] = h5py.ExternalLink(str(tmp_path / "other.hdf5"), "/b")
@@ -437,10 +483,13 @@ def test_mismatched_stems_refused(fixture_dir, tmp_path):
     refused(directory, "elmo_a_options.json", "elmo_b_weights.hdf5")
 
 
-@pytest.mark.parametrize("text, problem", [
-    (lambda opts: "[" * 100_000, "not a valid JSON"),
-    (lambda opts: json.dumps(opts) + " " * (2 << 20), "too large"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (lambda opts: "[" * 100_000, "not a valid JSON"),
+        (lambda opts: json.dumps(opts) + " " * (2 << 20), "too large"),
+    ],
+)
 def test_deeply_nested_or_huge_json_options(fixture_dir, tmp_path, text, problem):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     (directory / "options.json").write_text(text(fixture_options(fixture_dir)))
@@ -460,35 +509,46 @@ def test_hostile_manifest_names_the_file(tmp_path, entry):
         hub.verify(tmp_path, "small")
 
 
-# ------------------------------------------------------------------ stored less than declared, memory a load needs
+# ------------------------------------------------------------------ stored less than declared,
+# memory a load needs
 def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
-    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check (compressed data
-    may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
+    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check
+    (compressed data may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     with h5py.File(directory / "weights.hdf5", "r+") as f:
         values = f[W_0][...]
         del f[W_0]
-        dataset = f.create_dataset(W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip")
+        dataset = f.create_dataset(
+            W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip"
+        )
         dataset[:8, :16] = values[:8, :16]
     refused(directory, "weights.hdf5", W_0, "partly written or crafted", "chunks")
 
 
 def test_compressed_torch_archive_is_refused_before_reading(fixture_dir, tmp_path):
-    """weights.pt whose zip entries are deflated (torch never writes them so): 1.18 MB on disk took 5.1 GB."""
+    """weights.pt whose zip entries are deflated (torch never writes them so): 1.18 MB on disk took
+    5.1 GB."""
     import zipfile
 
     path = own_model(fixture_dir, tmp_path / "m")
     original = (path / "weights.pt").read_bytes()
-    with zipfile.ZipFile(io.BytesIO(original)) as src, zipfile.ZipFile(path / "weights.pt", "w") as dst:
+    with (
+        zipfile.ZipFile(io.BytesIO(original)) as src,
+        zipfile.ZipFile(path / "weights.pt", "w") as dst,
+    ):
         for entry in src.infolist():
             dst.writestr(entry.filename, src.read(entry), compress_type=zipfile.ZIP_DEFLATED)
     refused(path, "weights.pt", "is compressed", "torch.save stores entries as they are")
-    (path / "weights.pt").write_bytes(b"\x80\x02" + original[:100])  # not a zip at all: the legacy format
+    (path / "weights.pt").write_bytes(
+        b"\x80\x02" + original[:100]
+    )  # not a zip at all: the legacy format
     refused(path, "weights.pt", "not a torch zip archive")
 
 
 @pytest.mark.parametrize("kind", ["hdf5", "own", "pipeline"])
-def test_a_load_that_needs_more_memory_than_there_is_says_so(fixture_dir, tmp_path, monkeypatch, kind):
+def test_a_load_that_needs_more_memory_than_there_is_says_so(
+    fixture_dir, tmp_path, monkeypatch, kind
+):
     """The memory a load needs is estimated before anything is allocated, and a shortfall is one
     ElmoResourceError naming the file, the need and what is available."""
     from spacy_elmo.weights import memory
@@ -503,27 +563,44 @@ def test_a_load_that_needs_more_memory_than_there_is_says_so(fixture_dir, tmp_pa
     monkeypatch.setattr(memory, "available_memory", lambda: 1000)
     with pytest.raises(ElmoResourceError) as err:
         spacy.load(path) if kind == "pipeline" else load_bilm(path)
-    assert named in str(err.value) and "GiB of memory" in str(err.value) and "0.00 GiB are available" in str(err.value)
+    assert (
+        named in str(err.value)
+        and "GiB of memory" in str(err.value)
+        and "0.00 GiB are available" in str(err.value)
+    )
 
 
 def test_torch_failing_to_allocate_is_a_resource_error(fixture_dir, tmp_path, monkeypatch):
-    """torch raises RuntimeError, not MemoryError, when an allocation fails: one ElmoResourceError naming the file."""
+    """torch raises RuntimeError, not MemoryError, when an allocation fails: one ElmoResourceError
+    naming the file."""
     from spacy_elmo.weights import load
 
     def no_memory(*args, **kwargs):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
-                           "you tried to allocate 9743421440 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+            "you tried to allocate 9743421440 bytes."
+        )
 
     monkeypatch.setattr(load, "BiLM", no_memory)
-    with pytest.raises(ElmoResourceError, match="lm_weights.hdf5: not enough memory to load this biLM"):
+    with pytest.raises(
+        ElmoResourceError, match="lm_weights.hdf5: not enough memory to load this biLM"
+    ):
         load_bilm(fixture_dir)
 
 
-@pytest.mark.parametrize("kind, name", [("hdf5", "options.json"), ("hdf5", "weights.hdf5"), ("own", "bilm.json"),
-                                        ("own", "weights.pt"), ("pretrain", "model/weights.pt")])
+@pytest.mark.parametrize(
+    "kind, name",
+    [
+        ("hdf5", "options.json"),
+        ("hdf5", "weights.hdf5"),
+        ("own", "bilm.json"),
+        ("own", "weights.pt"),
+        ("pretrain", "model/weights.pt"),
+    ],
+)
 def test_a_model_file_symlinked_outside_its_directory_is_refused(fixture_dir, tmp_path, kind, name):
-    """A model directory is read from itself: a file that resolves outside it is refused, the same file inside
-    (a symlink within the directory) is read."""
+    """A model directory is read from itself: a file that resolves outside it is refused, the same
+    file inside (a symlink within the directory) is read."""
     directory = tmp_path / "m"
     if kind == "hdf5":
         hdf5_model(fixture_dir, directory)
@@ -541,19 +618,29 @@ def test_a_model_file_symlinked_outside_its_directory_is_refused(fixture_dir, tm
     assert load_bilm(directory).output_dim == 32
 
 
-# ------------------------------------------------------------------ issue 32: decompression bombs, hostile own-format values
-def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(fixture_dir, tmp_path, monkeypatch):
-    """Every dataset the options imply, all zeros, in gzip'd chunks: the file stores far fewer bytes than it
-    declares (a real trained model does not compress like that), so nothing is decompressed."""
+# ------------------------------------------------------------------ issue 32: decompression bombs,
+# hostile own-format values
+def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """Every dataset the options imply, all zeros, in gzip'd chunks: the file stores far fewer bytes
+    than it declares (a real trained model does not compress like that), so nothing is
+    decompressed."""
     from spacy_elmo.weights import hdf5 as hdf5_format
 
-    monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 1024)  # the fixture's datasets are small
+    monkeypatch.setattr(
+        hdf5_format, "CHECKED_DATASET_BYTES", 1024
+    )  # the fixture's datasets are small
     directory = tmp_path / "bomb"
     directory.mkdir()
     shutil.copy(fixture_dir / "options.json", directory / "options.json")
     with h5py.File(directory / "weights.hdf5", "w") as f:
-        for name, shape in hdf5_format.expected_shapes(BiLMOptions.from_file(fixture_dir / "options.json")).items():
-            f.create_dataset(name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip")
+        for name, shape in hdf5_format.expected_shapes(
+            BiLMOptions.from_file(fixture_dir / "options.json")
+        ).items():
+            f.create_dataset(
+                name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip"
+            )
     refused(directory, "weights.hdf5", "'char_embed'", "compress")
 
 
@@ -565,8 +652,10 @@ def test_a_meta_tensor_in_the_own_format_is_refused(fixture_dir, tmp_path):
     refused(directory, "weights.pt", "token_encoder.b_proj", "meta")
 
 
-@pytest.mark.parametrize("key, value", [("forget_bias", 1e308), ("forget_bias", -1e39), ("cell_clip", 1e39),
-                                        ("proj_clip", 1e300)])
+@pytest.mark.parametrize(
+    "key, value",
+    [("forget_bias", 1e308), ("forget_bias", -1e39), ("cell_clip", 1e39), ("proj_clip", 1e300)],
+)
 def test_an_own_format_option_out_of_float32_range_is_refused(fixture_dir, tmp_path, key, value):
     directory = own_model(fixture_dir, tmp_path / "m")
     config = json.loads((directory / "bilm.json").read_text())

@@ -1,8 +1,9 @@
-"""The package's layers (DESIGN.md section 2): imports point down only. The biLM core (`spacy_elmo/bilm/`)
-imports nothing of the package but itself and the general utilities beside `errors.py`; the weight formats
-(`spacy_elmo/weights/`, one module per format) do not import each other; names that moved out of
-`spacy_elmo.bilm` still work there, with a DeprecationWarning naming their new place. Imports are read
-with `ast`, so an import inside a function counts too."""
+"""The package's layers (DESIGN.md section 2): imports point down only. The biLM core
+(`spacy_elmo/bilm/`) imports nothing of the package but itself and the general utilities beside
+`errors.py`; the weight formats (`spacy_elmo/weights/`, one module per format) do not import each
+other; names that moved out of `spacy_elmo.bilm` still work there, with a DeprecationWarning naming
+their new place. Imports are read with `ast`, so an import inside a function counts too."""
+
 from __future__ import annotations
 
 import ast
@@ -25,8 +26,8 @@ def module_name(path: Path) -> str:
 
 
 def package_imports(path: Path) -> Iterator[Tuple[int, str]]:
-    """`(line, absolute module name)` of every import of `spacy_elmo` in the module at `path` (relative imports
-    resolved; `from X import name` counts as `X.name`, which may be a module)."""
+    """`(line, absolute module name)` of every import of `spacy_elmo` in the module at `path`
+    (relative imports resolved; `from X import name` counts as `X.name`, which may be a module)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -40,7 +41,9 @@ def package_imports(path: Path) -> Iterator[Tuple[int, str]]:
             targets = [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
-        yield from ((node.lineno, t) for t in targets if t == "spacy_elmo" or t.startswith("spacy_elmo."))
+        yield from (
+            (node.lineno, t) for t in targets if t == "spacy_elmo" or t.startswith("spacy_elmo.")
+        )
 
 
 def within(target: str, prefix: str) -> bool:
@@ -49,30 +52,52 @@ def within(target: str, prefix: str) -> bool:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "bilm").glob("*.py")), ids=lambda p: p.name)
 def test_the_core_imports_nothing_above_it(path):
-    above = [f"{path.name}:{line} imports {target}" for line, target in package_imports(path)
-             if not any(within(target, allowed) for allowed in CORE_MAY_IMPORT)]
-    assert not above, "spacy_elmo.bilm imports a layer above it (spacy_elmo.weights, ...): " + "; ".join(above)
+    above = [
+        f"{path.name}:{line} imports {target}"
+        for line, target in package_imports(path)
+        if not any(within(target, allowed) for allowed in CORE_MAY_IMPORT)
+    ]
+    assert not above, (
+        "spacy_elmo.bilm imports a layer above it (spacy_elmo.weights, ...): " + "; ".join(above)
+    )
 
 
 def test_weight_formats_do_not_import_each_other():
     names = [fmt.__name__ for fmt in FORMATS]
     assert len(names) >= 3 and all(within(n, "spacy_elmo.weights") for n in names)
     for fmt in FORMATS:
-        others = [f"{fmt.__name__}:{line} imports {target}" for line, target in package_imports(Path(fmt.__file__))
-                  if any(within(target, other) for other in names if other != fmt.__name__)]
+        others = [
+            f"{fmt.__name__}:{line} imports {target}"
+            for line, target in package_imports(Path(fmt.__file__))
+            if any(within(target, other) for other in names if other != fmt.__name__)
+        ]
         assert not others, "; ".join(others)
 
 
 def test_the_import_reader_sees_relative_and_late_imports(tmp_path):
-    """The check above reads what it should: relative imports resolved, imports inside functions found."""
+    """The check above reads what it should: relative imports resolved, imports inside functions
+    found."""
     found = dict((t, line) for line, t in package_imports(PACKAGE / "weights" / "efml.py"))
-    assert "spacy_elmo.bilm.options.BiLMOptions" in found and "spacy_elmo.weights.checks.check_float" in found
+    assert (
+        "spacy_elmo.bilm.options.BiLMOptions" in found
+        and "spacy_elmo.weights.checks.check_float" in found
+    )
     found = [t for _, t in package_imports(PACKAGE / "bilm" / "__init__.py")]
     assert "spacy_elmo.bilm.model.BiLM" in found and "spacy_elmo.errors.ElmoFileError" in found
 
 
-@pytest.mark.parametrize("name", ["load_bilm", "locate", "save_bilm", "export_hdf5", "read_state_dict",
-                                  "bilm_from_state_dict", "ModelFiles"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "load_bilm",
+        "locate",
+        "save_bilm",
+        "export_hdf5",
+        "read_state_dict",
+        "bilm_from_state_dict",
+        "ModelFiles",
+    ],
+)
 def test_names_moved_to_weights_still_work_from_bilm(name):
     bilm = importlib.import_module("spacy_elmo.bilm")
     with pytest.warns(DeprecationWarning, match=f"use spacy_elmo.weights.{name}"):

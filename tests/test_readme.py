@@ -6,12 +6,14 @@ block that needs the network or hours has `<!-- readme-test: skip network|hours 
 line before it and is skipped with that reason; nothing else is left out.
 
 The working directory holds what a user brings along: `corpus.txt` and `dev.txt` (tokenized text,
-one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), `project/configs/` (the
-repository's configs), `de.model` (a small random ELMoForManyLangs model written by its own classes) and
-`de_train.spacy` / `de_dev.spacy` (tagged German toy sentences). `SPACY_ELMO_CACHE` names a cache where
-`small` is what the README's offline route (`init-random --size small`) writes: random weights in the published
-small model's layout (the test does not download 54 MB), so the sizes the examples show are the published ones.
+one sentence a line), `train.spacy` / `dev.spacy` (a slice of UD English-EWT), `project/configs/`
+(the repository's configs), `de.model` (a small random ELMoForManyLangs model written by its own
+classes) and `de_train.spacy` / `de_dev.spacy` (tagged German toy sentences). `SPACY_ELMO_CACHE`
+names a cache where `small` is what the README's offline route (`init-random --size small`) writes:
+random weights in the published small model's layout (the test does not download 54 MB), so the
+sizes the examples show are the published ones.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,13 +32,13 @@ from .helpers import REPO, data_path
 
 README = REPO / "README.md"
 SHELLS = {"bash", "sh", "shell", "console"}
-NOT_RUN = {"ini", "text", "json"}   # configs and outputs: shown, not run
+NOT_RUN = {"ini", "text", "json"}  # configs and outputs: shown, not run
 MARK = re.compile(r"<!--\s*readme-test:\s*skip\s+(network|hours)\b(.*?)-->")
 BLOCK_TIMEOUT = 240
 
 
 class Block(NamedTuple):
-    line: int            # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     lang: str
     code: str
     skip: Optional[str]  # the mark's reason, or None
@@ -53,7 +55,7 @@ def readme_blocks(text: str) -> List[Block]:
         start, lang, body = i, fence.group(2).lower(), []
         i += 1
         while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
-            body.append(lines[i][len(fence.group(1)):])
+            body.append(lines[i][len(fence.group(1)) :])
             i += 1
         if i == len(lines):
             raise ValueError(f"README.md:{start + 1}: fenced block never closed")
@@ -71,7 +73,11 @@ RUN = [b for b in BLOCKS if b.lang == "python" or b.lang in SHELLS]
 
 def test_every_block_is_run_or_shown():
     """A block whose language the test does not know would escape the test: fail instead."""
-    unknown = [f"line {b.line}: {b.lang or '(none)'}" for b in BLOCKS if b.lang not in NOT_RUN | SHELLS | {"python"}]
+    unknown = [
+        f"line {b.line}: {b.lang or '(none)'}"
+        for b in BLOCKS
+        if b.lang not in NOT_RUN | SHELLS | {"python"}
+    ]
     assert not unknown, f"README.md blocks of unknown language: {unknown}"
     assert sum(b.skip is None for b in RUN) >= 5
 
@@ -99,15 +105,21 @@ DATE = re.compile(r"20\d\d-\d\d-\d\d")
 
 
 def test_readme_is_a_users_document_not_a_log_of_measurements():
-    """At most 200 lines, no dates and no GFLOP/s: figures, with their command, date and host, belong in
-    bench/README.md (and the study's in project/README.md), which the README links to."""
+    """At most 200 lines, no dates and no GFLOP/s: figures, with their command, date and host,
+    belong in bench/README.md (and the study's in project/README.md), which the README links to."""
     text = README.read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES}): move detail elsewhere"
-    dated = [f"line {n}: {m.group(0)}" for n, line in enumerate(lines, 1) for m in DATE.finditer(line)]
+    assert len(lines) <= MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {MAX_LINES}): move detail elsewhere"
+    )
+    dated = [
+        f"line {n}: {m.group(0)}" for n, line in enumerate(lines, 1) for m in DATE.finditer(line)
+    ]
     assert not dated, f"README.md carries dates (measurements go to bench/README.md): {dated}"
     gflop = [n for n, line in enumerate(lines, 1) if "gflop" in line.lower()]
-    assert not gflop, f"README.md mentions GFLOP(/s) on lines {gflop}: that belongs in bench/README.md"
+    assert not gflop, (
+        f"README.md mentions GFLOP(/s) on lines {gflop}: that belongs in bench/README.md"
+    )
     assert "bench/README.md" in text and "project/README.md" in text
 
 
@@ -122,12 +134,13 @@ def test_setup_commands_match_ci():
 
 
 def test_setup_says_which_index_each_torch_install_uses():
-    """`.ci/run` pins torch and installs it from pip's configured index (no --index-url): the README's set-up says
-    so, and names the CPU index for a machine whose configured index (PyPI) has a CUDA build only."""
+    """`.ci/run` pins torch and installs it from pip's configured index (no --index-url): the
+    README's set-up says so, and names the CPU index for a machine whose configured index (PyPI) has
+    a CUDA build only."""
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     install = re.search(r"pip install -q (torch==[\d.]+)(.*)$", ci, re.M)
     text = README.read_text(encoding="utf-8")
-    setup = " ".join(text[text.index("## Set-up"):text.index("## Quick start")].split())
+    setup = " ".join(text[text.index("## Set-up") : text.index("## Quick start")].split())
     assert f"pip install {install.group(1)}" in setup
     assert "--index-url" not in install.group(2).split("#")[0]  # .ci/run: pip's configured index
     assert "pip's configured index, as `.ci/run` does" in setup
@@ -148,17 +161,36 @@ def workdir(tmp_path_factory):
     DocBin(docs=docs[:80]).to_disk(root / "train.spacy")
     DocBin(docs=docs[80:]).to_disk(root / "dev.spacy")
     for name, part in (("corpus.txt", docs[:80]), ("dev.txt", docs[80:])):
-        (root / name).write_text("".join(" ".join(t.text for t in d) + "\n" for d in part), encoding="utf-8")
+        (root / name).write_text(
+            "".join(" ".join(t.text for t in d) + "\n" for d in part), encoding="utf-8"
+        )
     shutil.copytree(REPO / "project" / "configs", root / "project" / "configs")
 
     # the README's offline route, written where `download small` puts the published files
-    subprocess.run([sys.executable, "-m", "spacy_elmo", "init-random", str(root / "cache" / "small"), "--size", "small"],
-                   check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "init-random",
+            str(root / "cache" / "small"),
+            "--size",
+            "small",
+        ],
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        timeout=240,
+    )
 
     write_efml_model(root / "de.model")
     write_german_tagged(root)
-    env = dict(os.environ, SPACY_ELMO_CACHE=str(root / "cache"), OMP_NUM_THREADS="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ,
+        SPACY_ELMO_CACHE=str(root / "cache"),
+        OMP_NUM_THREADS="1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     return root, env
 
 
@@ -168,9 +200,17 @@ def write_german_tagged(root: Path) -> None:
     from spacy.tokens import Doc, DocBin
 
     vocab = spacy.blank("de").vocab
-    docs = [Doc(vocab, words=f"{s} {v} {e}".split(), tags=f"{st} VERB {et}".split())
-            for s, st in (("Der Hund", "DET NOUN"), ("Die Katze", "DET NOUN"), ("Ein Kind", "DET NOUN"), ("Anna", "PROPN"))
-            for v in ("bellt", "schläft", "lacht") for e, et in ((".", "PUNCT"), ("heute .", "ADV PUNCT"))]
+    docs = [
+        Doc(vocab, words=f"{s} {v} {e}".split(), tags=f"{st} VERB {et}".split())
+        for s, st in (
+            ("Der Hund", "DET NOUN"),
+            ("Die Katze", "DET NOUN"),
+            ("Ein Kind", "DET NOUN"),
+            ("Anna", "PROPN"),
+        )
+        for v in ("bellt", "schläft", "lacht")
+        for e, et in ((".", "PUNCT"), ("heute .", "ADV PUNCT"))
+    ]
     DocBin(docs=docs[::3] + docs[1::3]).to_disk(root / "de_train.spacy")
     DocBin(docs=docs[2::3]).to_disk(root / "de_dev.spacy")
 
@@ -179,7 +219,7 @@ def _command(block: Block) -> List[str]:
     if block.lang == "python":
         return [sys.executable, "-c", block.code]
     code = block.code
-    if block.lang == "console":   # commands are the lines after a `$ ` prompt; the rest is output
+    if block.lang == "console":  # commands are the lines after a `$ ` prompt; the rest is output
         code = "\n".join(line[2:] for line in code.splitlines() if line.startswith("$ ")) + "\n"
     return ["bash", "-euo", "pipefail", "-c", code]
 
@@ -190,12 +230,20 @@ def test_readme_block_runs(block, workdir):
     if block.skip:
         pytest.skip(f"README.md:{block.line}: marked skip {block.skip}")
     root, env = workdir
-    result = subprocess.run(_command(block), cwd=root, env=env, capture_output=True, text=True,
-                            timeout=BLOCK_TIMEOUT)
+    result = subprocess.run(
+        _command(block), cwd=root, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT
+    )
     assert result.returncode == 0, (
-        f"README.md:{block.line} ({block.lang}) exited with {result.returncode}\n--- block\n{block.code}"
+        f"README.md:{block.line} ({block.lang}) exited with {result.returncode}\n--- "
+        f"block\n{block.code}"
         f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
     )
-    if "spacy train" in block.code:  # a first try gives a trained model-best: evaluated after training steps
-        steps = [int(m.group(1)) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+[\d.]+\s", result.stdout, re.M)]
-        assert steps and max(steps) > 0, f"spacy train evaluated only at steps {steps}:\n{result.stdout[-3000:]}"
+    if (
+        "spacy train" in block.code
+    ):  # a first try gives a trained model-best: evaluated after training steps
+        steps = [
+            int(m.group(1)) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+[\d.]+\s", result.stdout, re.M)
+        ]
+        assert steps and max(steps) > 0, (
+            f"spacy train evaluated only at steps {steps}:\n{result.stdout[-3000:]}"
+        )

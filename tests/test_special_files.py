@@ -1,7 +1,8 @@
-"""Files that are not regular files where a reader expects one: a FIFO (reading it blocks for ever), a
-symlink to /dev/zero (it never ends), a directory. Every reader refuses each at once with one
+"""Files that are not regular files where a reader expects one: a FIFO (reading it blocks for ever),
+a symlink to /dev/zero (it never ends), a directory. Every reader refuses each at once with one
 ElmoFileError naming the file and what it is; a hang fails by the timeout marks, reading /dev/zero
 whole by a MemoryError (under a bound on the address space)."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,11 @@ from spacy_elmo import ElmoFileError, load_bilm, open_embeddings, save_bilm
 
 from .helpers import one_error_line, run_cli, toy_sentences, write_corpus, write_lines
 
-KINDS = {"fifo": "a FIFO (named pipe)", "zero": "a symlink to /dev/zero, a character device",
-         "directory": "a directory"}
+KINDS = {
+    "fifo": "a FIFO (named pipe)",
+    "zero": "a symlink to /dev/zero, a character device",
+    "directory": "a directory",
+}
 
 
 def replace_with(path, kind):
@@ -26,7 +30,9 @@ def replace_with(path, kind):
         shutil.rmtree(path)
     elif os.path.lexists(path):
         path.unlink()
-    {"fifo": os.mkfifo, "zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir}[kind](path)
+    {"fifo": os.mkfifo, "zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir}[kind](
+        path
+    )
     return path
 
 
@@ -47,7 +53,9 @@ def bounded_memory(extra: int = 2 << 30):
 def refused(kind, path, call, what):
     with pytest.raises(ElmoFileError) as info, bounded_memory():
         call()
-    assert str(info.value) == f"{path}: the {what} must be a regular file, but this is {KINDS[kind]}"
+    assert (
+        str(info.value) == f"{path}: the {what} must be a regular file, but this is {KINDS[kind]}"
+    )
 
 
 def hdf5_model(fixture_dir, directory):
@@ -70,7 +78,9 @@ def test_hdf5_model_files(fixture_dir, tmp_path, kind, name):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("kind", ["fifo", "zero", "directory"])
-@pytest.mark.parametrize("name, what", [("bilm.json", "model config"), ("weights.pt", "ELMo weight file")])
+@pytest.mark.parametrize(
+    "name, what", [("bilm.json", "model config"), ("weights.pt", "ELMo weight file")]
+)
 def test_own_model_files(fixture_dir, tmp_path, kind, name, what):
     model = save_bilm(load_bilm(fixture_dir), tmp_path / "own")
     path = replace_with(model / name, kind)
@@ -94,8 +104,12 @@ def test_manifest_of_the_model_cache(fixture_dir, tmp_path, monkeypatch, kind):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     cached = tmp_path / "cache" / "small"
     cached.mkdir(parents=True)
-    shutil.copy(fixture_dir / "options.json", cached / "elmo_2x1024_128_2048cnn_1xhighway_options.json")
-    shutil.copy(fixture_dir / "lm_weights.hdf5", cached / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5")
+    shutil.copy(
+        fixture_dir / "options.json", cached / "elmo_2x1024_128_2048cnn_1xhighway_options.json"
+    )
+    shutil.copy(
+        fixture_dir / "lm_weights.hdf5", cached / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5"
+    )
     path = replace_with(cached / "manifest.json", kind)
     refused(kind, path, lambda: load_bilm("small"), "model cache manifest")
 
@@ -105,7 +119,21 @@ def test_manifest_of_the_model_cache(fixture_dir, tmp_path, monkeypatch, kind):
 def test_manifest_of_embed_shards(fixture_dir, tmp_path, kind):
     text = write_lines(tmp_path / "in.txt", ["one line .", "two lines here ."])
     out = tmp_path / "out"
-    assert run_cli("embed", text, out, "-w", fixture_dir, "--shards", "2", "--flush-every", "1", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            out,
+            "-w",
+            fixture_dir,
+            "--shards",
+            "2",
+            "--flush-every",
+            "1",
+            "--no-progress",
+        )
+        == 0
+    )
     path = replace_with(out / "manifest.json", kind)
     refused(kind, path, lambda: open_embeddings(out), "manifest of `embed`")
 
@@ -116,9 +144,12 @@ def test_input_of_embed(fixture_dir, tmp_path, capsys, kind):
     """`embed` reads its input twice (scanned, then embedded): a pipe is refused, not read half."""
     path = replace_with(tmp_path / "in.txt", kind)
     with bounded_memory():
-        assert run_cli("embed", path, tmp_path / "out.hdf5", "-w", fixture_dir, "--no-progress") == 1
-    assert one_error_line(capsys.readouterr().err) == (f"error: {path}: the input must be a regular file, "
-                                                       f"but this is {KINDS[kind]}")
+        assert (
+            run_cli("embed", path, tmp_path / "out.hdf5", "-w", fixture_dir, "--no-progress") == 1
+        )
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: {path}: the input must be a regular file, but this is {KINDS[kind]}"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -131,6 +162,12 @@ def test_config_and_corpus_of_pretrain(tmp_path, capsys, kind, what):
     config.write_text(capsys.readouterr().out)
     path = replace_with(config if what == "config file" else corpus, kind)
     with bounded_memory():
-        assert run_cli("pretrain", tmp_path / "out", "--config", config, "--train", corpus, "--no-progress") == 1
-    assert one_error_line(capsys.readouterr().err) == (f"error: {path}: the {what} must be a regular file, "
-                                                       f"but this is {KINDS[kind]}")
+        assert (
+            run_cli(
+                "pretrain", tmp_path / "out", "--config", config, "--train", corpus, "--no-progress"
+            )
+            == 1
+        )
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: {path}: the {what} must be a regular file, but this is {KINDS[kind]}"
+    )

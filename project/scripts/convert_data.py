@@ -1,12 +1,14 @@
 """Convert the tagging and NER data to spaCy's binary format (.spacy DocBin).
 
-    python project/scripts/convert_data.py conllu IN.conllu OUT.spacy        # UPOS as token.tag_, sentences
-    python project/scripts/convert_data.py iob2 IN.iob2 OUT.spacy            # UNER (IOB2, CoNLL-U-like columns)
-    python project/scripts/convert_data.py conll03 IN OUT.spacy              # CoNLL-2003 (IOB1)
+    python project/scripts/convert_data.py conllu IN.conllu OUT.spacy        # UPOS as token.tag_,
+    sentences python project/scripts/convert_data.py iob2 IN.iob2 OUT.spacy            # UNER (IOB2,
+    CoNLL-U-like columns) python project/scripts/convert_data.py conll03 IN OUT.spacy              #
+    CoNLL-2003 (IOB1)
 
 Options: `--limit N` keeps the first N sentences (smoke runs); then `--fraction F --seed S` keeps a
 random subset of them (sample-efficiency runs). One Doc per sentence.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +64,13 @@ def to_doc(vocab, sentence: Sentence, kind: str) -> Doc:
     words, spaces, tags = sentence
     spaces = spaces[:-1] + [False]  # one Doc per sentence: no trailing whitespace
     if kind == "conllu":
-        return Doc(vocab, words=words, spaces=spaces, tags=tags, sent_starts=[True] + [False] * (len(words) - 1))
+        return Doc(
+            vocab,
+            words=words,
+            spaces=spaces,
+            tags=tags,
+            sent_starts=[True] + [False] * (len(words) - 1),
+        )
     doc = Doc(vocab, words=words, spaces=spaces, sent_starts=[True] + [False] * (len(words) - 1))
     doc.ents = biluo_tags_to_spans(doc, iob_to_biluo(tags))
     return doc
@@ -78,7 +86,9 @@ def read(kind: str, path: Path) -> Iterator[Sentence]:
     raise ValueError(f"unknown format {kind!r}")
 
 
-def convert(kind: str, source: Path, target: Path, fraction: float = 1.0, seed: int = 0, limit: int = 0) -> int:
+def convert(
+    kind: str, source: Path, target: Path, fraction: float = 1.0, seed: int = 0, limit: int = 0
+) -> int:
     sentences = list(read(kind, source))
     if not sentences:
         raise SystemExit(f"error: no sentences in {source}")

@@ -1,4 +1,6 @@
-"""CoNLL-U (Universal Dependencies) sentences as token texts: what the biLM, the benchmarks and the study read."""
+"""CoNLL-U (Universal Dependencies) sentences as token texts: what the biLM, the benchmarks and the
+study read."""
+
 from __future__ import annotations
 
 import gzip
@@ -7,7 +9,8 @@ from typing import Iterator, List, NamedTuple, Optional, Union
 
 
 class ConlluSentence(NamedTuple):
-    """One sentence: its words, whether whitespace follows each (no `SpaceAfter=No`), and their UPOS tags."""
+    """One sentence: its words, whether whitespace follows each (no `SpaceAfter=No`), and their UPOS
+    tags."""
 
     words: List[str]
     spaces: List[bool]
@@ -15,8 +18,9 @@ class ConlluSentence(NamedTuple):
 
 
 def read_conllu(path: Union[str, Path], limit: Optional[int] = None) -> Iterator[ConlluSentence]:
-    """The sentences of a CoNLL-U file (gzipped where its name ends in `.gz`), lazily, the first `limit`
-    of them where it is set. Multiword-token ranges and empty nodes are skipped: words are the syntactic ones."""
+    """The sentences of a CoNLL-U file (gzipped where its name ends in `.gz`), lazily, the first
+    `limit` of them where it is set. Multiword-token ranges and empty nodes are skipped: words are
+    the syntactic ones."""
     if limit is not None and limit <= 0:
         return
     sentence = ConlluSentence([], [], [])

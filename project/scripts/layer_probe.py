@@ -7,6 +7,7 @@ that layer alone, and one on the learned mix `gamma * sum_j softmax(s)_j h_j`, a
 full-batch L-BFGS budget. Training tokens: the first `probe_sentences` sentences of the UD train
 split; scores: UPOS accuracy on the UD test split. Writes <metrics>/probe.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ def features(bilm, sentences: List[List[str]]) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(layers, axis=1))
 
 
-def fit(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool) -> Tuple[torch.nn.Module, Dict]:
-    """A linear classifier on X `(n_tokens, dim)`, or on the learned mix of X `(n_layers, n_tokens, dim)`."""
+def fit(
+    X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool
+) -> Tuple[torch.nn.Module, Dict]:
+    """A linear classifier on X `(n_tokens, dim)`, or on the learned mix of X `(n_layers, n_tokens,
+    dim)`."""
     torch.manual_seed(0)
     dim = X.shape[-1]
     linear = torch.nn.Linear(dim, n_classes)
@@ -51,7 +55,9 @@ def fit(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool) -> Tuple[to
             features = gamma * torch.einsum("l,lnd->nd", torch.softmax(s, 0), features)
         return linear(features)
 
-    optimizer = torch.optim.LBFGS(params, max_iter=LBFGS_STEPS, history_size=20, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        params, max_iter=LBFGS_STEPS, history_size=20, line_search_fn="strong_wolfe"
+    )
 
     def closure():
         optimizer.zero_grad()
@@ -60,8 +66,14 @@ def fit(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool) -> Tuple[to
         return loss
 
     optimizer.step(closure)
-    extra = ({"mix_weights": [float(w) for w in torch.softmax(s.detach(), 0)], "gamma": float(gamma.detach())}
-             if mix else {})
+    extra = (
+        {
+            "mix_weights": [float(w) for w in torch.softmax(s.detach(), 0)],
+            "gamma": float(gamma.detach()),
+        }
+        if mix
+        else {}
+    )
     return logits, extra
 
 
@@ -90,9 +102,18 @@ def main() -> None:
     start = time.perf_counter()
     bilm = load_bilm(study.bilm)
     X_train, X_test = features(bilm, train_words), features(bilm, test_words)
-    print(f"features: {X_train.shape[1]} train / {X_test.shape[1]} test tokens, {time.perf_counter() - start:.0f} s")
-    result = {"task": "pos", "train_tokens": int(X_train.shape[1]), "test_tokens": int(X_test.shape[1]),
-              "state_policy": bilm.state_policy, "bilm_fingerprint": study.bilm_info[2], "layers": {}}
+    print(
+        f"features: {X_train.shape[1]} train / {X_test.shape[1]} test tokens, "
+        f"{time.perf_counter() - start:.0f} s"
+    )
+    result = {
+        "task": "pos",
+        "train_tokens": int(X_train.shape[1]),
+        "test_tokens": int(X_test.shape[1]),
+        "state_policy": bilm.state_policy,
+        "bilm_fingerprint": study.bilm_info[2],
+        "layers": {},
+    }
     for j in range(X_train.shape[0]):
         predict, _ = fit(X_train[j], y_train, len(labels), mix=False)
         with torch.no_grad():
@@ -101,8 +122,14 @@ def main() -> None:
         print(f"layer {j}: test accuracy {acc:.4f}", flush=True)
     predict, extra = fit(X_train, y_train, len(labels), mix=True)
     with torch.no_grad():
-        result["mix"] = {"accuracy": float((predict(X_test).argmax(-1) == y_test).float().mean()), **extra}
-    print(f"learned mix: test accuracy {result['mix']['accuracy']:.4f}, weights {extra['mix_weights']}")
+        result["mix"] = {
+            "accuracy": float((predict(X_test).argmax(-1) == y_test).float().mean()),
+            **extra,
+        }
+    print(
+        f"learned mix: test accuracy {result['mix']['accuracy']:.4f}, weights "
+        f"{extra['mix_weights']}"
+    )
     study.metrics.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {target.relative_to(ROOT)}")

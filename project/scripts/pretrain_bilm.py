@@ -1,21 +1,23 @@
 """Pretrain the project's English biLM on cased, punctuated raw text (the `pretrain` step).
 
     python project/scripts/pretrain_bilm.py --scale full --minutes 60 --threads 2
-    python project/scripts/pretrain_bilm.py --scale full --weights PATH_OR_NAME   # use given weights
+    python project/scripts/pretrain_bilm.py --scale full --weights PATH_OR_NAME   # use given
+    weights
 
 Text: WikiText-2 train plus the 1B Word Benchmark held-out shards 10-13 (already tokenized, so
 whitespace-split); dev perplexity on WikiText-2 valid, at half time and at the end (each evaluation
-of the full valid set costs several minutes on one thread). PTB is not used: it is lowercased and has no
-punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (seed 0) with a time budget and
-`training.precision` "auto" (bfloat16 products where the CPU has them natively: more steps in the same time,
-see bench/README.md; float32 elsewhere); `--section.key value` overrides may follow. An interrupted run
-continues from its checkpoint.
+of the full valid set costs several minutes on one thread). PTB is not used: it is lowercased and
+has no punctuation. Config: the built-in default of `python -m spacy_elmo pretrain` (seed 0) with a
+time budget and `training.precision` "auto" (bfloat16 products where the CPU has them natively: more
+steps in the same time, see bench/README.md; float32 elsewhere); `--section.key value` overrides may
+follow. An interrupted run continues from its checkpoint.
 
 Writes project/training/<scale>/bilm/model (the biLM the later steps use) and bilm.json in the
-scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when trained
-here, its training record (config, seed, corpus sha256s, time, dev perplexity). With --weights nothing is
-trained: bilm.json points at the given weights.
+scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when
+trained here, its training record (config, seed, corpus sha256s, time, dev perplexity). With
+--weights nothing is trained: bilm.json points at the given weights.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +40,15 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
-    parser.add_argument("--minutes", type=float, default=60.0, help="training minutes (evaluation excluded)")
+    parser.add_argument(
+        "--minutes", type=float, default=60.0, help="training minutes (evaluation excluded)"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--weights", default="", help="use these weights instead of training (path or published name)")
+    parser.add_argument(
+        "--weights",
+        default="",
+        help="use these weights instead of training (path or published name)",
+    )
     rest, overrides = split_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     scale = SCALES[args.scale]
@@ -50,9 +58,16 @@ def main() -> None:
         from spacy_elmo import load_bilm
 
         bilm = load_bilm(args.weights)  # fails here, clearly, if the weights do not load
-        record = {"path": str(args.weights), "trained_here": False, "fingerprint": bilm.fingerprint(),
-                  "sha256": {p.name: sha256_file(p) for p in sorted(Path(args.weights).glob("*")) if p.is_file()}
-                  if Path(args.weights).is_dir() else {}}
+        record = {
+            "path": str(args.weights),
+            "trained_here": False,
+            "fingerprint": bilm.fingerprint(),
+            "sha256": {
+                p.name: sha256_file(p) for p in sorted(Path(args.weights).glob("*")) if p.is_file()
+            }
+            if Path(args.weights).is_dir()
+            else {},
+        }
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
         print(f"using the given biLM {args.weights}; nothing to train")
@@ -62,10 +77,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     train_files = [str(scale.slice_text(LM / name, out / "text")) for name in TRAIN_TEXT]
     dev_file = str(scale.slice_text(LM / DEV_TEXT, out / "text", dev=True))
-    values = {"paths.train": train_files, "paths.dev": dev_file, "corpus.tokenizer": "whitespace",
-              "training.precision": "auto", "training.max_minutes": args.minutes, "training.max_epochs": None,
-              "training.eval_every": None, "training.eval_every_minutes": max(args.minutes / 2, 0.1), **scale.pretrain_overrides,
-              **parse_overrides(overrides)}
+    values = {
+        "paths.train": train_files,
+        "paths.dev": dev_file,
+        "corpus.tokenizer": "whitespace",
+        "training.precision": "auto",
+        "training.max_minutes": args.minutes,
+        "training.max_epochs": None,
+        "training.eval_every": None,
+        "training.eval_every_minutes": max(args.minutes / 2, 0.1),
+        **scale.pretrain_overrides,
+        **parse_overrides(overrides),
+    }
     config = load_config(None, values)
     bilm_dir = out / "bilm"
     trained = (bilm_dir / "model" / "training.json").is_file()

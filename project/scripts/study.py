@@ -2,6 +2,7 @@
 
 The scripts of project.yml import this module; it holds no step of its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,25 @@ from typing import Any, Dict, List, Optional
 from machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
-# The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg): `elmo` at the
-# task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two mixes), `elmo-layers01` at
-# its input mixing layers 0 and 1 only.
-ELMO_SYSTEMS = {"elmo": "elmo", "elmo-output": "elmo_output", "elmo-both": "elmo_both",
-                "elmo-layers01": "elmo_layers01"}
+# The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg):
+# `elmo` at the task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two
+# mixes), `elmo-layers01` at its input mixing layers 0 and 1 only.
+ELMO_SYSTEMS = {
+    "elmo": "elmo",
+    "elmo-output": "elmo_output",
+    "elmo-both": "elmo_both",
+    "elmo-layers01": "elmo_layers01",
+}
 
 
 @dataclass(frozen=True)
 class Scale:
     """How big each step is. `None` limits mean "everything"."""
+
     name: str
-    text_lines: Optional[int]            # lines of each pretraining text file
+    text_lines: Optional[int]  # lines of each pretraining text file
     dev_text_lines: Optional[int]
-    train_sentences: Optional[int]       # tagging / NER sentences per split
+    train_sentences: Optional[int]  # tagging / NER sentences per split
     eval_sentences: Optional[int]
     fractions: List[float]
     seeds: List[int]
@@ -51,28 +57,60 @@ class Scale:
 
 SCALES = {
     "full": Scale(
-        name="full", text_lines=None, dev_text_lines=None, train_sentences=None, eval_sentences=None,
-        fractions=[0.01, 0.1, 1.0], seeds=[0, 1, 2], probe_sentences=4000,
-        train_overrides={"training.max_steps": 2000, "training.eval_frequency": 200, "training.patience": 600},
+        name="full",
+        text_lines=None,
+        dev_text_lines=None,
+        train_sentences=None,
+        eval_sentences=None,
+        fractions=[0.01, 0.1, 1.0],
+        seeds=[0, 1, 2],
+        probe_sentences=4000,
+        train_overrides={
+            "training.max_steps": 2000,
+            "training.eval_frequency": 200,
+            "training.patience": 600,
+        },
         baseline_overrides={"pretraining.max_epochs": 3},
     ),
     "smoke": Scale(
-        name="smoke", text_lines=300, dev_text_lines=50, train_sentences=200, eval_sentences=60,
-        fractions=[0.1, 1.0], seeds=[0], probe_sentences=100,
+        name="smoke",
+        text_lines=300,
+        dev_text_lines=50,
+        train_sentences=200,
+        eval_sentences=60,
+        fractions=[0.1, 1.0],
+        seeds=[0],
+        probe_sentences=100,
         pretrain_overrides={
-            "model.filters": [[1, 8], [2, 8], [3, 16]], "model.projection_dim": 16, "model.lstm_dim": 32,
-            "vocab.size": 1000, "softmax.type": "full", "training.max_steps": 20, "training.max_minutes": None,
-            "training.eval_batch_size": 16, "training.checkpoint_every": 10},
-        train_overrides={"training.max_steps": 12, "training.eval_frequency": 6, "training.patience": 0,
-                         "nlp.batch_size": 32},
+            "model.filters": [[1, 8], [2, 8], [3, 16]],
+            "model.projection_dim": 16,
+            "model.lstm_dim": 32,
+            "vocab.size": 1000,
+            "softmax.type": "full",
+            "training.max_steps": 20,
+            "training.max_minutes": None,
+            "training.eval_batch_size": 16,
+            "training.checkpoint_every": 10,
+        },
+        train_overrides={
+            "training.max_steps": 12,
+            "training.eval_frequency": 6,
+            "training.patience": 0,
+            "nlp.batch_size": 32,
+        },
         baseline_overrides={"pretraining.max_epochs": 1},
     ),
 }
 
 
 def metrics_dir(scale: str) -> Path:
-    """Where a scale's metrics go: project/metrics (committed) for the full study, else under training/."""
-    return ROOT / "project" / "metrics" if scale == "full" else ROOT / "project" / "training" / scale / "metrics"
+    """Where a scale's metrics go: project/metrics (committed) for the full study, else under
+    training/."""
+    return (
+        ROOT / "project" / "metrics"
+        if scale == "full"
+        else ROOT / "project" / "training" / scale / "metrics"
+    )
 
 
 def machine_line() -> str:
@@ -84,9 +122,27 @@ def machine_line() -> str:
 def bilm_record(model_dir: Path) -> Dict[str, Any]:
     """What the summary says about a biLM trained by the `pretrain` step."""
     training = json.loads((model_dir / "training.json").read_text(encoding="utf-8"))
-    return {"path": str(model_dir.relative_to(ROOT)), "trained_here": True, "fingerprint": training["fingerprint"],
-            "sha256": {"weights.pt": training["weights_sha256"]},
-            "training": {**{k: training[k] for k in ("seed", "scheme", "policy", "options", "steps", "tokens",
-                                                     "train_minutes", "tokens_per_s", "dev")},
-                         "dev_corpus": Path(training["dev_corpus"]).name},
-            "corpus_sha256": {Path(f).name: h for f, h in training["corpus"].items()}}
+    return {
+        "path": str(model_dir.relative_to(ROOT)),
+        "trained_here": True,
+        "fingerprint": training["fingerprint"],
+        "sha256": {"weights.pt": training["weights_sha256"]},
+        "training": {
+            **{
+                k: training[k]
+                for k in (
+                    "seed",
+                    "scheme",
+                    "policy",
+                    "options",
+                    "steps",
+                    "tokens",
+                    "train_minutes",
+                    "tokens_per_s",
+                    "dev",
+                )
+            },
+            "dev_corpus": Path(training["dev_corpus"]).name,
+        },
+        "corpus_sha256": {Path(f).name: h for f, h in training["corpus"].items()},
+    }

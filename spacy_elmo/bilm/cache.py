@@ -5,6 +5,7 @@ every occurrence of the word. Rows live in one preallocated table. Safe to share
 threads: the table and its index change only under a lock, and a lookup copies the rows it
 found before another thread can reuse them; the misses are computed outside the lock.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,7 +17,8 @@ from torch import Tensor
 
 
 class TokenLayerCache:
-    """Maps token texts to rows of a `(capacity, dim)` table; least recently used rows are reused."""
+    """Maps token texts to rows of a `(capacity, dim)` table; least recently used rows are
+    reused."""
 
     def __init__(self, capacity: int, dim: int):
         self.capacity, self.dim = int(capacity), dim
@@ -76,7 +78,9 @@ class TokenLayerCache:
         """Put `vectors` `(len(words), dim)` in the table, reusing least recently used rows."""
         with self._lock:
             if self.table.shape[0] == 0:
-                self.table = torch.empty(self.capacity, self.dim, dtype=vectors.dtype, device=vectors.device)
+                self.table = torch.empty(
+                    self.capacity, self.dim, dtype=vectors.dtype, device=vectors.device
+                )
             keep, rows = [], []
             for k, w in enumerate(words):
                 if w in self.slots:  # stored meanwhile by another thread

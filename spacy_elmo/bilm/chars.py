@@ -6,6 +6,7 @@ bilm-tf: a token becomes `max_chars` slots `[BOW, utf-8 bytes..., EOW, PAD...]`,
 `<S>` / `</S>` (added around each sentence, or given literally as token texts) become
 `[BOW, 256 or 257, EOW, PAD...]`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,9 @@ def _word_ids(key: str | bytes, max_chars: int) -> np.ndarray:
     elif key == EOS_TOKEN:
         body = [EOS_CHAR]
     else:
-        body = list((key if isinstance(key, bytes) else key.encode("utf-8", "ignore"))[: max_chars - 2])
+        body = list(
+            (key if isinstance(key, bytes) else key.encode("utf-8", "ignore"))[: max_chars - 2]
+        )
     ids[0] = BOW_CHAR + 1
     ids[1 : 1 + len(body)] = np.asarray(body, dtype=np.int64) + 1
     ids[1 + len(body)] = EOW_CHAR + 1
@@ -45,14 +48,16 @@ def _word_ids(key: str | bytes, max_chars: int) -> np.ndarray:
 
 
 def _key(text: str, max_chars: int) -> str | bytes:
-    """What a token's ids depend on, at most `max_chars - 2` characters or bytes long (the cache holds no long
-    text): `<S>`, `</S>` or a text of at most that many characters itself, else the first
-    `max_chars - 2` bytes of its utf-8, as bytes (a multibyte character may be cut; characters that encode to
-    nothing, lone surrogates, are left out)."""
+    """What a token's ids depend on, at most `max_chars - 2` characters or bytes long (the cache
+    holds no long text): `<S>`, `</S>` or a text of at most that many characters itself, else the
+    first `max_chars - 2` bytes of its utf-8, as bytes (a multibyte character may be cut; characters
+    that encode to nothing, lone surrogates, are left out)."""
     cut = max_chars - 2
     if len(text) <= cut or text == BOS_TOKEN or text == EOS_TOKEN:
         return text
-    body = text[:cut].encode("utf-8", "ignore")  # each character gives 1 to 4 bytes: enough, unless some give none
+    body = text[:cut].encode(
+        "utf-8", "ignore"
+    )  # each character gives 1 to 4 bytes: enough, unless some give none
     if len(body) < cut:
         body = text.encode("utf-8", "ignore")
     return body[:cut]
@@ -98,7 +103,8 @@ class ByteIds:
         return words_char_ids(words, self.max_chars)
 
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
-        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded with 0."""
+        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded
+        with 0."""
         return batch_char_ids(sentences, self.max_chars)
 
 
@@ -107,12 +113,13 @@ WORD_SPECIALS = ("<oov>", "<pad>")
 
 
 class CharTable:
-    """ELMoForManyLangs' ids. Characters are code points looked up in `chars` (`char.dic`; `<oov>` where
-    missing); a token is cut to `max_chars - 2` characters and becomes `[BOW, chars..., EOW, PAD...]`, where
-    BOW is the id of `<eow>` and EOW the id of `<bow>` (EFML swaps them, in training and inference alike).
-    `<bos>` / `<eos>` (around each sentence, or given literally) become `[BOW, its id, EOW, PAD...]`. With
-    `words` (`word.dic`), one more column holds the word id of the cut token (case-sensitive, `<oov>` where
-    missing). Every id is shifted by +1, so that 0 means "no token"; `width` = columns per token."""
+    """ELMoForManyLangs' ids. Characters are code points looked up in `chars` (`char.dic`; `<oov>`
+    where missing); a token is cut to `max_chars - 2` characters and becomes `[BOW, chars..., EOW,
+    PAD...]`, where BOW is the id of `<eow>` and EOW the id of `<bow>` (EFML swaps them, in training
+    and inference alike). `<bos>` / `<eos>` (around each sentence, or given literally) become `[BOW,
+    its id, EOW, PAD...]`. With `words` (`word.dic`), one more column holds the word id of the cut
+    token (case-sensitive, `<oov>` where missing). Every id is shifted by +1, so that 0 means "no
+    token"; `width` = columns per token."""
 
     boundary: Tuple[str, str] = ("<bos>", "<eos>")
 
@@ -123,26 +130,41 @@ class CharTable:
         self._bow, self._eow, self._oov = chars["<eow>"] + 1, chars["<bow>"] + 1, chars["<oov>"]
 
     @classmethod
-    def checked(cls, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int, n_characters: int,
-                n_words: int, source: str, word_source: Optional[str] = None) -> "CharTable":
-        """A table whose specials are there, with one entry per row of its embedding (`n_characters`,
-        `n_words`, row 0 included: ELMoForManyLangs sizes its embeddings by the entries), ids indexing
-        them; else ElmoFileError naming `source` (`word_source` for the word table, if other)."""
+    def checked(
+        cls,
+        chars: Dict[str, int],
+        words: Optional[Dict[str, int]],
+        max_chars: int,
+        n_characters: int,
+        n_words: int,
+        source: str,
+        word_source: Optional[str] = None,
+    ) -> "CharTable":
+        """A table whose specials are there, with one entry per row of its embedding
+        (`n_characters`, `n_words`, row 0 included: ELMoForManyLangs sizes its embeddings by the
+        entries), ids indexing them; else ElmoFileError naming `source` (`word_source` for the word
+        table, if other)."""
         for kind, table, rows, where, specials in (
-                ("character", chars, n_characters - 1, source, CHAR_SPECIALS),
-                ("word", words, n_words - 1, word_source or source, WORD_SPECIALS)):
+            ("character", chars, n_characters - 1, source, CHAR_SPECIALS),
+            ("word", words, n_words - 1, word_source or source, WORD_SPECIALS),
+        ):
             if table is None:
                 continue
             missing = [s for s in specials if s not in table]
             if missing:
                 raise ElmoFileError(f"{where}: the {kind} table lacks {', '.join(missing)}")
             if len(table) != rows:
-                raise ElmoFileError(f"{where}: {len(table):,} {kind}s for the {rows:,} rows of the {kind} embedding: "
-                                    "the table and the weights do not belong together")
+                raise ElmoFileError(
+                    f"{where}: {len(table):,} {kind}s for the {rows:,} rows of the {kind} "
+                    f"embedding: "
+                    "the table and the weights do not belong together"
+                )
             for text, i in table.items():
                 if not 0 <= i < rows:
-                    raise ElmoFileError(f"{where}: {kind} {excerpt(text)} has id {i:,}, outside the {rows:,} rows "
-                                        f"of the {kind} embedding")
+                    raise ElmoFileError(
+                        f"{where}: {kind} {excerpt(text)} has id {i:,}, outside the {rows:,} rows "
+                        f"of the {kind} embedding"
+                    )
         return cls(chars, words, max_chars)
 
     def token_ids(self, text: str) -> np.ndarray:
@@ -170,7 +192,8 @@ class CharTable:
         return out
 
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
-        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded with 0."""
+        """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded
+        with 0."""
         max_len = max((len(s) for s in sentences), default=0)
         out = np.zeros((len(sentences), max_len + 2, self.width), dtype=np.int64)
         for i, sent in enumerate(sentences):
@@ -179,25 +202,41 @@ class CharTable:
 
     def to_json(self) -> str:
         """`{"chars": {text: id}, "words": {text: id} or null}` (what `from_json` reads)."""
-        return json.dumps({"chars": self.chars, "words": self.words}, ensure_ascii=False, sort_keys=True)
+        return json.dumps(
+            {"chars": self.chars, "words": self.words}, ensure_ascii=False, sort_keys=True
+        )
 
     @classmethod
-    def from_json(cls, text: str, max_chars: int, n_characters: int, n_words: int, source: str) -> "CharTable":
+    def from_json(
+        cls, text: str, max_chars: int, n_characters: int, n_words: int, source: str
+    ) -> "CharTable":
         """The inverse of `to_json`, checked (see `checked`); ElmoFileError naming `source`."""
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as err:
-            raise ElmoFileError(f"{source}: not a valid JSON character table ({type(err).__name__}: {err})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("chars"), dict) or \
-                not isinstance(data.get("words"), (dict, type(None))):
-            raise ElmoFileError(f"{source}: expected {{\"chars\": {{text: id}}, \"words\": {{text: id}} or null}}")
+            raise ElmoFileError(
+                f"{source}: not a valid JSON character table ({type(err).__name__}: {err})"
+            ) from None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("chars"), dict)
+            or not isinstance(data.get("words"), (dict, type(None)))
+        ):
+            raise ElmoFileError(
+                f'{source}: expected {{"chars": {{text: id}}, "words": {{text: id}} or null}}'
+            )
         for table in (data["chars"], data["words"] or {}):
-            bad = next((i for i in table.values() if isinstance(i, bool) or not isinstance(i, int)), None)
+            bad = next(
+                (i for i in table.values() if isinstance(i, bool) or not isinstance(i, int)), None
+            )
             if bad is not None:
                 raise ElmoFileError(f"{source}: ids must be integers, got {excerpt(bad)}")
         if (data["words"] is None) != (n_words == 0):
-            raise ElmoFileError(f"{source}: a word table {'is missing' if n_words else 'is given'}, but the options "
-                                f"say n_words = {n_words}")
+            raise ElmoFileError(
+                f"{source}: a word table {'is missing' if n_words else 'is given'}, but the "
+                f"options "
+                f"say n_words = {n_words}"
+            )
         return cls.checked(data["chars"], data["words"], max_chars, n_characters, n_words, source)
 
     def digest(self) -> str:

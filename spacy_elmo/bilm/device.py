@@ -1,4 +1,5 @@
 """Where the biLM runs: a torch device named by the user, checked before anything moves there."""
+
 from __future__ import annotations
 
 from typing import Union
@@ -9,8 +10,8 @@ from ..errors import ElmoConfigError
 
 
 def check_device(device: Union[str, torch.device]) -> torch.device:
-    """"cpu", "cuda", "cuda:N" (or a torch.device) -> torch.device; ElmoConfigError for anything else, or for a
-    CUDA device this machine does not have (naming what it has)."""
+    """ "cpu", "cuda", "cuda:N" (or a torch.device) -> torch.device; ElmoConfigError for anything
+    else, or for a CUDA device this machine does not have (naming what it has)."""
     try:
         chosen = torch.device(device)
     except (RuntimeError, TypeError):
@@ -20,9 +21,14 @@ def check_device(device: Union[str, torch.device]) -> torch.device:
     if chosen.type != "cuda":
         raise ElmoConfigError(f"device {str(device)!r}: the biLM runs on 'cpu' or 'cuda' devices")
     if not torch.cuda.is_available():
-        raise ElmoConfigError(f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA device; install "
-                              "a CUDA build of torch on a machine with an NVIDIA GPU, or use device 'cpu'")
+        raise ElmoConfigError(
+            f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA device; "
+            f"install "
+            "a CUDA build of torch on a machine with an NVIDIA GPU, or use device 'cpu'"
+        )
     if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-        raise ElmoConfigError(f"device {str(device)!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                              f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        raise ElmoConfigError(
+            f"device {str(device)!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
     return chosen

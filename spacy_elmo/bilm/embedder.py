@@ -1,9 +1,11 @@
 """Token texts -> ELMo layers: a `BiLM` network run under a state policy, with its caches.
 
-`ElmoEmbedder` is what `load_bilm` returns: a facade over the network (`.network`), its `StatePolicy`, the packed
-runner with its caches and precision copies (`runner.py`) and the state carried between calls. What is derived is
-dropped when `BiLM.state_key()` changes (new weights, a warm state recomputed, another device or dtype).
+`ElmoEmbedder` is what `load_bilm` returns: a facade over the network (`.network`), its
+`StatePolicy`, the packed runner with its caches and precision copies (`runner.py`) and the state
+carried between calls. What is derived is dropped when `BiLM.state_key()` changes (new weights, a
+warm state recomputed, another device or dtype).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -21,23 +23,40 @@ from .model import BiLM, BiLMOutput
 from .options import BiLMOptions
 from .policy import StatePolicy, carry_on
 from .precision import Precision
-from .runner import WINDOW_BATCHES, PackedRunner, check_batch_size, check_sentence, convert, long_sentence
+from .runner import (
+    WINDOW_BATCHES,
+    PackedRunner,
+    check_batch_size,
+    check_sentence,
+    convert,
+    long_sentence,
+)
 
 
 class ElmoEmbedder(nn.Module):
-    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence through `network`, under `state_policy`.
+    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence through `network`, under
+    `state_policy`.
 
-    "warm" starts every sentence from the network's warm state, "zero" from zeros: outputs then do not
-    depend on neighbours, so sentences are regrouped by length, packed, their token layers cached and
-    shared prefixes stepped once. "carry" is bilm-tf's stateful mode: row i of a call starts where row i
-    of the previous call ended (exact parity: rows and batches as given, no cache).
+    "warm" starts every sentence from the network's warm state, "zero" from zeros: outputs then do
+    not depend on neighbours, so sentences are regrouped by length, packed, their token layers
+    cached and shared prefixes stepped once. "carry" is bilm-tf's stateful mode: row i of a call
+    starts where row i of the previous call ended (exact parity: rows and batches as given, no
+    cache).
     """
 
-    def __init__(self, network: BiLM, state: Union[StatePolicy, str] = "warm", cache_size: int = 50_000,
-                 precision: Precision = "float32", source: str = "the biLM's weights"):
+    def __init__(
+        self,
+        network: BiLM,
+        state: Union[StatePolicy, str] = "warm",
+        cache_size: int = 50_000,
+        precision: Precision = "float32",
+        source: str = "the biLM's weights",
+    ):
         super().__init__()
         self.network = network
-        self.source = source  # what errors about the weights name (their file, where loaded from one)
+        self.source = (
+            source  # what errors about the weights name (their file, where loaded from one)
+        )
         self._policy = StatePolicy.parse(state)
         self.runner = PackedRunner(network, cache_size, source)
         self._carried: Optional[LSTMState] = None
@@ -48,7 +67,11 @@ class ElmoEmbedder(nn.Module):
     @property
     def bilm(self) -> BiLM:
         """Deprecated name of `network`."""
-        warnings.warn("ElmoEmbedder.bilm is deprecated; use ElmoEmbedder.network", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ElmoEmbedder.bilm is deprecated; use ElmoEmbedder.network",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.network
 
     @property
@@ -86,13 +109,16 @@ class ElmoEmbedder(nn.Module):
 
     @property
     def precision(self) -> str:
-        """The precision of the matrix products (resolved: "float32", "bfloat16" or "int8"; see `PrecisionCopies`); set
-        it to one of those or "auto" (see `precision.resolve_precision`). The "carry" policy runs float32."""
+        """The precision of the matrix products (resolved: "float32", "bfloat16" or "int8"; see
+        `PrecisionCopies`); set it to one of those or "auto" (see `precision.resolve_precision`).
+        The "carry" policy runs float32."""
         return self.runner.copies.precision
 
     @precision.setter
     def precision(self, precision: Precision) -> None:
-        self.runner.set_precision(precision)  # weights that overflow in this precision are refused here
+        self.runner.set_precision(
+            precision
+        )  # weights that overflow in this precision are refused here
 
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
@@ -108,7 +134,8 @@ class ElmoEmbedder(nn.Module):
             self._derived_from = key
 
     def fingerprint(self) -> str:
-        """`BiLM.fingerprint()` of the weights as they are (kept until they change): identifies the outputs."""
+        """`BiLM.fingerprint()` of the weights as they are (kept until they change): identifies the
+        outputs."""
         self._follow_weights()
         if self._fingerprint is None:
             self._fingerprint = self.network.fingerprint()
@@ -123,22 +150,28 @@ class ElmoEmbedder(nn.Module):
         return policy.start_state(self.network, batch, self._carried)
 
     def forward(self, char_ids: Tensor, mask: Optional[Tensor] = None) -> BiLMOutput:
-        """`BiLM.forward` (char_ids `(B, T, max_chars)`, mask `(B, T)`) from the policy's start state;
-        under "carry" the final state is kept for the next call (rows beyond a smaller batch keep
-        theirs, AllenNLP's semantics)."""
+        """`BiLM.forward` (char_ids `(B, T, max_chars)`, mask `(B, T)`) from the policy's start
+        state; under "carry" the final state is kept for the next call (rows beyond a smaller batch
+        keep theirs, AllenNLP's semantics)."""
         carries = self._policy.carries
-        out = self.network(char_ids, mask, self.initial_state(char_ids.shape[0]), return_state=carries)
+        out = self.network(
+            char_ids, mask, self.initial_state(char_ids.shape[0]), return_state=carries
+        )
         if carries:
             self._carried = carry_on(self._carried, out.lstm_state)
         return out
 
     def _embed_carry(self, sentences: List[List[str]], as_tensor: bool, first: int) -> list:
-        """"carry": rows as given, boundaries included, the real tokens' layers checked (`first`: the first
-        sentence's index in the caller's input)."""
+        """ "carry": rows as given, boundaries included, the real tokens' layers checked (`first`:
+        the first sentence's index in the caller's input)."""
         ids, mask, real = self.runner.padded(sentences)
         layers = self.forward(ids, mask).layers
-        self.runner.check_output(layers[:, real], [len(s) for s in sentences], range(first, first + len(sentences)))
-        return [convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)]
+        self.runner.check_output(
+            layers[:, real], [len(s) for s in sentences], range(first, first + len(sentences))
+        )
+        return [
+            convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)
+        ]
 
     def _ready(self) -> None:
         if self.network.training:
@@ -146,11 +179,14 @@ class ElmoEmbedder(nn.Module):
         self._follow_weights()
 
     def embed_long(self, sentence: Sequence[str], batch_size: int = 64) -> Iterator[np.ndarray]:
-        """One sentence, however long, in consecutive pieces of at most `256 * batch_size` tokens: float32
-        `(n_layers + 1, w, 2P)` each, together what `embed([sentence])` gives (the recurrence is carried
-        across pieces), in memory bounded by `batch_size`. Not under "carry" (ElmoConfigError)."""
+        """One sentence, however long, in consecutive pieces of at most `256 * batch_size` tokens:
+        float32 `(n_layers + 1, w, 2P)` each, together what `embed([sentence])` gives (the
+        recurrence is carried across pieces), in memory bounded by `batch_size`. Not under "carry"
+        (ElmoConfigError)."""
         if not self._policy.allows_pieces:
-            raise ElmoConfigError(f"embed_long needs a deterministic state policy (warm or zero), not {self._policy}")
+            raise ElmoConfigError(
+                f"embed_long needs a deterministic state policy (warm or zero), not {self._policy}"
+            )
         sentence = check_sentence(sentence, 0)
         limit = long_sentence(check_batch_size(batch_size))
         self._ready()
@@ -163,12 +199,13 @@ class ElmoEmbedder(nn.Module):
                 array = convert(layers, as_tensor=False)
             yield array
 
-    def embed_iter(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
-                   as_tensor: bool = False) -> Iterator[Union[np.ndarray, Tensor]]:
+    def embed_iter(
+        self, sentences: Iterable[Sequence[str]], batch_size: int = 64, as_tensor: bool = False
+    ) -> Iterator[Union[np.ndarray, Tensor]]:
         """Lazily embed a stream of token lists, in input order: one array per sentence,
-        `(n_layers + 1, n_tokens, 2 * projection_dim)` float32 (numpy, or torch on the model's device
-        with `as_tensor=True`). `batch_size`: see `check_batch_size`. Raises TypeError for a sentence
-        that is not a list of str."""
+        `(n_layers + 1, n_tokens, 2 * projection_dim)` float32 (numpy, or torch on the model's
+        device with `as_tensor=True`). `batch_size`: see `check_batch_size`. Raises TypeError for a
+        sentence that is not a list of str."""
         check_batch_size(batch_size)
         regroup = self._policy.allows_regrouping
         size = batch_size * WINDOW_BATCHES if regroup else batch_size
@@ -180,9 +217,13 @@ class ElmoEmbedder(nn.Module):
                 return
             count += len(window)
             self._ready()
-            with torch.inference_mode():  # not across the yields: the caller's code runs in its own mode
+            with (
+                torch.inference_mode()
+            ):  # not across the yields: the caller's code runs in its own mode
                 if regroup:
-                    arrays = self.runner.embed(window, self._policy, batch_size, as_tensor, count - len(window))
+                    arrays = self.runner.embed(
+                        window, self._policy, batch_size, as_tensor, count - len(window)
+                    )
                 else:
                     arrays = self._embed_carry(window, as_tensor, count - len(window))
             yield from arrays

@@ -1,4 +1,6 @@
-"""The context-independent token layer: character CNN + highway (+ a word embedding) + projection."""
+"""The context-independent token layer: character CNN + highway (+ a word embedding) +
+projection."""
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -12,7 +14,8 @@ from .options import BiLMOptions
 
 
 class Highway(nn.Module):
-    """bilm-tf highway: `t = sigmoid(x W_carry + b_carry)`, `y = t * relu(x W_transform + b_transform) + (1 - t) * x`.
+    """bilm-tf highway: `t = sigmoid(x W_carry + b_carry)`, `y = t * relu(x W_transform +
+    b_transform) + (1 - t) * x`.
 
     Weights are kept in the TF layout `(in, out)`, so loading and export are plain copies.
     """
@@ -43,19 +46,27 @@ class TokenEncoder(nn.Module):
     def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
         super().__init__()
         if options.char_table != (char_table is not None):
-            raise ElmoConfigError("a biLM whose options say char_table needs its CharTable, and only such a biLM "
-                                  "takes one (load the model with load_bilm)")
+            raise ElmoConfigError(
+                "a biLM whose options say char_table needs its CharTable, and only such a biLM "
+                "takes one (load the model with load_bilm)"
+            )
         self.max_chars = options.max_characters_per_token
         self.token_ids: Union[ByteIds, CharTable] = char_table or ByteIds(self.max_chars)
         self.pad_id = self.token_ids.pad_id
-        # bilm-tf: 262 rows whatever `n_characters` says: ids run to 261 and row 0 is the padding id.
+        # bilm-tf: 262 rows whatever `n_characters` says: ids run to 261 and row 0 is the padding
+        # id.
         rows = options.n_characters if options.char_table else 262
         self.char_embedding = nn.Embedding(rows, options.char_dim, padding_idx=0)
-        self.word_embedding = nn.Embedding(options.n_words, options.word_dim, padding_idx=0) if options.word_dim \
+        self.word_embedding = (
+            nn.Embedding(options.n_words, options.word_dim, padding_idx=0)
+            if options.word_dim
             else None
+        )
         self.convs = nn.ModuleList(nn.Conv1d(options.char_dim, n, w) for w, n in options.filters)
         self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
-        self.w_proj = nn.Parameter(torch.empty(options.word_dim + options.n_filters, options.projection_dim))
+        self.w_proj = nn.Parameter(
+            torch.empty(options.word_dim + options.n_filters, options.projection_dim)
+        )
         self.b_proj = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
         self.max_width = max(w for w, _ in options.filters)
@@ -93,16 +104,19 @@ class TokenEncoder(nn.Module):
         return x.reshape(*lead, -1)
 
     def _filters(self, ids: Tensor):
-        """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the activation.
+        """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the
+        activation.
 
-        Positions after the last one that holds anything but PAD in the batch hold only PAD, and every
-        window made of PAD alone has the same value. So each convolution runs over the used positions
-        only, and that one all-PAD window joins the max (exactly the same set of windows).
+        Positions after the last one that holds anything but PAD in the batch hold only PAD, and
+        every window made of PAD alone has the same value. So each convolution runs over the used
+        positions only, and that one all-PAD window joins the max (exactly the same set of windows).
         """
         C = ids.shape[1]
         real = (ids != self.pad_id).any(0).nonzero()
         used = int(real[-1]) + 1 if len(real) else 1
-        chars = self.char_embedding(ids[:, :used + self.max_width - 1]).transpose(1, 2)  # (N, E, C')
+        chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(
+            1, 2
+        )  # (N, E, C')
         pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)
         pooled = []
         for conv in self.convs:

@@ -1,5 +1,6 @@
-"""Non-finite values are errors: the one check of weights (after their cast to the dtype that computes) and of
-what the biLM returns."""
+"""Non-finite values are errors: the one check of weights (after their cast to the dtype that
+computes) and of what the biLM returns."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -12,21 +13,29 @@ from ..errors import ElmoFileError
 
 
 class NonFiniteError(ElmoFileError):
-    """NaN or infinite values in weights or in the vectors computed from them. `sentence`: the index (in the input
-    of `embed` / `embed_iter`) of the first sentence whose vectors hold them; None for weights."""
+    """NaN or infinite values in weights or in the vectors computed from them. `sentence`: the index
+    (in the input of `embed` / `embed_iter`) of the first sentence whose vectors hold them; None for
+    weights."""
 
     def __init__(self, message: str, sentence: Optional[int] = None):
         super().__init__(message)
         self.sentence = sentence
 
 
-def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str,
-                 lengths: Optional[Sequence[int]] = None, ids: Optional[Sequence[int]] = None) -> None:
-    """NonFiniteError `{source}: {name} ... NaN or infinite values` where `values` (an array or a tensor) hold any.
-    With `lengths` (and `ids`, default 0, 1, ...): `values` `(layers, sum(lengths), width)` are sentences one after
-    another, and the error names the first sentence that holds them by its id."""
+def check_finite(
+    values: Union[np.ndarray, torch.Tensor],
+    source: str,
+    name: str,
+    lengths: Optional[Sequence[int]] = None,
+    ids: Optional[Sequence[int]] = None,
+) -> None:
+    """NonFiniteError `{source}: {name} ... NaN or infinite values` where `values` (an array or a
+    tensor) hold any. With `lengths` (and `ids`, default 0, 1, ...): `values` `(layers,
+    sum(lengths), width)` are sentences one after another, and the error names the first sentence
+    that holds them by its id."""
     values = torch.as_tensor(values)
-    # a NaN or an infinity makes the sum non-finite; so may finite values that overflow it: only then look closer
+    # a NaN or an infinity makes the sum non-finite; so may finite values that overflow it: only
+    # then look closer
     if bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all()):
         return
     sentence = None
@@ -40,7 +49,8 @@ def check_finite(values: Union[np.ndarray, torch.Tensor], source: str, name: str
 
 @contextmanager
 def naming_weights(source: str) -> Iterator[None]:
-    """A NonFiniteError raised inside (about weights, from a product of some precision) names `source`."""
+    """A NonFiniteError raised inside (about weights, from a product of some precision) names
+    `source`."""
     try:
         yield
     except NonFiniteError as err:

@@ -8,10 +8,11 @@ bias of 1.0 added at run time (not stored; `forget_bias`, 0 for weights that sto
     h = clip((sigmoid(o) * tanh(c)) W_proj, proj_clip)
 
 Inside this module the gate blocks are kept in the order (i, f, o, j), so that one sigmoid
-covers a contiguous block; `gates_to_internal` maps the stored order to it (the hdf5 and EFML readers apply it).
-Direction 0 reads left to right; direction 1 reads each sequence from its last real position
-back to its first, and its outputs are aligned back to token positions.
+covers a contiguous block; `gates_to_internal` maps the stored order to it (the hdf5 and EFML
+readers apply it). Direction 0 reads left to right; direction 1 reads each sequence from its last
+real position back to its first, and its outputs are aligned back to token positions.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -50,7 +51,8 @@ def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Te
 
 
 class LSTMState(NamedTuple):
-    """Per layer and direction: `h` `(n_layers, 2, B, projection_dim)`, `c` `(n_layers, 2, B, lstm_dim)`."""
+    """Per layer and direction: `h` `(n_layers, 2, B, projection_dim)`, `c` `(n_layers, 2, B,
+    lstm_dim)`."""
 
     h: Tensor
     c: Tensor
@@ -62,10 +64,18 @@ def gather_time(x: Tensor, index: Tensor) -> Tensor:
 
 
 class ProjectedLSTMLayer(nn.Module):
-    """One layer, both directions: weights carry a leading direction axis of size 2, gates in (i, f, o, j)."""
+    """One layer, both directions: weights carry a leading direction axis of size 2, gates in (i, f,
+    o, j)."""
 
-    def __init__(self, input_dim: int, dim: int, projection_dim: int, cell_clip: float, proj_clip: float,
-                 forget_bias: float = 1.0):
+    def __init__(
+        self,
+        input_dim: int,
+        dim: int,
+        projection_dim: int,
+        cell_clip: float,
+        proj_clip: float,
+        forget_bias: float = 1.0,
+    ):
         super().__init__()
         self.dim, self.projection_dim = dim, projection_dim
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
@@ -84,9 +94,11 @@ class ProjectedLSTMLayer(nn.Module):
             nn.init.uniform_(w, -bound, bound)
         nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor, h0: Tensor, c0: Tensor,
-                final_index: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
-        """x `(2, B, T, input_dim)` (direction 1 already reversed per row); h0 `(2, B, P)`; c0 `(2, B, D)`.
+    def forward(
+        self, x: Tensor, h0: Tensor, c0: Tensor, final_index: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
+        """x `(2, B, T, input_dim)` (direction 1 already reversed per row); h0 `(2, B, P)`; c0 `(2,
+        B, D)`.
 
         Returns h `(2, B, T, P)` and, when `final_index` `(B,)` is given, the state `(h, c)` at that
         time step of each row, each `(2, B, ·)`.
@@ -94,7 +106,9 @@ class ProjectedLSTMLayer(nn.Module):
         _, B, T, _ = x.shape
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4D)
         # time-major gate inputs: xw[:, t] is one contiguous (B, 4D) block per direction
-        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(2, T, B, 4 * self.dim)
+        xw = torch.baddbmm(bias, x.transpose(1, 2).reshape(2, T * B, -1), self.w_input).view(
+            2, T, B, 4 * self.dim
+        )
         out, cs = self._steps(xw, h0, c0, final_index is not None)
         if final_index is None:
             return out.transpose(1, 2), None
@@ -102,41 +116,62 @@ class ProjectedLSTMLayer(nn.Module):
         return out.transpose(1, 2), (out[:, final_index, rows], cs[:, final_index, rows])
 
     def _steps(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
-        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place operations
-        so that autograd can record it. Steps are taken with `unbind` and gates with `chunk`, whose
-        backward writes each gradient once (indexing `xw[:, t]` would zero-fill a full gradient per
-        step, O(T^2))."""
+        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place
+        operations so that autograd can record it. Steps are taken with `unbind` and gates with
+        `chunk`, whose backward writes each gradient once (indexing `xw[:, t]` would zero-fill a
+        full gradient per step, O(T^2))."""
         hs: List[Tensor] = []
         cs: List[Tensor] = []
         for xw_t in xw.unbind(1):
-            gates = torch.baddbmm(xw_t, h, self.w_hidden)  # bfloat16 under autocast: the gates and c stay float32
+            gates = torch.baddbmm(
+                xw_t, h, self.w_hidden
+            )  # bfloat16 under autocast: the gates and c stay float32
             i, f, o, j = gates.to(torch.promote_types(gates.dtype, torch.float32)).chunk(4, dim=-1)
-            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(-self.cell_clip, self.cell_clip)
-            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.w_proj).clamp(-self.proj_clip, self.proj_clip)
+            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(
+                -self.cell_clip, self.cell_clip
+            )
+            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.w_proj).clamp(
+                -self.proj_clip, self.proj_clip
+            )
             hs.append(h)
             if keep_c:
                 cs.append(c)
         return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
 
-    def products(self, direction: int, precision: str = "float32", input_bound: float = float("inf")) -> LayerProducts:
-        """The matrix products of one direction for the packed path, in `precision` (float32: views of the
-        weights; the others: copies in their precision, stale once the weights change). `input_bound`: the
-        largest |input| this layer can see. The hidden product's input is clipped at `proj_clip`; the cell
-        projection's is `sigmoid(o) * tanh(c)`, within 1."""
-        return LayerProducts(make_product(precision, self.w_input[direction], self.bias[direction] + self.forget_bias,
-                                          input_bound),
-                             make_product(precision, self.w_hidden[direction], bound=self.proj_clip),
-                             make_product(precision, self.w_proj[direction], bound=1.0))
+    def products(
+        self, direction: int, precision: str = "float32", input_bound: float = float("inf")
+    ) -> LayerProducts:
+        """The matrix products of one direction for the packed path, in `precision` (float32: views
+        of the weights; the others: copies in their precision, stale once the weights change).
+        `input_bound`: the largest |input| this layer can see. The hidden product's input is clipped
+        at `proj_clip`; the cell projection's is `sigmoid(o) * tanh(c)`, within 1."""
+        return LayerProducts(
+            make_product(
+                precision,
+                self.w_input[direction],
+                self.bias[direction] + self.forget_bias,
+                input_bound,
+            ),
+            make_product(precision, self.w_hidden[direction], bound=self.proj_clip),
+            make_product(precision, self.w_proj[direction], bound=1.0),
+        )
 
-    def forward_packed(self, products: LayerProducts, gate_inputs: Callable[[int, int], Tensor],
-                       batch_sizes: Sequence[int], parents: Sequence[Optional[Tensor]], h0: Tensor, c0: Tensor,
-                       out: Tensor) -> Tuple[Tensor, Tensor]:
-        """Inference for one direction (its `products`) on packed positions, time-major: step t holds `batch_sizes[t]`
-        positions, each continuing position `parents[t][k]` of step t - 1 (None: position k; at step
-        0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose rows are all the same).
-        `gate_inputs(start, rows)` gives the input projection `(rows, 4D)` of packed positions
-        `start:start+rows`. Writes h `(N, P)` in the same packed layout into `out`; returns it and c
-        `(batch_sizes[-1], D)`, the cell state of the last step's positions.
+    def forward_packed(
+        self,
+        products: LayerProducts,
+        gate_inputs: Callable[[int, int], Tensor],
+        batch_sizes: Sequence[int],
+        parents: Sequence[Optional[Tensor]],
+        h0: Tensor,
+        c0: Tensor,
+        out: Tensor,
+    ) -> Tuple[Tensor, Tensor]:
+        """Inference for one direction (its `products`) on packed positions, time-major: step t
+        holds `batch_sizes[t]` positions, each continuing position `parents[t][k]` of step t - 1
+        (None: position k; at step 0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose
+        rows are all the same). `gate_inputs(start, rows)` gives the input projection `(rows, 4D)`
+        of packed positions `start:start+rows`. Writes h `(N, P)` in the same packed layout into
+        `out`; returns it and c `(batch_sizes[-1], D)`, the cell state of the last step's positions.
 
         No step computes a padded position, and each step's matrix products cover every position
         of that step, which keeps them large. Gates are computed in place; gate inputs are asked for
@@ -147,7 +182,9 @@ class ProjectedLSTMLayer(nn.Module):
         start = t = 0
         while t < len(batch_sizes):
             stop, rows = t, 0
-            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS):
+            while stop < len(batch_sizes) and (
+                rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS
+            ):
                 rows += batch_sizes[stop]
                 stop += 1
             xw = gate_inputs(start, rows)  # (rows, 4D)
@@ -172,25 +209,43 @@ class ProjectedLSTMLayer(nn.Module):
 
 
 class BiLSTMStack(nn.Module):
-    """`n_layers` projected LSTM layers per direction; layers after the first add their input (skip)."""
+    """`n_layers` projected LSTM layers per direction; layers after the first add their input
+    (skip)."""
 
-    def __init__(self, projection_dim: int, dim: int, n_layers: int, cell_clip: float, proj_clip: float,
-                 use_skip_connections: bool, forget_bias: float = 1.0):
+    def __init__(
+        self,
+        projection_dim: int,
+        dim: int,
+        n_layers: int,
+        cell_clip: float,
+        proj_clip: float,
+        use_skip_connections: bool,
+        forget_bias: float = 1.0,
+    ):
         super().__init__()
         self.projection_dim, self.dim = projection_dim, dim
         self.use_skip_connections = use_skip_connections
         self.layers = nn.ModuleList(
-            ProjectedLSTMLayer(projection_dim, dim, projection_dim, cell_clip, proj_clip, forget_bias)
+            ProjectedLSTMLayer(
+                projection_dim, dim, projection_dim, cell_clip, proj_clip, forget_bias
+            )
             for _ in range(n_layers)
         )
 
     def zero_state(self, batch: int, device=None, dtype=None) -> LSTMState:
         n = len(self.layers)
-        return LSTMState(torch.zeros(n, 2, batch, self.projection_dim, device=device, dtype=dtype),
-                         torch.zeros(n, 2, batch, self.dim, device=device, dtype=dtype))
+        return LSTMState(
+            torch.zeros(n, 2, batch, self.projection_dim, device=device, dtype=dtype),
+            torch.zeros(n, 2, batch, self.dim, device=device, dtype=dtype),
+        )
 
-    def run_directions(self, inp: Tensor, initial_state: LSTMState, final_index: Optional[Tensor] = None,
-                       dropout: float = 0.0) -> Tuple[List[Tensor], Optional[LSTMState]]:
+    def run_directions(
+        self,
+        inp: Tensor,
+        initial_state: LSTMState,
+        final_index: Optional[Tensor] = None,
+        dropout: float = 0.0,
+    ) -> Tuple[List[Tensor], Optional[LSTMState]]:
         """inp `(2, B, T, P)`, each direction in its own reading order -> per layer `(2, B, T, P)`
         outputs in reading order (skip connections applied) and, with `final_index` `(B,)`, the
         `LSTMState` at that step of each row. `dropout`: the rate applied to each layer's input in
@@ -211,41 +266,65 @@ class BiLSTMStack(nn.Module):
         return outputs, final
 
     def products(self, precision: str = "float32") -> List[List[LayerProducts]]:
-        """Per layer, per direction, the matrix products of the packed path in `precision`. Layer l > 0 reads
-        layer l - 1's output: within `proj_clip`, or `l * proj_clip` with skip connections (sums of l outputs);
-        the first layer reads the token layer, which nothing bounds."""
+        """Per layer, per direction, the matrix products of the packed path in `precision`. Layer l
+        > 0 reads layer l - 1's output: within `proj_clip`, or `l * proj_clip` with skip connections
+        (sums of l outputs); the first layer reads the token layer, which nothing bounds."""
         clip = self.layers[0].proj_clip
-        bounds = [float("inf")] + [clip * (l if self.use_skip_connections else 1) for l in range(1, len(self.layers))]
-        return [[layer.products(d, precision, bound) for d in (0, 1)] for layer, bound in zip(self.layers, bounds)]
+        bounds = [float("inf")] + [
+            clip * (l if self.use_skip_connections else 1) for l in range(1, len(self.layers))
+        ]
+        return [
+            [layer.products(d, precision, bound) for d in (0, 1)]
+            for layer, bound in zip(self.layers, bounds)
+        ]
 
-    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState,
-                   directions: Sequence[int] = (0, 1),
-                   products: Optional[List[List[LayerProducts]]] = None) -> Tuple[List[List[Tensor]], LSTMState]:
+    def run_packed(
+        self,
+        words: Tensor,
+        trees: Sequence[PrefixTree],
+        initial_state: LSTMState,
+        directions: Sequence[int] = (0, 1),
+        products: Optional[List[List[LayerProducts]]] = None,
+    ) -> Tuple[List[List[Tensor]], LSTMState]:
         """Inference on the prefix trees of a batch, one per direction in its reading order (see
-        `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by side
-        (`both_directions`); `directions=(1,)`: the backward one only.
+        `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by
+        side (`both_directions`); `directions=(1,)`: the backward one only.
 
         words `(U, P)`: the token layer of each distinct word, which `trees[d].words` index. The
         first layer's input projection is computed once per distinct word and gathered. Returns per
-        layer, per direction, `(N_d, P)` at the nodes of `trees[d]` (skip connections applied), and the
-        state at each direction's last depth, `(n_layers, 2, n, ·)` (n: that depth's nodes; a chain, one
-        row, continues from it).
+        layer, per direction, `(N_d, P)` at the nodes of `trees[d]` (skip connections applied), and
+        the state at each direction's last depth, `(n_layers, 2, n, ·)` (n: that depth's nodes; a
+        chain, one row, continues from it).
         """
-        outputs = [[words.new_empty(len(tree.words), self.projection_dim) for tree in trees] for _ in self.layers]
+        outputs = [
+            [words.new_empty(len(tree.words), self.projection_dim) for tree in trees]
+            for _ in self.layers
+        ]
         last = [trees[d].batch_sizes[-1] for d in (0, 1)]
-        final = LSTMState(initial_state.h.new_zeros(len(self.layers), 2, max(last), self.projection_dim),
-                          initial_state.c.new_zeros(len(self.layers), 2, max(last), self.dim))
+        final = LSTMState(
+            initial_state.h.new_zeros(len(self.layers), 2, max(last), self.projection_dim),
+            initial_state.c.new_zeros(len(self.layers), 2, max(last), self.dim),
+        )
 
         def run(d: int) -> None:
             tree = trees[d]
             word_gates = products[0][d].input(words)  # (U, 4D)
 
-            def gates(start: int, rows: int) -> Tensor:  # (rows, 4D): each node's word's gate inputs
+            def gates(
+                start: int, rows: int
+            ) -> Tensor:  # (rows, 4D): each node's word's gate inputs
                 return word_gates[tree.words[start : start + rows]]
 
             for l, layer in enumerate(self.layers):
-                out, c = layer.forward_packed(products[l][d], gates, tree.batch_sizes, tree.parents, initial_state.h[l, d],
-                                              initial_state.c[l, d], outputs[l][d])
+                out, c = layer.forward_packed(
+                    products[l][d],
+                    gates,
+                    tree.batch_sizes,
+                    tree.parents,
+                    initial_state.h[l, d],
+                    initial_state.c[l, d],
+                    outputs[l][d],
+                )
                 final.h[l, d, : last[d]] = out[len(out) - last[d] :]  # before the skip connection
                 final.c[l, d, : last[d]] = c
                 if self.use_skip_connections and l > 0:
@@ -260,8 +339,13 @@ class BiLSTMStack(nn.Module):
                 run(d)
         return outputs, final
 
-    def forward(self, x: Tensor, lengths: Tensor, initial_state: Optional[LSTMState] = None,
-                return_state: bool = False):
+    def forward(
+        self,
+        x: Tensor,
+        lengths: Tensor,
+        initial_state: Optional[LSTMState] = None,
+        return_state: bool = False,
+    ):
         """x `(B, T, P)` token layer (padding after `lengths`).
 
         Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
@@ -269,7 +353,9 @@ class BiLSTMStack(nn.Module):
         """
         B, T, _ = x.shape
         rev = reverse_index(lengths, T)
-        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])  # (2, B, T, P)
+        inp = torch.stack(
+            [x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))]
+        )  # (2, B, T, P)
         if initial_state is None:
             initial_state = self.zero_state(B, x.device, x.dtype)
         final_index = (lengths - 1).clamp(min=0) if return_state else None

@@ -4,6 +4,7 @@ Math only: tensors in, tensors out. Inference on token texts (state policies, ca
 caches, batching) is `embedder.ElmoEmbedder`, which holds one of these (`.network`) and
 calls the methods below, never its parts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,26 +44,38 @@ class BiLM(nn.Module):
     """ELMo's bidirectional language model, without its softmax.
 
     `forward` maps character ids to all layers from a given start state. `warm_h` / `warm_c` hold
-    the "warm" start state (saved with the weights): the state between two sentences of running text.
-    `version` changes whenever the weights may have changed; `state_key()` adds device and dtype, and
-    whatever is derived from the weights (the warm state here, an embedder's caches) follows it.
+    the "warm" start state (saved with the weights): the state between two sentences of running
+    text. `version` changes whenever the weights may have changed; `state_key()` adds device and
+    dtype, and whatever is derived from the weights (the warm state here, an embedder's caches)
+    follows it.
     """
 
     def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
         super().__init__()
         self.options = options
         self.token_encoder = TokenEncoder(options, char_table)
-        # the text `compute_warm_state` reads: the built-in one is English, so a model with a character table
-        # (another language) has none until one is given
-        self.warmup: Optional[Sequence[Sequence[str]]] = None if options.char_table else WARMUP_SENTENCES
-        self.lstm = BiLSTMStack(options.projection_dim, options.lstm_dim, options.n_layers, options.cell_clip,
-                                options.proj_clip, options.use_skip_connections, options.forget_bias)
+        # the text `compute_warm_state` reads: the built-in one is English, so a model with a
+        # character table (another language) has none until one is given
+        self.warmup: Optional[Sequence[Sequence[str]]] = (
+            None if options.char_table else WARMUP_SENTENCES
+        )
+        self.lstm = BiLSTMStack(
+            options.projection_dim,
+            options.lstm_dim,
+            options.n_layers,
+            options.cell_clip,
+            options.proj_clip,
+            options.use_skip_connections,
+            options.forget_bias,
+        )
         n, P, D = options.n_layers, options.projection_dim, options.lstm_dim
         self.register_buffer("warm_h", torch.zeros(n, 2, P))
         self.register_buffer("warm_c", torch.zeros(n, 2, D))
         self.register_load_state_dict_post_hook(_weights_loaded)
         self.version = 0
-        self._warm_key: Optional[tuple] = None  # state_key() the warm buffers were computed (or loaded) for
+        self._warm_key: Optional[tuple] = (
+            None  # state_key() the warm buffers were computed (or loaded) for
+        )
         self._warming = threading.Lock()
         self.eval()
 
@@ -94,12 +107,14 @@ class BiLM(nn.Module):
         return self.token_encoder.w_proj.dtype
 
     def state_key(self) -> tuple:
-        """`(version, device, dtype)`: what is derived from the weights is valid while this is unchanged."""
+        """`(version, device, dtype)`: what is derived from the weights is valid while this is
+        unchanged."""
         return self.version, self.device, self.token_encoder.w_proj.dtype
 
     def invalidate(self) -> None:
-        """Mark the weights as changed (done by `load_state_dict` and train/eval switches; call it after
-        changing weights in place): the warm state and every embedder's caches are recomputed."""
+        """Mark the weights as changed (done by `load_state_dict` and train/eval switches; call it
+        after changing weights in place): the warm state and every embedder's caches are
+        recomputed."""
         self.version += 1
 
     def train(self, mode: bool = True):
@@ -113,7 +128,8 @@ class BiLM(nn.Module):
         return self._warm_key == self.state_key()
 
     def mark_warm_state_current(self) -> None:
-        """Declare `warm_h` / `warm_c` to be the warm state of the weights as they are (after loading both)."""
+        """Declare `warm_h` / `warm_c` to be the warm state of the weights as they are (after
+        loading both)."""
         self._warm_key = self.state_key()
 
     def warm_state(self, batch: int) -> LSTMState:
@@ -123,12 +139,16 @@ class BiLM(nn.Module):
             with self._warming:  # computed once, whichever thread asks first
                 if self._warm_key != self.state_key():
                     self.compute_warm_state()
-        return LSTMState(self.warm_h.unsqueeze(2).expand(-1, -1, batch, -1),
-                         self.warm_c.unsqueeze(2).expand(-1, -1, batch, -1))
+        return LSTMState(
+            self.warm_h.unsqueeze(2).expand(-1, -1, batch, -1),
+            self.warm_c.unsqueeze(2).expand(-1, -1, batch, -1),
+        )
 
     def zero_state(self, batch: int, dtype: Optional[torch.dtype] = None) -> LSTMState:
         """Zeros of `batch` rows on the network's device (`dtype` default: the warm state's)."""
-        return self.lstm.zero_state(batch, self.device, self.warm_h.dtype if dtype is None else dtype)
+        return self.lstm.zero_state(
+            batch, self.device, self.warm_h.dtype if dtype is None else dtype
+        )
 
     @property
     def boundary_tokens(self) -> Tuple[str, str]:
@@ -144,25 +164,32 @@ class BiLM(nn.Module):
         return self.token_encoder.token_ids.words_ids(words)
 
     def lstm_products(self, precision: str = "float32") -> List[List[LayerProducts]]:
-        """The LSTM's matrix products in `precision`, per layer and direction (`BiLSTMStack.products`)."""
+        """The LSTM's matrix products in `precision`, per layer and direction
+        (`BiLSTMStack.products`)."""
         return self.lstm.products(precision)
 
     def step_boundaries(self, x: Tensor, initial_state: LSTMState) -> LSTMState:
-        """The state after each direction's first step from `initial_state` (batch 1): forward over `x[0]`,
-        backward over `x[1]` (the boundary tokens' layers, `(2, P)`)."""
+        """The state after each direction's first step from `initial_state` (batch 1): forward over
+        `x[0]`, backward over `x[1]` (the boundary tokens' layers, `(2, P)`)."""
         first = torch.zeros(1, dtype=torch.long, device=self.device)
         _, lstm_state = self.lstm.run_directions(x.view(2, 1, 1, -1), initial_state, first)
         return lstm_state
 
-    def run_packed(self, words: Tensor, trees: Sequence[PrefixTree], initial_state: LSTMState,
-                   directions: Sequence[int] = (0, 1),
-                   products: Optional[List[List[LayerProducts]]] = None) -> Tuple[List[List[Tensor]], LSTMState]:
-        """The LSTM over the prefix trees of a batch (`BiLSTMStack.run_packed`): words `(U, P)` token layers."""
+    def run_packed(
+        self,
+        words: Tensor,
+        trees: Sequence[PrefixTree],
+        initial_state: LSTMState,
+        directions: Sequence[int] = (0, 1),
+        products: Optional[List[List[LayerProducts]]] = None,
+    ) -> Tuple[List[List[Tensor]], LSTMState]:
+        """The LSTM over the prefix trees of a batch (`BiLSTMStack.run_packed`): words `(U, P)`
+        token layers."""
         return self.lstm.run_packed(words, trees, initial_state, directions, products)
 
     def fingerprint(self) -> str:
-        """sha256 over the options, every parameter and buffer and the character table, if any: identifies the
-        outputs."""
+        """sha256 over the options, every parameter and buffer and the character table, if any:
+        identifies the outputs."""
         h = hashlib.sha256(repr(sorted(self.options.sizes().items())).encode())
         token_ids = self.token_encoder.token_ids
         if isinstance(token_ids, CharTable):
@@ -174,15 +201,18 @@ class BiLM(nn.Module):
 
     @torch.no_grad()
     def compute_warm_state(self, sentences: Optional[Sequence[Sequence[str]]] = None) -> None:
-        """Read `sentences` (token lists; default: `warmup`, which they replace) in one row with carried state
-        from zeros (eval mode, one torch thread, so the bits do not depend on the thread count); keep the final
-        state in `warm_h` / `warm_c`. ElmoConfigError where there are none (a model with a character table
-        has no built-in text in its language)."""
+        """Read `sentences` (token lists; default: `warmup`, which they replace) in one row with
+        carried state from zeros (eval mode, one torch thread, so the bits do not depend on the
+        thread count); keep the final state in `warm_h` / `warm_c`. ElmoConfigError where there are
+        none (a model with a character table has no built-in text in its language)."""
         if sentences is None and self.warmup is None:
             raise ElmoConfigError(
-                "the 'warm' state policy needs a warm-up text in this model's language (the built-in one is "
-                "English): call bilm.network.compute_warm_state(sentences) with token lists first, or use state='zero' "
-                "(the default for ELMoForManyLangs models)")
+                "the 'warm' state policy needs a warm-up text in this model's language (the "
+                "built-in one is "
+                "English): call bilm.network.compute_warm_state(sentences) with token lists first, "
+                "or use state='zero' "
+                "(the default for ELMoForManyLangs models)"
+            )
         self.warmup = sentences = self.warmup if sentences is None else [list(s) for s in sentences]
         was_training = self.training
         super().train(False)
@@ -190,33 +220,51 @@ class BiLM(nn.Module):
         with torch_threads(1):
             for sent in sentences:
                 ids = torch.from_numpy(self.token_encoder.token_ids.batch_ids([list(sent)]))
-                lstm_state = self.forward(ids.to(self.device), initial_state=lstm_state, return_state=True).lstm_state
+                lstm_state = self.forward(
+                    ids.to(self.device), initial_state=lstm_state, return_state=True
+                ).lstm_state
         super().train(was_training)
         self.warm_h.copy_(lstm_state.h[:, :, 0])
         self.warm_c.copy_(lstm_state.c[:, :, 0])
         self.invalidate()  # outputs under the warm state changed
         self.mark_warm_state_current()
 
-    def forward(self, char_ids: Tensor, mask: Optional[Tensor] = None, initial_state: Optional[LSTMState] = None,
-                return_state: bool = False) -> BiLMOutput:
-        """char_ids `(B, T, width)` int64 (`token_encoder.token_ids`: `width` = max_chars, + 1 with a word
-        embedding), boundaries included; mask `(B, T)` bool, True on each row's
-        first `length` positions (default: positions whose ids are not all 0); `initial_state` defaults to
-        zeros. Returns layers `(n_layers + 1, B, T, 2P)` and, with `return_state`, the LSTM state at each
-        row's last position. Raises ValueError on other shapes."""
+    def forward(
+        self,
+        char_ids: Tensor,
+        mask: Optional[Tensor] = None,
+        initial_state: Optional[LSTMState] = None,
+        return_state: bool = False,
+    ) -> BiLMOutput:
+        """char_ids `(B, T, width)` int64 (`token_encoder.token_ids`: `width` = max_chars, + 1 with
+        a word embedding), boundaries included; mask `(B, T)` bool, True on each row's
+        first `length` positions (default: positions whose ids are not all 0); `initial_state`
+        defaults to zeros. Returns layers `(n_layers + 1, B, T, 2P)` and, with `return_state`, the
+        LSTM state at each row's last position. Raises ValueError on other shapes."""
         width = self.token_encoder.token_ids.width
         if char_ids.dim() != 3 or char_ids.shape[-1] != width:
-            raise ValueError(f"char_ids must be (batch, time, {width}), got {tuple(char_ids.shape)}")
+            raise ValueError(
+                f"char_ids must be (batch, time, {width}), got {tuple(char_ids.shape)}"
+            )
         if mask is None:
             mask = (char_ids > 0).any(-1)
-        return self.forward_token_layer(self.token_encoder(char_ids), mask, initial_state, return_state)
+        return self.forward_token_layer(
+            self.token_encoder(char_ids), mask, initial_state, return_state
+        )
 
-    def forward_token_layer(self, x: Tensor, mask: Tensor, initial_state: Optional[LSTMState] = None,
-                            return_state: bool = False) -> BiLMOutput:
+    def forward_token_layer(
+        self,
+        x: Tensor,
+        mask: Tensor,
+        initial_state: Optional[LSTMState] = None,
+        return_state: bool = False,
+    ) -> BiLMOutput:
         """x `(B, T, P)` token layer, mask `(B, T)` -> `BiLMOutput` (see `forward`)."""
         lengths = mask.long().sum(1)
         T = x.shape[1]
-        if not torch.equal(mask.bool(), torch.arange(T, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)):
+        if not torch.equal(
+            mask.bool(), torch.arange(T, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
+        ):
             raise ValueError("mask must be True on a prefix of each row (padding only at the end)")
         layers, lstm_state = self.lstm(x, lengths, initial_state, return_state)
         return BiLMOutput(torch.stack([torch.cat([x, x], dim=-1), *layers]), mask, lstm_state)

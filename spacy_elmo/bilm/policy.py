@@ -1,8 +1,11 @@
-"""The state policy: where each sentence's LSTM state starts, and what inference may do because of it.
+"""The state policy: where each sentence's LSTM state starts, and what inference may do because of
+it.
 
-Parsed once where it enters (`StatePolicy.parse`: a config, a command line, a model file); everything else
-asks the object. A `str` Enum: `StatePolicy.WARM == "warm"`, it hashes, formats and serializes as its name.
+Parsed once where it enters (`StatePolicy.parse`: a config, a command line, a model file);
+everything else asks the object. A `str` Enum: `StatePolicy.WARM == "warm"`, it hashes, formats and
+serializes as its name.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -16,8 +19,9 @@ if TYPE_CHECKING:
 
 
 class StatePolicy(str, Enum):
-    """WARM starts every sentence from the network's warm state, ZERO from zeros: a sentence's outputs then depend on
-    it alone. CARRY is bilm-tf's stateful mode: row i of a call starts where row i of the previous call ended."""
+    """WARM starts every sentence from the network's warm state, ZERO from zeros: a sentence's
+    outputs then depend on it alone. CARRY is bilm-tf's stateful mode: row i of a call starts where
+    row i of the previous call ended."""
 
     WARM = "warm"
     ZERO = "zero"
@@ -33,34 +37,43 @@ class StatePolicy(str, Enum):
 
     @classmethod
     def parse(cls, name: Union["StatePolicy", str]) -> "StatePolicy":
-        """`name` ("warm", "zero", "carry", or a StatePolicy) as a StatePolicy, else ElmoConfigError."""
+        """`name` ("warm", "zero", "carry", or a StatePolicy) as a StatePolicy, else
+        ElmoConfigError."""
         try:
             return cls(name)
         except (ValueError, TypeError):
-            raise ElmoConfigError(f"unknown state policy {name!r}; choose one of {', '.join(STATE_POLICIES)}") from None
+            raise ElmoConfigError(
+                f"unknown state policy {name!r}; choose one of {', '.join(STATE_POLICIES)}"
+            ) from None
 
     @property
     def carries(self) -> bool:
-        """Whether a call starts where the previous one ended (outputs depend on the rows and calls before)."""
+        """Whether a call starts where the previous one ended (outputs depend on the rows and calls
+        before)."""
         return self is StatePolicy.CARRY
 
     @property
     def independent(self) -> bool:
-        """Whether a sentence's outputs depend on it alone. The one rule: only then may inference reuse cached token
-        layers and outputs, regroup sentences (length bucketing, packing, processes), resume a run, or compute a
-        long sentence in pieces. CARRY: none of these (exact parity with bilm-tf: rows and calls as given)."""
+        """Whether a sentence's outputs depend on it alone. The one rule: only then may inference
+        reuse cached token layers and outputs, regroup sentences (length bucketing, packing,
+        processes), resume a run, or compute a long sentence in pieces. CARRY: none of these (exact
+        parity with bilm-tf: rows and calls as given)."""
         return not self.carries
 
     allows_reuse = allows_regrouping = allows_resume = allows_pieces = independent
 
     @property
     def warm_start(self) -> bool:
-        """Whether sentences start from the network's warm state (which must be computed, or loaded, first)."""
+        """Whether sentences start from the network's warm state (which must be computed, or loaded,
+        first)."""
         return self is StatePolicy.WARM
 
-    def start_state(self, network: "BiLM", batch: int, carried: Optional[LSTMState] = None) -> LSTMState:
-        """The start state of `batch` rows, `h (n_layers, 2, batch, P)`, `c (n_layers, 2, batch, D)`: the warm state
-        (WARM), zeros (ZERO), or under CARRY the `carried` state's rows (zeros beyond them, and with none)."""
+    def start_state(
+        self, network: "BiLM", batch: int, carried: Optional[LSTMState] = None
+    ) -> LSTMState:
+        """The start state of `batch` rows, `h (n_layers, 2, batch, P)`, `c (n_layers, 2, batch,
+        D)`: the warm state (WARM), zeros (ZERO), or under CARRY the `carried` state's rows (zeros
+        beyond them, and with none)."""
         if self.warm_start:
             return network.warm_state(batch)
         if self.carries and carried is not None:
@@ -74,8 +87,8 @@ class StatePolicy(str, Enum):
 
 
 def carry_on(carried: Optional[LSTMState], final: LSTMState) -> LSTMState:
-    """The state carried after a call whose rows ended in `final`: those rows' states; rows beyond a smaller batch
-    keep theirs from `carried` (AllenNLP's semantics)."""
+    """The state carried after a call whose rows ended in `final`: those rows' states; rows beyond a
+    smaller batch keep theirs from `carried` (AllenNLP's semantics)."""
     if carried is None or carried.h.shape[2] <= final.h.shape[2]:
         return LSTMState(final.h.clone(), final.c.clone())
     h, c = carried.h.clone(), carried.c.clone()
@@ -85,7 +98,8 @@ def carry_on(carried: Optional[LSTMState], final: LSTMState) -> LSTMState:
     return LSTMState(h, c)
 
 
-# The names, for annotations of what accepts a name (a spaCy config: validated against these) and for messages.
+# The names, for annotations of what accepts a name (a spaCy config: validated against these) and
+# for messages.
 StatePolicyName = Literal["warm", "zero", "carry"]
 STATE_POLICIES: Tuple[str, ...] = tuple(p.value for p in StatePolicy)
 

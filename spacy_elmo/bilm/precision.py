@@ -18,6 +18,7 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   compiled, so these kernels are the fast int8 route on CPUs.
 - "auto": bfloat16 where native, else int8 where a kernel exists (CPU), else float32.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,13 +43,16 @@ PRECISIONS = ("float32", "bfloat16", "int8", "auto")
 
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
-        raise ElmoConfigError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+        raise ElmoConfigError(
+            f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}"
+        )
     return precision
 
 
 @lru_cache(maxsize=None)
 def cpu_flags() -> frozenset:
-    """The CPU's feature flags as Linux reports them (x86 `flags`, Arm `Features`); empty elsewhere."""
+    """The CPU's feature flags as Linux reports them (x86 `flags`, Arm `Features`); empty
+    elsewhere."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -73,8 +77,8 @@ def native_bfloat16(device: torch.device) -> bool:
 
 
 def int8_engine() -> Optional[str]:
-    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its dynamic int8
-    linear kernel runs on this CPU, else None."""
+    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its
+    dynamic int8 linear kernel runs on this CPU, else None."""
     try:
         engine = torch.backends.quantized.engine
         torch.ops.quantized.linear_dynamic  # noqa: B018 (present in this build)
@@ -83,44 +87,59 @@ def int8_engine() -> Optional[str]:
     return engine if engine in ("x86", "fbgemm", "qnnpack") else None
 
 
-def resolve_precision(precision: str, device: torch.device, allow_int8: bool = True, stacklevel: int = 3) -> str:
-    """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native support
-    -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted from here); ElmoConfigError for
-    "int8" where no int8 kernel runs. `allow_int8` False (training, which has no int8 path): "auto" never gives
-    int8."""
+def resolve_precision(
+    precision: str, device: torch.device, allow_int8: bool = True, stacklevel: int = 3
+) -> str:
+    """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native
+    support -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted from here);
+    ElmoConfigError for "int8" where no int8 kernel runs. `allow_int8` False (training, which has no
+    int8 path): "auto" never gives int8."""
     check_precision(precision)
     if precision == "auto":
         if native_bfloat16(device):
             return "bfloat16"
         return "int8" if allow_int8 and device.type == "cpu" and int8_engine() else "float32"
     if precision == "bfloat16" and not native_bfloat16(device):
-        warnings.warn(f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix products "
-                      "(emulated ones are slower than float32), so the biLM runs in float32"
-                      + ("; 'int8' or 'auto' is the faster choice here" if allow_int8 else ""), RuntimeWarning,
-                      stacklevel=stacklevel)
+        warnings.warn(
+            f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix "
+            f"products "
+            "(emulated ones are slower than float32), so the biLM runs in float32"
+            + ("; 'int8' or 'auto' is the faster choice here" if allow_int8 else ""),
+            RuntimeWarning,
+            stacklevel=stacklevel,
+        )
         return "float32"
     if precision == "int8" and (device.type != "cpu" or int8_engine() is None):
         where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
-        raise ElmoConfigError(f"precision 'int8' runs on CPUs with torch's fbgemm or qnnpack kernels, not on {where}; "
-                              "use 'bfloat16' on a GPU, or 'auto'")
+        raise ElmoConfigError(
+            f"precision 'int8' runs on CPUs with torch's fbgemm or qnnpack kernels, not on "
+            f"{where}; "
+            "use 'bfloat16' on a GPU, or 'auto'"
+        )
     return precision
 
 
 class MatrixProduct:
-    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions subclass it.
+    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions
+    subclass it.
 
-    The LSTM step uses three: the input product gives the step's gate inputs `xw` (float32 here, bfloat16 in
-    `BFloat16Product`), `gates` adds the hidden product to them, `into` writes the cell projection."""
+    The LSTM step uses three: the input product gives the step's gate inputs `xw` (float32 here,
+    bfloat16 in `BFloat16Product`), `gates` adds the hidden product to them, `into` writes the cell
+    projection."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
         self.weight, self.bias = weight, bias
 
     def __call__(self, x: Tensor) -> Tensor:
-        return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
+        return (
+            torch.mm(x, self.weight)
+            if self.bias is None
+            else torch.addmm(self.bias, x, self.weight)
+        )
 
     def gates(self, xw: Tensor, x: Tensor) -> Tensor:
-        """The gate pre-activations `xw + x W` `(n, O)` in float32; xw `(n, O)` comes from an input product of the
-        same precision and may be overwritten."""
+        """The gate pre-activations `xw + x W` `(n, O)` in float32; xw `(n, O)` comes from an input
+        product of the same precision and may be overwritten."""
         return xw.addmm_(x, self.weight)
 
     def into(self, out: Tensor, x: Tensor) -> Tensor:
@@ -129,12 +148,16 @@ class MatrixProduct:
 
 
 class BFloat16Product(MatrixProduct):
-    """bfloat16 operands; the gate inputs are kept in bfloat16 (half the memory traffic of the gathers and
-    chunks), and the hidden product is added to them inside the kernel (float32 sums, one rounding), so the
-    step turns one bfloat16 tensor into float32 gates instead of adding a float32 copy of the product."""
+    """bfloat16 operands; the gate inputs are kept in bfloat16 (half the memory traffic of the
+    gathers and chunks), and the hidden product is added to them inside the kernel (float32 sums,
+    one rounding), so the step turns one bfloat16 tensor into float32 gates instead of adding a
+    float32 copy of the product."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        super().__init__(weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
+        super().__init__(
+            weight.detach().to(torch.bfloat16),
+            None if bias is None else bias.detach().to(torch.bfloat16),
+        )
         for values in (self.weight, self.bias):
             if values is not None:
                 check_finite(values, "the LSTM's weights", "a matrix as bfloat16")
@@ -155,20 +178,33 @@ class Int8Product(MatrixProduct):
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor] = None, *, bound: float):
         w = weight.detach().t().contiguous().float()  # (O, I), one scale per output
-        reach = bound * w.double().abs().sum(dim=1) + (0 if bias is None else bias.detach().double().abs())
-        check_finite(reach.float(), "the LSTM's weights", "the largest result of a matrix's int8 products, in float32,")
+        reach = bound * w.double().abs().sum(dim=1) + (
+            0 if bias is None else bias.detach().double().abs()
+        )
+        check_finite(
+            reach.float(),
+            "the LSTM's weights",
+            "the largest result of a matrix's int8 products, in float32,",
+        )
         scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
-        with warnings.catch_warnings():  # torch marks quantized tensor creation deprecated; its kernels stay
+        with (
+            warnings.catch_warnings()
+        ):  # torch marks quantized tensor creation deprecated; its kernels stay
             warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8)
-        self.packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+            q = torch.quantize_per_channel(
+                w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8
+            )
+        self.packed = torch.ops.quantized.linear_prepack(
+            q, None if bias is None else bias.detach().float()
+        )
         # 7-bit inputs (0..127 around 64): fbgemm's AVX2 u8 x s8 pair sums cannot saturate int16
         self.input_scale = 2 * bound / 127
         super().__init__(weight, bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-            x.contiguous(), self.input_scale, 64, self.packed)
+            x.contiguous(), self.input_scale, 64, self.packed
+        )
 
     def gates(self, xw: Tensor, x: Tensor) -> Tensor:
         return xw.add_(self(x))
@@ -178,8 +214,8 @@ class Int8Product(MatrixProduct):
 
 
 class CheckedProduct(MatrixProduct):
-    """A float32 product of unbounded inputs whose results feed int8 products: they are checked, because int8
-    quantisation would turn NaN into finite values."""
+    """A float32 product of unbounded inputs whose results feed int8 products: they are checked,
+    because int8 quantisation would turn NaN into finite values."""
 
     def __call__(self, x: Tensor) -> Tensor:
         out = super().__call__(x)
@@ -187,19 +223,25 @@ class CheckedProduct(MatrixProduct):
         return out
 
 
-def make_product(precision: str, weight: Tensor, bias: Optional[Tensor] = None,
-                 bound: float = float("inf")) -> MatrixProduct:
-    """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8 needs a finite
-    one, and runs float32 without)."""
+def make_product(
+    precision: str, weight: Tensor, bias: Optional[Tensor] = None, bound: float = float("inf")
+) -> MatrixProduct:
+    """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8
+    needs a finite one, and runs float32 without)."""
     if precision == "bfloat16":
         return BFloat16Product(weight, bias)
     if precision == "int8":
-        return Int8Product(weight, bias, bound=bound) if bound < float("inf") else CheckedProduct(weight, bias)
+        return (
+            Int8Product(weight, bias, bound=bound)
+            if bound < float("inf")
+            else CheckedProduct(weight, bias)
+        )
     return MatrixProduct(weight, bias)
 
 
 class LayerProducts(NamedTuple):
-    """The three products of one LSTM layer and direction: input projection (with the bias), hidden, cell projection."""
+    """The three products of one LSTM layer and direction: input projection (with the bias), hidden,
+    cell projection."""
 
     input: MatrixProduct
     hidden: MatrixProduct
@@ -207,19 +249,23 @@ class LayerProducts(NamedTuple):
 
 
 class PrecisionCopies:
-    """A network's weights as the inference path runs them in `precision` (resolved: "float32", "bfloat16" or
-    "int8"): the LSTM's products, and under "bfloat16" a bfloat16 copy of the token encoder (int8 has no bounded
-    input there: it runs float32). Made once per weights; `clear()` when they change. Not pickled: made again."""
+    """A network's weights as the inference path runs them in `precision` (resolved: "float32",
+    "bfloat16" or "int8"): the LSTM's products, and under "bfloat16" a bfloat16 copy of the token
+    encoder (int8 has no bounded input there: it runs float32). Made once per weights; `clear()`
+    when they change. Not pickled: made again."""
 
     def __init__(self, network: "BiLM", source: str):
-        self.network, self.source = network, source  # `source`: what an error about the weights names
+        self.network, self.source = (
+            network,
+            source,
+        )  # `source`: what an error about the weights names
         self.precision = "float32"
         self._products: Optional[List[List[LayerProducts]]] = None
         self._encoder: Optional["TokenEncoder"] = None
 
     def make(self, precision: str) -> None:
-        """Run in `precision` (resolved, see `resolve_precision`), its copies made now: weights that overflow in it
-        are refused here (NonFiniteError naming `source`)."""
+        """Run in `precision` (resolved, see `resolve_precision`), its copies made now: weights that
+        overflow in it are refused here (NonFiniteError naming `source`)."""
         self.precision = precision
         self.clear()
         if precision != "float32":

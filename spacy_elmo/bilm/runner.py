@@ -1,12 +1,13 @@
-"""The packed runner: token texts -> layers through a `BiLM` from a fixed start state (the "warm" and "zero"
-policies), the way `ElmoEmbedder` computes them.
+"""The packed runner: token texts -> layers through a `BiLM` from a fixed start state (the "warm"
+and "zero" policies), the way `ElmoEmbedder` computes them.
 
-Sentences are regrouped by length into compute batches; each batch's distinct words go through the token
-encoder once (and the token-layer cache), the boundary steps are computed once per start state, and each
-direction steps each distinct prefix once (`BiLM.run_packed`). A sentence longer than `long_sentence(batch_size)`
-tokens is computed in consecutive windows, the recurrence carried across them. Also here: the checks of what
-`embed` is given.
+Sentences are regrouped by length into compute batches; each batch's distinct words go through the
+token encoder once (and the token-layer cache), the boundary steps are computed once per start
+state, and each direction steps each distinct prefix once (`BiLM.run_packed`). A sentence longer
+than `long_sentence(batch_size)` tokens is computed in consecutive windows, the recurrence carried
+across them. Also here: the checks of what `embed` is given.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
@@ -28,8 +29,8 @@ from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
-# Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark: 0.8M), and at
-# most 8 GiB at the largest published width (512).
+# Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark:
+# 0.8M), and at most 8 GiB at the largest published width (512).
 MAX_CACHE_SIZE = 1 << 22
 
 
@@ -37,8 +38,9 @@ def check_batch_size(batch_size: int) -> int:
     """`batch_size` if it is a positive int, else ElmoConfigError.
 
     A memory bound, not a setting of the result: a compute batch holds at most `8 * batch_size`
-    sentences and `256 * batch_size` tokens (packed, no padding), and `embed_iter` regroups sentences
-    by length within windows of `8 * batch_size`. Under "carry" it is the number of rows (bilm-tf's batch).
+    sentences and `256 * batch_size` tokens (packed, no padding), and `embed_iter` regroups
+    sentences by length within windows of `8 * batch_size`. Under "carry" it is the number of rows
+    (bilm-tf's batch).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -46,11 +48,17 @@ def check_batch_size(batch_size: int) -> int:
 
 
 def check_cache_size(cache_size: int) -> int:
-    """`cache_size` (rows of the token-layer cache) if it is an int from 0 (no cache) to MAX_CACHE_SIZE, else
-    ElmoConfigError."""
-    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or not 0 <= cache_size <= MAX_CACHE_SIZE:
-        raise ElmoConfigError(f"token_cache_size must be an integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
-                              f"got {cache_size!r}")
+    """`cache_size` (rows of the token-layer cache) if it is an int from 0 (no cache) to
+    MAX_CACHE_SIZE, else ElmoConfigError."""
+    if (
+        isinstance(cache_size, bool)
+        or not isinstance(cache_size, int)
+        or not 0 <= cache_size <= MAX_CACHE_SIZE
+    ):
+        raise ElmoConfigError(
+            f"token_cache_size must be an integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
+            f"got {cache_size!r}"
+        )
     return cache_size
 
 
@@ -61,12 +69,15 @@ def check_sentence(sent, i: int) -> List[str]:
     sent = list(sent)
     for tok in sent:
         if not isinstance(tok, str):
-            raise TypeError(f"sentence {i} holds a {type(tok).__name__} ({tok!r}); token texts must be str")
+            raise TypeError(
+                f"sentence {i} holds a {type(tok).__name__} ({tok!r}); token texts must be str"
+            )
     return sent
 
 
 def long_sentence(batch_size: int) -> int:
-    """Sentences longer than this many tokens are computed in windows of this size (`embed_long`)."""
+    """Sentences longer than this many tokens are computed in windows of this size
+    (`embed_long`)."""
     return batch_size * TOKENS_PER_BATCH
 
 
@@ -76,34 +87,43 @@ def convert(layers: Tensor, as_tensor: bool):
 
 
 class PackedRunner:
-    """Runs `network` on token texts from a fixed start state, with the token-layer cache (`token_cache`), the state
-    after the boundary steps (per policy) and the weights in the chosen precision (`copies`), all derived from
-    the weights: `clear()` drops them."""
+    """Runs `network` on token texts from a fixed start state, with the token-layer cache
+    (`token_cache`), the state after the boundary steps (per policy) and the weights in the chosen
+    precision (`copies`), all derived from the weights: `clear()` drops them."""
 
     def __init__(self, network: BiLM, cache_size: int, source: str):
         self.network = network
         self.source = source  # what errors about the weights name
-        self.token_cache = TokenLayerCache(check_cache_size(cache_size), network.options.projection_dim)
+        self.token_cache = TokenLayerCache(
+            check_cache_size(cache_size), network.options.projection_dim
+        )
         self.copies = PrecisionCopies(network, source)
         self._after_boundary: dict = {}
 
     def clear(self) -> None:
-        """Forget what depends on the weights and the precision: token layers, boundary states, precision copies."""
+        """Forget what depends on the weights and the precision: token layers, boundary states,
+        precision copies."""
         self.token_cache.clear()
         self._after_boundary = {}
         self.copies.clear()
 
     def set_precision(self, precision: str) -> None:
-        """Resolve `precision` ("auto" included) for the network's device, forget what was derived, make the copies."""
-        resolved = resolve_precision(precision, self.network.device, stacklevel=4)  # warns where it was set
+        """Resolve `precision` ("auto" included) for the network's device, forget what was derived,
+        make the copies."""
+        resolved = resolve_precision(
+            precision, self.network.device, stacklevel=4
+        )  # warns where it was set
         self.clear()
         self.copies.make(resolved)
 
     def encode_words(self, words: List[str]) -> Tensor:
-        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve less."""
+        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve
+        less."""
         network, encoder = self.network, self.copies.token_encoder()
         device = network.device
-        out = torch.empty(len(words), network.options.projection_dim, dtype=network.dtype, device=device)
+        out = torch.empty(
+            len(words), network.options.projection_dim, dtype=network.dtype, device=device
+        )
         if not words:
             return out
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
@@ -118,22 +138,31 @@ class PackedRunner:
         return self.token_cache.lookup(words, self.encode_words)
 
     def boundary_state(self, policy: StatePolicy) -> LSTMState:
-        """The state after the first step of each direction (over `<S>` forward, over `</S>` backward, or the
-        model's own boundary tokens): under a fixed start state the same for every sentence, so computed once per
-        policy. Batch 1."""
+        """The state after the first step of each direction (over `<S>` forward, over `</S>`
+        backward, or the model's own boundary tokens): under a fixed start state the same for every
+        sentence, so computed once per policy. Batch 1."""
         if policy not in self._after_boundary:
             x = self.token_layers(list(self.network.boundary_tokens))  # (2, P)
-            self._after_boundary[policy] = self.network.step_boundaries(x, policy.start_state(self.network, 1))
+            self._after_boundary[policy] = self.network.step_boundaries(
+                x, policy.start_state(self.network, 1)
+            )
         return self._after_boundary[policy]
 
-    def run(self, sentences: Sequence[Sequence[str]], policy: StatePolicy, init: Optional[LSTMState] = None,
-            directions: Sequence[int] = (0, 1), ids: Optional[Sequence[int]] = None) -> Tuple[List[Tensor], LSTMState]:
-        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens, through the packed
-        recurrence from the state after the boundary steps under `policy`. That state is the same for every
-        sentence, so each direction steps each distinct prefix (in its reading order) once. `init`
-        `(n_layers, 2, 1, ·)`: another start state (one sentence: a window of a long one, see `in_windows`), whose
-        final state is returned too (`BiLM.run_packed`). `ids`: the sentences' indices in the caller's input;
-        with them, the layers are checked (`check_output`)."""
+    def run(
+        self,
+        sentences: Sequence[Sequence[str]],
+        policy: StatePolicy,
+        init: Optional[LSTMState] = None,
+        directions: Sequence[int] = (0, 1),
+        ids: Optional[Sequence[int]] = None,
+    ) -> Tuple[List[Tensor], LSTMState]:
+        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens,
+        through the packed recurrence from the state after the boundary steps under `policy`. That
+        state is the same for every sentence, so each direction steps each distinct prefix (in its
+        reading order) once. `init` `(n_layers, 2, 1, ·)`: another start state (one sentence: a
+        window of a long one, see `in_windows`), whose final state is returned too
+        (`BiLM.run_packed`). `ids`: the sentences' indices in the caller's input; with them, the
+        layers are checked (`check_output`)."""
         device = self.network.device
         lengths = np.array([len(s) for s in sentences])
         words, index = word_index(sentences)  # index (B, T)
@@ -155,18 +184,25 @@ class PackedRunner:
             gates = torch.cat([products[0][d].input.weight for d in (0, 1)], dim=1)
             bad = np.flatnonzero(~torch.isfinite(torch.mm(vectors, gates)).all(dim=1).cpu().numpy())
             row = int(np.isin(index, bad).any(axis=1).argmax())
-            raise NonFiniteError(f"{err}, for sentence {ids[row]} (counted from 0)", ids[row]) from None
+            raise NonFiniteError(
+                f"{err}, for sentence {ids[row]} (counted from 0)", ids[row]
+            ) from None
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
-        layers = torch.stack([torch.cat([token, token], dim=-1)]
-                             + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs])
+        layers = torch.stack(
+            [torch.cat([token, token], dim=-1)]
+            + [torch.cat([out[0][to_forward], out[1][to_backward]], dim=-1) for out in outputs]
+        )
         if ids is not None:
             self.check_output(layers, lengths.tolist(), ids)
         return list(layers.split(lengths.tolist(), dim=1)), final
 
     def check_output(self, layers: Tensor, lengths: Sequence[int], ids: Sequence[int]) -> None:
-        """NonFiniteError naming the weights and the first sentence (of `ids`) whose vectors hold NaN or infinite
-        values; `layers` `(n_layers + 1, sum(lengths), 2P)`, sentences one after another. Once per batch."""
-        check_finite(layers, self.source, f"the vectors computed in {self.copies.precision}", lengths, ids)
+        """NonFiniteError naming the weights and the first sentence (of `ids`) whose vectors hold
+        NaN or infinite values; `layers` `(n_layers + 1, sum(lengths), 2P)`, sentences one after
+        another. Once per batch."""
+        check_finite(
+            layers, self.source, f"the vectors computed in {self.copies.precision}", lengths, ids
+        )
 
     def padded(self, sentences: Sequence[Sequence[str]]) -> Tuple[Tensor, Tensor, Tensor]:
         """Sentences as one padded batch, boundaries included, for `forward` (the "carry" path): ids
@@ -178,12 +214,14 @@ class PackedRunner:
         ids = torch.from_numpy(self.network.char_ids(sentences)).to(device)
         return ids, positions < lengths.unsqueeze(1), real
 
-    def in_windows(self, sentence: List[str], window: int, policy: StatePolicy, index: int = 0) -> Iterator[Tensor]:
-        """One sentence in consecutive windows of `window` tokens -> layers `(n_layers + 1, w, 2P)` per window,
-        the recurrence carried across windows (each direction reads the whole sentence): memory bounded by
-        `window`, not by the sentence. The backward states entering each window are found first (a
-        backward pass from the right end), then each window is computed from both carried states. `index`:
-        the sentence's in the caller's input (what an error names)."""
+    def in_windows(
+        self, sentence: List[str], window: int, policy: StatePolicy, index: int = 0
+    ) -> Iterator[Tensor]:
+        """One sentence in consecutive windows of `window` tokens -> layers `(n_layers + 1, w, 2P)`
+        per window, the recurrence carried across windows (each direction reads the whole sentence):
+        memory bounded by `window`, not by the sentence. The backward states entering each window
+        are found first (a backward pass from the right end), then each window is computed from both
+        carried states. `index`: the sentence's in the caller's input (what an error names)."""
         bounds = [(s, min(s + window, len(sentence))) for s in range(0, len(sentence), window)]
         start = self.boundary_state(policy)
         entering = [start] * len(bounds)  # the backward direction's state entering each window
@@ -193,20 +231,31 @@ class PackedRunner:
             entering[k - 1] = final
         carried = start
         for (a, b), back in zip(bounds, entering):
-            init = LSTMState(torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
-                             torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1))
+            init = LSTMState(
+                torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
+                torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1),
+            )
             (layers,), carried = self.run([sentence[a:b]], policy, init, ids=[index])
             yield layers
 
-    def embed(self, sentences: List[List[str]], policy: StatePolicy, batch_size: int, as_tensor: bool,
-              first: int = 0) -> list:
-        """Sentences -> their layers (see `convert`), regrouped by length into batches; long ones in windows.
-        `first`: the index of `sentences[0]` in the caller's input (what an error names)."""
+    def embed(
+        self,
+        sentences: List[List[str]],
+        policy: StatePolicy,
+        batch_size: int,
+        as_tensor: bool,
+        first: int = 0,
+    ) -> list:
+        """Sentences -> their layers (see `convert`), regrouped by length into batches; long ones in
+        windows. `first`: the index of `sentences[0]` in the caller's input (what an error
+        names)."""
         results: list = [None] * len(sentences)
         limit = long_sentence(batch_size)
         short = [s if len(s) <= limit else [] for s in sentences]
         for batch in batches_by_length(short, batch_size):
-            outputs, _ = self.run([sentences[i] for i in batch], policy, ids=[first + i for i in batch])
+            outputs, _ = self.run(
+                [sentences[i] for i in batch], policy, ids=[first + i for i in batch]
+            )
             for i, layers in zip(batch, outputs):
                 results[i] = convert(layers, as_tensor)
         for i, sentence in enumerate(sentences):
@@ -218,4 +267,8 @@ class PackedRunner:
     def empty(self, as_tensor: bool):
         """The layers of an empty sentence, `(n_layers + 1, 0, 2P)`."""
         shape = (self.network.num_output_layers, 0, self.network.output_dim)
-        return torch.zeros(shape, device=self.network.device) if as_tensor else np.zeros(shape, dtype=np.float32)
+        return (
+            torch.zeros(shape, device=self.network.device)
+            if as_tensor
+            else np.zeros(shape, dtype=np.float32)
+        )

@@ -1,6 +1,7 @@
 """What the packed inference path computes together: compute batches regrouped by length, the
 distinct words of a batch, and the prefix trees that let each direction step every distinct
 prefix once."""
+
 from __future__ import annotations
 
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
@@ -33,7 +34,8 @@ def batches_by_length(sentences: Sequence[Sequence[str]], batch_size: int) -> It
 
 
 def word_index(sentences: Sequence[Sequence[str]]) -> Tuple[List[str], np.ndarray]:
-    """Non-empty sentences -> their distinct words and a `(B, T)` int64 index into them (0-padded)."""
+    """Non-empty sentences -> their distinct words and a `(B, T)` int64 index into them
+    (0-padded)."""
     vocab: dict = {}
     index = np.zeros((len(sentences), max(len(s) for s in sentences)), dtype=np.int64)
     for row, sent in enumerate(sentences):
@@ -56,7 +58,9 @@ class PrefixTree(NamedTuple):
     parents: List[Optional[Tensor]]
 
 
-def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple[PrefixTree, np.ndarray]:
+def prefix_tree(
+    word_ids: np.ndarray, lengths: np.ndarray, device=None
+) -> Tuple[PrefixTree, np.ndarray]:
     """word_ids `(B, T)` int64 (row b reads `word_ids[b, :lengths[b]]`), lengths `(B,)` >= 1 ->
     the tree and `(B, T)` node of each position (-1 beyond a row's length)."""
     B, T = word_ids.shape
@@ -69,7 +73,9 @@ def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple
         running = np.flatnonzero(lengths > t)
         if running.size == 0:
             break
-        keys, inverse = np.unique(local[running] * n_words + word_ids[running, t], return_inverse=True)
+        keys, inverse = np.unique(
+            local[running] * n_words + word_ids[running, t], return_inverse=True
+        )
         parent = keys // n_words
         words.append(keys % n_words)
         batch_sizes.append(len(keys))
@@ -78,21 +84,31 @@ def prefix_tree(word_ids: np.ndarray, lengths: np.ndarray, device=None) -> Tuple
         local[running] = inverse
         node[running, t] = offset + inverse
         offset += len(keys)
-    return PrefixTree(torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents), node
+    return PrefixTree(
+        torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents
+    ), node
 
 
 def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
-    """`(B,)` lengths -> `(B, T)` index that reverses each row within its length (padding stays put)."""
+    """`(B,)` lengths -> `(B, T)` index that reverses each row within its length (padding stays
+    put)."""
     t = torch.arange(max_len, device=lengths.device).unsqueeze(0)
     rev = lengths.unsqueeze(1) - 1 - t
     return torch.where(rev >= 0, rev, t)
 
 
-def direction_trees(word_ids: np.ndarray, lengths: np.ndarray,
-                    device=None) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
+def direction_trees(
+    word_ids: np.ndarray, lengths: np.ndarray, device=None
+) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
     """word_ids `(B, T)` in token order, lengths `(B,)` >= 1 -> the prefix trees of the forward and
     the backward reading order, and `(2, B, T)` the node of each token in each (-1 on padding)."""
-    back = reverse_index(torch.from_numpy(lengths), word_ids.shape[1]).numpy()  # backward step t reads token back[b, t]
+    back = reverse_index(
+        torch.from_numpy(lengths), word_ids.shape[1]
+    ).numpy()  # backward step t reads token back[b, t]
     forward, forward_node = prefix_tree(word_ids, lengths, device)
-    backward, backward_node = prefix_tree(np.take_along_axis(word_ids, back, axis=1), lengths, device)
-    return (forward, backward), np.stack([forward_node, np.take_along_axis(backward_node, back, axis=1)])
+    backward, backward_node = prefix_tree(
+        np.take_along_axis(word_ids, back, axis=1), lengths, device
+    )
+    return (forward, backward), np.stack(
+        [forward_node, np.take_along_axis(backward_node, back, axis=1)]
+    )

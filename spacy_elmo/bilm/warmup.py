@@ -11,7 +11,7 @@ WARMUP_SENTENCES = [
         "She said the new bridge would open to traffic early next year .",
         "Prices rose by 3 percent in the second quarter , the report showed .",
         "Many of the visitors had travelled for hours to see the exhibition .",
-        "\" We are still waiting for an answer , \" he told reporters on Monday .",
+        '" We are still waiting for an answer , " he told reporters on Monday .',
         "The company , which employs about 2,000 people , plans to expand abroad .",
         "After the rain stopped , the children went back outside to play .",
         "Officials did not say when the investigation would be completed .",

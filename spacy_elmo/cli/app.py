@@ -1,5 +1,6 @@
-"""The typer application of `python -m spacy_elmo`, the one place expected failures become an `error:` line,
-and the entry point. Each command lives in its own module of this package."""
+"""The typer application of `python -m spacy_elmo`, the one place expected failures become an
+`error:` line, and the entry point. Each command lives in its own module of this package."""
+
 from __future__ import annotations
 
 import sys
@@ -10,20 +11,30 @@ import typer
 from ..errors import ElmoError
 from ..weights import hub
 
-app = typer.Typer(name="spacy_elmo", no_args_is_help=True, rich_markup_mode="markdown", add_completion=False,
-                  pretty_exceptions_enable=False,
-                  help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
-                       "pretrain a biLM, write a training config whose components read ELMo.")
-WEIGHTS_HELP = ("weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, an ELMoForManyLangs model, this "
-                "project's format, or a saved spaCy pipeline: the biLM of its one elmo component) or a published "
-                f"model downloaded before ({', '.join(hub.PUBLISHED)})")
-# Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python 3.10).
+app = typer.Typer(
+    name="spacy_elmo",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="ELMo for spaCy: embed text, convert and inspect weights, download the published models, "
+    "pretrain a biLM, write a training config whose components read ELMo.",
+)
+WEIGHTS_HELP = (
+    "weights: a directory (bilm-tf / AllenNLP options JSON + hdf5, an ELMoForManyLangs model, this "
+    "project's format, or a saved spaCy pipeline: the biLM of its one elmo component) or a "
+    "published "
+    f"model downloaded before ({', '.join(hub.PUBLISHED)})"
+)
+# Typer reads the annotations at run time, so they keep `Optional[X]` (`X | None` needs Python
+# 3.10).
 
 
 @contextmanager
 def errors():
-    """Expected failures -> one `error: ...` line and exit code 1, never a traceback. Every expected failure
-    is an `ElmoError` naming the file or setting; anything else is a bug and keeps its traceback."""
+    """Expected failures -> one `error: ...` line and exit code 1, never a traceback. Every expected
+    failure is an `ElmoError` naming the file or setting; anything else is a bug and keeps its
+    traceback."""
     try:
         yield
     except ElmoError as err:
@@ -32,10 +43,12 @@ def errors():
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's code. A usage
-    error (an unknown option or command, a missing argument, a value of the wrong type) is one `error:` line
-    and exit 1 too, like every expected failure (click's own way is a box and exit 2); no arguments: the help."""
-    try:  # click's exceptions as this typer raises them: typer >= 0.2x carries its own copy of click
+    """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's
+    code. A usage error (an unknown option or command, a missing argument, a value of the wrong
+    type) is one `error:` line and exit 1 too, like every expected failure (click's own way is a box
+    and exit 2); no arguments: the help."""
+    # click's exceptions as this typer raises them: typer >= 0.2x carries its own copy of click
+    try:
         from typer._click import exceptions as click_errors
     except ImportError:
         from click import exceptions as click_errors

@@ -1,4 +1,6 @@
-"""`python -m spacy_elmo convert`: weights between the bilm-tf / AllenNLP hdf5 layout and this project's format."""
+"""`python -m spacy_elmo convert`: weights between the bilm-tf / AllenNLP hdf5 layout and this
+project's format."""
+
 from __future__ import annotations
 
 import shutil
@@ -20,15 +22,21 @@ EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrai
 def convert_cli(
     src: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
     dest: Annotated[Path, typer.Argument(help="output directory (new or empty)")],
-    to: Annotated[Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")] = None,
-    stem: Annotated[Optional[str], typer.Option(help="with --to hdf5: files `elmo_<stem>_options.json`, "
-                                                     "`elmo_<stem>_weights.hdf5`")] = None,
+    to: Annotated[
+        Optional[str], typer.Option(help="own or hdf5 (default: the other format than SRC's)")
+    ] = None,
+    stem: Annotated[
+        Optional[str],
+        typer.Option(
+            help="with --to hdf5: files `elmo_<stem>_options.json`, `elmo_<stem>_weights.hdf5`"
+        ),
+    ] = None,
 ):
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format (an
     ELMoForManyLangs model converts to this project's format only).
 
-    `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary that
-    `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
+    `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary
+    that `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
     --init-from DEST` continues with them. DEST appears complete or not at all (a full disk leaves
     nothing behind).
     """
@@ -39,11 +47,18 @@ def convert_cli(
             raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
-        local = not hub.is_published(src) and Path(src).is_dir()  # a published name is never a local directory
-        extras = [inside_dir(Path(src), name, "extra model file") for name in EXTRA_FILES
-                  if local and (Path(src) / name).is_file()]
+        local = (
+            not hub.is_published(src) and Path(src).is_dir()
+        )  # a published name is never a local directory
+        extras = [
+            inside_dir(Path(src), name, "extra model file")
+            for name in EXTRA_FILES
+            if local and (Path(src) / name).is_file()
+        ]
         for extra in extras:
-            if extra.suffix == ".pt":  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
+            if (
+                extra.suffix == ".pt"
+            ):  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
                 read_state_dict(extra, str(extra))
         with write_errors(dest), atomic_dir(dest) as tmp:  # DEST appears complete or not at all
             if target == "hdf5":
@@ -51,8 +66,17 @@ def convert_cli(
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
             written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
-        if target == "hdf5" and not bilm.state_policy.warm_start:  # what loading an hdf5 layout assumes
-            typer.echo(f"note: the hdf5 layout does not record the state policy: load it with "
-                       f"state={bilm.state_policy.value!r} to get the same outputs", err=True)
+        if (
+            target == "hdf5" and not bilm.state_policy.warm_start
+        ):  # what loading an hdf5 layout assumes
+            typer.echo(
+                f"note: the hdf5 layout does not record the state policy: load it with "
+                f"state={bilm.state_policy.value!r} to get the same outputs",
+                err=True,
+            )
         paths, source = [dest / path.name for path in written], describe_source(src)
-    typer.echo("wrote " + " ".join(str(p) for p in paths) + ("" if source == src else f" (from the {source})"))
+    typer.echo(
+        "wrote "
+        + " ".join(str(p) for p in paths)
+        + ("" if source == src else f" (from the {source})")
+    )

@@ -1,4 +1,5 @@
 """`python -m spacy_elmo download`: a published model into the cache."""
+
 from __future__ import annotations
 
 from typing import Annotated, Optional
@@ -13,25 +14,39 @@ from .app import app, errors
 def download_cli(
     name: Annotated[str, typer.Argument(help=", ".join(hub.PUBLISHED))],
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
-    deadline: Annotated[Optional[float], typer.Option(
-        min=0.001, help="seconds each file may take, retries included (default: a minute plus its published size "
-                        "at 64 KiB/s; the part file stays for the next run)")] = None,
+    deadline: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0.001,
+            help="seconds each file may take, retries included (default: a minute plus its "
+            "published size "
+            "at 64 KiB/s; the part file stays for the next run)",
+        ),
+    ] = None,
 ):
-    """Fetch a published AllenNLP model into the cache ($SPACY_ELMO_CACHE, default ~/.cache/spacy_elmo).
+    """Fetch a published AllenNLP model into the cache ($SPACY_ELMO_CACHE, default
+    ~/.cache/spacy_elmo).
 
     Resumable (an interrupted download continues from its .part file); a file is complete when its
     size matches the server's, then it must load, and its sha256 is recorded and checked on every
-    later use. `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then use the cache. A file larger
-    than the published one can be is refused; a full disk is one error that removes the part file.
+    later use. `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then use the cache. A
+    file larger than the published one can be is refused; a full disk is one error that removes the
+    part file.
     """
     from tqdm import tqdm
 
     from ..weights.download import download
 
     def bar(desc: str, total: int, initial: int):
-        return tqdm(desc=desc, total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024)
+        return tqdm(
+            desc=desc, total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024
+        )
 
     with errors():
-        directory = download(hub.check_name(name), progress=bar if progress else None, deadline=deadline)
-    typer.echo(f"{name}: {directory} (load with spacy_elmo.load_bilm({name!r}) or the elmo component's "
-               f"weights = \"{name}\")")
+        directory = download(
+            hub.check_name(name), progress=bar if progress else None, deadline=deadline
+        )
+    typer.echo(
+        f"{name}: {directory} (load with spacy_elmo.load_bilm({name!r}) or the elmo component's "
+        f'weights = "{name}")'
+    )

@@ -1,4 +1,5 @@
 """`python -m spacy_elmo embed`: a corpus into hdf5 (see `spacy_elmo.embed`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,81 +11,194 @@ from ..embed.options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
 from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
-LAYER_HELP = ("all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token layer): "
-              "(n_tokens, dim). AllenNLP's --all, --top, --average")
+LAYER_HELP = (
+    "all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token "
+    "layer): "
+    "(n_tokens, dim). AllenNLP's --all, --top, --average"
+)
 
 
 @app.command("embed")
 def embed_cli(
-    input_path: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line (only \\n ends a line, as `wc -l` "
-                                                     "counts), or a .spacy DocBin")],
-    output_path: Annotated[Path, typer.Argument(help="hdf5 file to write, in the layout `allennlp elmo` wrote; "
-                                                      "with --shards, a directory of such files")],
+    input_path: Annotated[
+        Path,
+        typer.Argument(
+            help="UTF-8 text, one sentence per line (only \\n ends a line, as `wc -l` "
+            "counts), or a .spacy DocBin"
+        ),
+    ],
+    output_path: Annotated[
+        Path,
+        typer.Argument(
+            help="hdf5 file to write, in the layout `allennlp elmo` wrote; "
+            "with --shards, a directory of such files"
+        ),
+    ],
     weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
     lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
-    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
+    whitespace: Annotated[
+        bool, typer.Option(help="the text is tokenized already: split on whitespace")
+    ] = False,
     layer: Annotated[str, typer.Option(help=LAYER_HELP)] = "all",
-    batch_size: Annotated[int, typer.Option(min=1, help="biLM batch size: sentences per batch under --state carry; "
-                                                         "else a memory bound (up to 8x this many per packed batch)")] = 64,
-    state: Annotated[Optional[str], typer.Option(help="state policy: warm (the default; zero for an "
-                                                     "ELMoForManyLangs model), zero or carry")] = None,
-    precision: Annotated[str, typer.Option(help="of the biLM's LSTM matrix products: float32, bfloat16 (where the "
-                                                 "CPU or GPU has it natively), int8 (CPU) or auto (the fastest of "
-                                                 "these here); the vectors written stay float32")] = "float32",
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="biLM batch size: sentences per batch under --state carry; "
+            "else a memory bound (up to 8x this many per packed batch)",
+        ),
+    ] = 64,
+    state: Annotated[
+        Optional[str],
+        typer.Option(
+            help="state policy: warm (the default; zero for an "
+            "ELMoForManyLangs model), zero or carry"
+        ),
+    ] = None,
+    precision: Annotated[
+        str,
+        typer.Option(
+            help="of the biLM's LSTM matrix products: float32, bfloat16 (where the "
+            "CPU or GPU has it natively), int8 (CPU) or auto (the fastest of "
+            "these here); the vectors written stay float32"
+        ),
+    ] = "float32",
     device: Annotated[str, typer.Option(help="where the biLM runs: cpu, cuda or cuda:N")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")] = "float32",
-    compression: Annotated[str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")] = "none",
-    resume: Annotated[bool, typer.Option(help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
-                                              "redoes the rest (the input and every setting must be the same)")] = False,
-    flush_every: Annotated[Optional[int], typer.Option(
-        min=1, help="lines per block (a part: a kill loses at most the one being written; a shard is whole blocks; "
-                    "a line's arrays depend on its block). Default 10,000, or fewer so that --shards N fit")] = None,
-    shards: Annotated[Optional[int], typer.Option(min=1, help="write OUTPUT_PATH as a directory of N shard files "
-                                                             "+ manifest.json; rerun the command to redo missing shards")] = None,
-    shard: Annotated[Optional[str], typer.Option(help="I/N: write only shard I of N (0-based), for a job array; "
-                                                      "the shards can run at the same time")] = None,
+    dtype: Annotated[
+        str, typer.Option(help="float32 or float16 (half the size; float32 values rounded)")
+    ] = "float32",
+    compression: Annotated[
+        str, typer.Option(help="hdf5 compression of each line's array: none, gzip or lzf")
+    ] = "none",
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
+            "redoes the rest (the input and every setting must be the same)"
+        ),
+    ] = False,
+    flush_every: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="lines per block (a part: a kill loses at most the one being written; a shard is "
+            "whole blocks; "
+            "a line's arrays depend on its block). Default 10,000, or fewer so that --shards N fit",
+        ),
+    ] = None,
+    shards: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="write OUTPUT_PATH as a directory of N shard files "
+            "+ manifest.json; rerun the command to redo missing shards",
+        ),
+    ] = None,
+    shard: Annotated[
+        Optional[str],
+        typer.Option(
+            help="I/N: write only shard I of N (0-based), for a job array; "
+            "the shards can run at the same time"
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
-    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads (default: torch's, one per core); "
-                                                   "1 on a machine that other jobs share")] = None,
-    engine: Annotated[str, typer.Option(help="local: this process; ray: the shards written by a pool of Ray "
-                                             "actors (needs --shards; pip install \"spacy_elmo[ray]\"). Ray pays off "
-                                             "on inputs that take minutes, across several machines or GPUs: starting "
-                                             "Ray and its actors takes 15 s or more (where one process embeds 80 "
-                                             "lines in 1 s); on one machine, --threads or --shard I/N processes "
-                                             "start at once")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="with --engine ray: join the Ray cluster at HOST:PORT "
-                                                        "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
-                                                        "then be at the same path on every node (shared storage). "
-                                                        "Default: start Ray on this machine's CPUs")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: actors writing shards at once "
-                                                   "(default: the cluster's CPUs / --threads-per-worker)")] = None,
-    threads_per_worker: Annotated[Optional[int], typer.Option(min=1, help="with --engine ray: torch threads (and "
-                                                              "CPUs reserved) per actor (default 1)")] = None,
-    gpus_per_worker: Annotated[Optional[float], typer.Option(help="with --engine ray and --device cuda: GPUs reserved "
-                                                             "per actor (default 1; 0.5: two actors share a GPU)")] = None,
-    max_docbin_bytes: Annotated[int, typer.Option(help="a .spacy INPUT_PATH may decompress to at most this many "
-                                                  "bytes (a bound on zlib bombs)")] = DEFAULT_MAX_DOCBIN_BYTES,
+    threads: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="torch threads (default: torch's, one per core); "
+            "1 on a machine that other jobs share",
+        ),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="local: this process; ray: the shards written by a pool of Ray "
+            'actors (needs --shards; pip install "spacy_elmo[ray]"). Ray pays off '
+            "on inputs that take minutes, across several machines or GPUs: starting "
+            "Ray and its actors takes 15 s or more (where one process embeds 80 "
+            "lines in 1 s); on one machine, --threads or --shard I/N processes "
+            "start at once"
+        ),
+    ] = "local",
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            help="with --engine ray: join the Ray cluster at HOST:PORT "
+            "(or auto); INPUT_PATH, OUTPUT_PATH and the weights must "
+            "then be at the same path on every node (shared storage). "
+            "Default: start Ray on this machine's CPUs"
+        ),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="with --engine ray: actors writing shards at once "
+            "(default: the cluster's CPUs / --threads-per-worker)",
+        ),
+    ] = None,
+    threads_per_worker: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1, help="with --engine ray: torch threads (and CPUs reserved) per actor (default 1)"
+        ),
+    ] = None,
+    gpus_per_worker: Annotated[
+        Optional[float],
+        typer.Option(
+            help="with --engine ray and --device cuda: GPUs reserved "
+            "per actor (default 1; 0.5: two actors share a GPU)"
+        ),
+    ] = None,
+    max_docbin_bytes: Annotated[
+        int,
+        typer.Option(
+            help="a .spacy INPUT_PATH may decompress to at most this many "
+            "bytes (a bound on zlib bombs)"
+        ),
+    ] = DEFAULT_MAX_DOCBIN_BYTES,
 ):
     """Embed sentences into hdf5: one dataset per line (named by its index) + `sentence_to_index`.
 
     Streams: lines are read, embedded and written as they come (bench/README.md gives the memory
     measured over a million lines). Empty lines give arrays with 0 tokens. Crash-safe: work is kept
-    in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and OUTPUT_PATH
-    appears only when complete; after a kill or a full disk, `--resume` continues. Read the output
-    with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory). With
-    `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on this
-    machine or on a Ray cluster (`--address`), on CPUs or, with `--device cuda`, each on its GPU.
+    in parts (in OUTPUT_PATH.partial/) that are written whole and renamed into place, and
+    OUTPUT_PATH appears only when complete; after a kill or a full disk, `--resume` continues. Read
+    the output with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory).
+    With `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on
+    this machine or on a Ray cluster (`--address`), on CPUs or, with `--device cuda`, each on its
+    GPU.
     """
     from tqdm import tqdm
 
     from ..embed import EmbedInterrupted, run
 
     options = EmbedOptions(
-        input_path, output_path, weights, lang=lang, whitespace=whitespace, layer=layer, batch_size=batch_size,
-        state=state, precision=precision, device=device, dtype=dtype, compression=compression, resume=resume,
-        flush_every=flush_every, shards=shards, shard=shard, threads=threads, engine=engine, address=address,
-        workers=workers, threads_per_worker=threads_per_worker, gpus_per_worker=gpus_per_worker,
-        max_docbin_bytes=max_docbin_bytes)
+        input_path,
+        output_path,
+        weights,
+        lang=lang,
+        whitespace=whitespace,
+        layer=layer,
+        batch_size=batch_size,
+        state=state,
+        precision=precision,
+        device=device,
+        dtype=dtype,
+        compression=compression,
+        resume=resume,
+        flush_every=flush_every,
+        shards=shards,
+        shard=shard,
+        threads=threads,
+        engine=engine,
+        address=address,
+        workers=workers,
+        threads_per_worker=threads_per_worker,
+        gpus_per_worker=gpus_per_worker,
+        max_docbin_bytes=max_docbin_bytes,
+    )
     bar = None
 
     def show(done: int, total: int) -> None:
@@ -98,8 +212,12 @@ def embed_cli(
             result = run(options, progress=show)
     except EmbedInterrupted as err:
         where = "" if err.resume_from is None else f" (from line {err.resume_from})"
-        typer.echo(f"interrupted: continue with {'--resume' if err.resume_from is not None else 'the same command'}"
-                   f"{where}", err=True)
+        typer.echo(
+            f"interrupted: continue with "
+            f"{'--resume' if err.resume_from is not None else 'the same command'}"
+            f"{where}",
+            err=True,
+        )
         raise typer.Exit(130) from None
     finally:
         if bar is not None:
@@ -110,5 +228,10 @@ def embed_cli(
         typer.echo(f"{output_path} is complete already ({result.lines_done} lines)", err=True)
         return
     seconds = max(result.seconds, 1e-9)
-    typer.echo(f"wrote {output_path}: {result.lines_done + result.lines_run} lines ({result.lines_run} in this run), "
-               f"{result.tokens} tokens in {result.seconds:.1f} s, {result.tokens / seconds:,.0f} tokens/s", err=True)
+    typer.echo(
+        f"wrote {output_path}: {result.lines_done + result.lines_run} lines ({result.lines_run} in "
+        f"this run), "
+        f"{result.tokens} tokens in {result.seconds:.1f} s, "
+        f"{result.tokens / seconds:,.0f} tokens/s",
+        err=True,
+    )

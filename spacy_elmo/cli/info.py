@@ -1,4 +1,5 @@
 """`python -m spacy_elmo info`: a biLM's architecture, parameters per part, widths and files."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,8 @@ from .convert import EXTRA_FILES
 
 
 def parameter_counts(bilm: BiLM) -> dict[str, int]:
-    """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per direction."""
+    """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per
+    direction."""
     counts: dict[str, int] = {}
     for name, p in bilm.named_parameters():
         parts = name.split(".")
@@ -31,10 +33,15 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
         if parts[1] == "highways":
             key = f"highway {parts[2]}"
         else:
-            key = {"char_embedding": "char embedding", "word_embedding": "word embedding",
-                   "convs": "char CNN"}.get(parts[1], "projection")
+            key = {
+                "char_embedding": "char embedding",
+                "word_embedding": "word embedding",
+                "convs": "char CNN",
+            }.get(parts[1], "projection")
         counts[key] = counts.get(key, 0) + p.numel()
-    return dict(sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection")))
+    return dict(
+        sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection"))
+    )
 
 
 def describe(model: str, state: str | None = None) -> dict[str, Any]:
@@ -46,20 +53,39 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
     directory = located.config.parent
     architecture = architecture_file(directory) if located.kind == "efml" else None
     files = located.paths + ([architecture] if architecture else [])
-    extra = [inside_dir(directory, name, "extra model file") for name in EXTRA_FILES if (directory / name).is_file()]
+    extra = [
+        inside_dir(directory, name, "extra model file")
+        for name in EXTRA_FILES
+        if (directory / name).is_file()
+    ]
     softmax = None
     if extra and extra[0].name == "lm_head.pt":
         softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
     o = bilm.options
     return {
-        "model": model, "source": describe_source(model), "state_policy": bilm.state_policy.value,
+        "model": model,
+        "source": describe_source(model),
+        "state_policy": bilm.state_policy.value,
         "parameters": sum(p.numel() for p in bilm.parameters()),
-        "parameters_by_part": parameter_counts(bilm.network), "softmax_parameters": softmax,
-        "widths": {"char embedding": o.char_dim, "char CNN filters": o.n_filters, "token layer": o.projection_dim,
-                   "LSTM cell": o.lstm_dim, "LSTM projection": o.projection_dim, "ELMo layers": bilm.output_dim},
-        "output_layers": bilm.num_output_layers, "output_dim": bilm.output_dim,
-        "fingerprint": bilm.fingerprint(), "options": o.sizes(), "untrained": untrained_note(o),
-        "files": [{"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)} for p in files + extra],
+        "parameters_by_part": parameter_counts(bilm.network),
+        "softmax_parameters": softmax,
+        "widths": {
+            "char embedding": o.char_dim,
+            "char CNN filters": o.n_filters,
+            "token layer": o.projection_dim,
+            "LSTM cell": o.lstm_dim,
+            "LSTM projection": o.projection_dim,
+            "ELMo layers": bilm.output_dim,
+        },
+        "output_layers": bilm.num_output_layers,
+        "output_dim": bilm.output_dim,
+        "fingerprint": bilm.fingerprint(),
+        "options": o.sizes(),
+        "untrained": untrained_note(o),
+        "files": [
+            {"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)}
+            for p in files + extra
+        ],
     }
 
 
@@ -67,7 +93,9 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
 def info_cli(
     model: Annotated[str, typer.Argument(help=WEIGHTS_HELP)],
     state: Annotated[Optional[str], typer.Option(help="state policy: warm, zero or carry")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON object instead of tables")
+    ] = False,
 ):
     """Architecture, parameters per part, layer widths and the sha256 of each file of a biLM."""
     with errors():
@@ -81,12 +109,19 @@ def info_cli(
     msg.divider(f"ELMo biLM: {report['source']}")
     if report["untrained"]:
         msg.warn(f"untrained: {report['untrained']}")
-    msg.table({"char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
-               "highway layers": o["n_highway"],
-               "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip {o['proj_clip']}, "
-                       f"skip connections {o['use_skip_connections']}",
-               "output": f"{report['output_layers']} layers x {report['output_dim']}",
-               "state policy": report["state_policy"], "fingerprint": report["fingerprint"]}, max_col=200)
+    msg.table(
+        {
+            "char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
+            "highway layers": o["n_highway"],
+            "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip "
+            f"{o['proj_clip']}, "
+            f"skip connections {o['use_skip_connections']}",
+            "output": f"{report['output_layers']} layers x {report['output_dim']}",
+            "state policy": report["state_policy"],
+            "fingerprint": report["fingerprint"],
+        },
+        max_col=200,
+    )
     msg.divider("Widths")
     msg.table(report["widths"])
     msg.divider("Parameters")
@@ -96,5 +131,9 @@ def info_cli(
         rows.append(("softmax (lm_head.pt)", f"{report['softmax_parameters']:,}"))
     msg.table(rows, aligns=("l", "r"))
     msg.divider("Files")
-    msg.table([(f["path"], f"{f['bytes']:,}", f["sha256"]) for f in report["files"]],
-              header=("file", "bytes", "sha256"), aligns=("l", "r", "l"), max_col=200)
+    msg.table(
+        [(f["path"], f"{f['bytes']:,}", f["sha256"]) for f in report["files"]],
+        header=("file", "bytes", "sha256"),
+        aligns=("l", "r", "l"),
+        max_col=200,
+    )

@@ -1,4 +1,6 @@
-"""`python -m spacy_elmo init-random`: random, untrained weights in a published model's layout, for offline use."""
+"""`python -m spacy_elmo init-random`: random, untrained weights in a published model's layout, for
+offline use."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,21 +17,33 @@ from .app import app, errors
 @app.command("init-random")
 def init_random_cli(
     output: Annotated[Path, typer.Argument(help="directory to write (new or empty)")],
-    size: Annotated[str, typer.Option(help=f"the published model whose sizes and file names it takes: "
-                                            f"{', '.join(SIZES)}")] = "small",
-    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="the same seed writes the same weights")] = 0,
+    size: Annotated[
+        str,
+        typer.Option(
+            help=f"the published model whose sizes and file names it takes: {', '.join(SIZES)}"
+        ),
+    ] = "small",
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**32 - 1, help="the same seed writes the same weights")
+    ] = 0,
 ):
-    """Write a biLM of random, untrained weights in a published model's layout: every example runs offline.
+    """Write a biLM of random, untrained weights in a published model's layout: every example runs
+    offline.
 
-    For trying the API and the commands without downloading (the published small model is 54 MB): its
-    vectors mean nothing. Labelled untrained in its options file: `load_bilm` warns (ElmoUntrainedWarning)
-    and `info` says so. Pass OUTPUT wherever the examples name a published model ("small").
+    For trying the API and the commands without downloading (the published small model is 54 MB):
+    its vectors mean nothing. Labelled untrained in its options file: `load_bilm` warns
+    (ElmoUntrainedWarning) and `info` says so. Pass OUTPUT wherever the examples name a published
+    model ("small").
     """
     with errors():
         if output.exists() and (not output.is_dir() or any(output.iterdir())):
             raise ElmoFileError(f"{output} exists and is not an empty directory")
         with write_errors(output), atomic_dir(output) as tmp:
             written = write_untrained(tmp, size, seed)
-    typer.echo(f"wrote {' '.join(str(output / path.name) for path in written)}: random, untrained weights at the "
-               f"published {size} model's sizes, for trying the API offline (its vectors mean nothing); pass "
-               f"\"{output}\" wherever the examples say \"{size}\"")
+    typer.echo(
+        f"wrote {' '.join(str(output / path.name) for path in written)}: random, untrained weights "
+        f"at the "
+        f"published {size} model's sizes, for trying the API offline (its vectors mean nothing); "
+        f"pass "
+        f'"{output}" wherever the examples say "{size}"'
+    )

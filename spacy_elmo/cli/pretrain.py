@@ -1,5 +1,7 @@
-"""`python -m spacy_elmo pretrain`: its typer declaration, the arguments typer leaves (OUTPUT_DIR and
-spaCy-style `--section.key value` overrides), the config, and the run, on one process or under torchrun."""
+"""`python -m spacy_elmo pretrain`: its typer declaration, the arguments typer leaves (OUTPUT_DIR
+and spaCy-style `--section.key value` overrides), the config, and the run, on one process or under
+torchrun."""
+
 from __future__ import annotations
 
 import os
@@ -15,38 +17,85 @@ from ..pretrain import load_config
 from .app import app, errors
 
 
-@app.command("pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    "pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
 def pretrain_cli(
     ctx: typer.Context,
-    output: Annotated[Optional[str], typer.Argument(
-        metavar="OUTPUT_DIR", show_default=False,
-        help="directory for the model, checkpoints and metrics (not needed with --show-config)")] = None,
-    config: Annotated[Optional[Path], typer.Option(
-        help="a .cfg file (default: the built-in config, a small English biLM; see --show-config)")] = None,
-    train: Annotated[Optional[list[str]], typer.Option(
-        help="training text, one sentence per line: a file or a directory, optionally gzipped (sets "
-             "paths.train); repeat it, or list more paths after OUTPUT_DIR")] = None,
-    dev: Annotated[Optional[str], typer.Option(help="dev text for perplexity (sets paths.dev)")] = None,
-    lang: Annotated[Optional[str], typer.Option(
-        help="tokenize with this spaCy language's tokenizer (sets corpus.tokenizer and corpus.lang)")] = None,
-    whitespace: Annotated[bool, typer.Option(help="the text is tokenized already: split on whitespace")] = False,
-    init_from: Annotated[Optional[str], typer.Option(
-        help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 weights, or a "
-             "published model's name (from the cache that `download` fills)")] = None,
-    resume: Annotated[bool, typer.Option(
-        help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; only when to "
-             "stop, evaluate or checkpoint may change)")] = False,
-    export_hdf5: Annotated[bool, typer.Option(help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout")] = False,
-    device: Annotated[str, typer.Option(
-        help="torch device: cpu, cuda or cuda:N (under torchrun each process takes cuda:LOCAL_RANK)")] = "cpu",
-    threads: Annotated[Optional[int], typer.Option(min=1, help="torch threads per process (default: torch's)")] = None,
-    progress: Annotated[bool, typer.Option(help="show a progress bar (--no-progress: log lines only)")] = True,
+    output: Annotated[
+        Optional[str],
+        typer.Argument(
+            metavar="OUTPUT_DIR",
+            show_default=False,
+            help="directory for the model, checkpoints and metrics (not needed with --show-config)",
+        ),
+    ] = None,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="a .cfg file (default: the built-in config, a small English biLM; see "
+            "--show-config)"
+        ),
+    ] = None,
+    train: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="training text, one sentence per line: a file or a directory, optionally gzipped "
+            "(sets "
+            "paths.train); repeat it, or list more paths after OUTPUT_DIR"
+        ),
+    ] = None,
+    dev: Annotated[
+        Optional[str], typer.Option(help="dev text for perplexity (sets paths.dev)")
+    ] = None,
+    lang: Annotated[
+        Optional[str],
+        typer.Option(
+            help="tokenize with this spaCy language's tokenizer (sets corpus.tokenizer and "
+            "corpus.lang)"
+        ),
+    ] = None,
+    whitespace: Annotated[
+        bool, typer.Option(help="the text is tokenized already: split on whitespace")
+    ] = False,
+    init_from: Annotated[
+        Optional[str],
+        typer.Option(
+            help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 "
+            "weights, or a "
+            "published model's name (from the cache that `download` fills)"
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; "
+            "only when to "
+            "stop, evaluate or checkpoint may change)"
+        ),
+    ] = False,
+    export_hdf5: Annotated[
+        bool, typer.Option(help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout")
+    ] = False,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="torch device: cpu, cuda or cuda:N (under torchrun each process takes "
+            "cuda:LOCAL_RANK)"
+        ),
+    ] = "cpu",
+    threads: Annotated[
+        Optional[int], typer.Option(min=1, help="torch threads per process (default: torch's)")
+    ] = None,
+    progress: Annotated[
+        bool, typer.Option(help="show a progress bar (--no-progress: log lines only)")
+    ] = True,
     show_config: Annotated[bool, typer.Option(help="print the resolved config and exit")] = False,
 ):
     """Train an ELMo biLM from raw text, one sentence per line.
 
-    Config overrides in spaCy's style follow the options: any `--section.key value` of the config, e.g.
-    `--training.max_steps 100 --vocab.size 10000 --softmax.type full`. Data parallel: `torchrun
+    Config overrides in spaCy's style follow the options: any `--section.key value` of the config,
+    e.g. `--training.max_steps 100 --vocab.size 10000 --softmax.type full`. Data parallel: `torchrun
     --nproc_per_node N -m spacy_elmo pretrain ...` (gloo on CPU); each process reads its own rows of
     every batch and gradients are summed over all of them.
 
@@ -56,17 +105,33 @@ def pretrain_cli(
     --export-hdf5).
     """
     with errors():
-        out, more, overrides = parse_arguments(([output] if output is not None else []) + ctx.args, train)
-        resolved = resolve_config(config, overrides, train=[*(train or []), *more], dev=dev, lang=lang,
-                                  whitespace=whitespace, export_hdf5=export_hdf5)
+        out, more, overrides = parse_arguments(
+            ([output] if output is not None else []) + ctx.args, train
+        )
+        resolved = resolve_config(
+            config,
+            overrides,
+            train=[*(train or []), *more],
+            dev=dev,
+            lang=lang,
+            whitespace=whitespace,
+            export_hdf5=export_hdf5,
+        )
         if show_config:
             typer.echo(resolved.to_str())
             return
         if out is None:
             raise ElmoConfigError("OUTPUT_DIR is required (the directory to write the model to)")
         try:
-            run_training(resolved, out, resume=resume, init_from=init_from, device=device, threads=threads,
-                         progress=progress)
+            run_training(
+                resolved,
+                out,
+                resume=resume,
+                init_from=init_from,
+                device=device,
+                threads=threads,
+                progress=progress,
+            )
         except KeyboardInterrupt:
             typer.echo("interrupted; continue with --resume (from the last checkpoint)", err=True)
             raise typer.Exit(130) from None
@@ -92,8 +157,9 @@ def split_overrides(extra: List[str]) -> Tuple[List[str], List[str]]:
 
 
 def parse_overrides(overrides: List[str]) -> Dict[str, Any]:
-    """Dotted `--section.key [value]` arguments (as `split_overrides` gives them) -> `{"section.key": value}`,
-    values read as `spacy train` reads them (JSON where they parse, else strings), SPACY_CONFIG_OVERRIDES included."""
+    """Dotted `--section.key [value]` arguments (as `split_overrides` gives them) ->
+    `{"section.key": value}`, values read as `spacy train` reads them (JSON where they parse, else
+    strings), SPACY_CONFIG_OVERRIDES included."""
     from spacy.cli._util import parse_config_overrides  # private to spaCy: this is its one caller
 
     try:
@@ -102,22 +168,35 @@ def parse_overrides(overrides: List[str]) -> Dict[str, Any]:
         raise ElmoConfigError(f"cannot parse the config overrides {' '.join(overrides)}") from None
 
 
-def parse_arguments(args: List[str], train: Optional[List[str]]) -> Tuple[Optional[str], List[str], Dict[str, Any]]:
+def parse_arguments(
+    args: List[str], train: Optional[List[str]]
+) -> Tuple[Optional[str], List[str], Dict[str, Any]]:
     """The arguments typer did not take, in command-line order -> (OUTPUT_DIR or None, more training
     paths, config overrides). Paths after OUTPUT_DIR extend `--train` (`--train a.txt b.txt`)."""
     rest, overrides = split_overrides(args)
     unknown = [a for a in rest if a.startswith("-") and len(a) > 1]
     if unknown:
-        raise ElmoConfigError(f"no such option: {unknown[0]} (config overrides are --section.key VALUE; see --help)")
+        raise ElmoConfigError(
+            f"no such option: {unknown[0]} (config overrides are --section.key VALUE; see --help)"
+        )
     output, more = (rest[0] if rest else None), rest[1:]
     if more and not train:
         raise ElmoConfigError(f"unexpected argument {more[0]!r}: pretrain takes one OUTPUT_DIR")
     return output, more, parse_overrides(overrides)
 
 
-def resolve_config(path: Optional[Path], values: Dict[str, Any], *, train: List[str], dev: Optional[str],
-                   lang: Optional[str], whitespace: bool, export_hdf5: bool) -> Config:
-    """The config file plus the command's shortcuts (--train, --dev, --lang, ...) plus dotted overrides."""
+def resolve_config(
+    path: Optional[Path],
+    values: Dict[str, Any],
+    *,
+    train: List[str],
+    dev: Optional[str],
+    lang: Optional[str],
+    whitespace: bool,
+    export_hdf5: bool,
+) -> Config:
+    """The config file plus the command's shortcuts (--train, --dev, --lang, ...) plus dotted
+    overrides."""
     values = dict(values)
     if train:
         values.setdefault("paths.train", train[0] if len(train) == 1 else list(train))
@@ -133,9 +212,18 @@ def resolve_config(path: Optional[Path], values: Dict[str, Any], *, train: List[
     return load_config(path, values)
 
 
-def run_training(config: Config, output: str, *, resume: bool, init_from: Optional[str], device: str,
-                 threads: Optional[int], progress: bool) -> None:
-    """Train as `config` says into `output`; under torchrun (WORLD_SIZE > 1) as one of its processes."""
+def run_training(
+    config: Config,
+    output: str,
+    *,
+    resume: bool,
+    init_from: Optional[str],
+    device: str,
+    threads: Optional[int],
+    progress: bool,
+) -> None:
+    """Train as `config` says into `output`; under torchrun (WORLD_SIZE > 1) as one of its
+    processes."""
     import torch
     import torch.distributed as dist
 
@@ -148,7 +236,14 @@ def run_training(config: Config, output: str, *, resume: bool, init_from: Option
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
         if device.startswith("cuda"):
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    train(config, output, resume=resume, init_from=init_from, device=device, progress_bar=progress,
-          log=lambda msg: print(msg, file=sys.stderr))
+    train(
+        config,
+        output,
+        resume=resume,
+        init_from=init_from,
+        device=device,
+        progress_bar=progress,
+        log=lambda msg: print(msg, file=sys.stderr),
+    )
     if distributed:
         dist.destroy_process_group()

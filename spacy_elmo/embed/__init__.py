@@ -1,6 +1,6 @@
-"""`python -m spacy_elmo embed`: a corpus into hdf5 files in the layout `allennlp elmo` wrote, streamed,
-crash-safe, resumable, optionally in shards written by Ray actors (`ray_engine`, needs the `ray` extra).
-`run(EmbedOptions(...))` is the one entry, for the command line and the library alike.
+"""`python -m spacy_elmo embed`: a corpus into hdf5 files in the layout `allennlp elmo` wrote,
+streamed, crash-safe, resumable, optionally in shards written by Ray actors (`ray_engine`, needs the
+`ray` extra). `run(EmbedOptions(...))` is the one entry, for the command line and the library alike.
 
     options     `EmbedOptions`: every setting of a run, checked once
     runner      `run`: one run, whoever writes it (this process, one shard of N, Ray actors)
@@ -13,8 +13,16 @@ crash-safe, resumable, optionally in shards written by Ray actors (`ray_engine`,
     ray_engine  the shards written by a pool of Ray actors
     embeddings  `open_embeddings`: reading an output back
 """
+
 from .embeddings import Embeddings, open_embeddings
 from .options import EmbedOptions
 from .runner import EmbedInterrupted, EmbedResult, run
 
-__all__ = ["EmbedInterrupted", "EmbedOptions", "EmbedResult", "Embeddings", "open_embeddings", "run"]
+__all__ = [
+    "EmbedInterrupted",
+    "EmbedOptions",
+    "EmbedResult",
+    "Embeddings",
+    "open_embeddings",
+    "run",
+]

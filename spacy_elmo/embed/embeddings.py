@@ -1,4 +1,5 @@
 """Reading an `embed` output, lazily, by line number: a single file or a shard directory."""
+
 from __future__ import annotations
 
 import bisect
@@ -29,16 +30,22 @@ class Embeddings:
             work = WorkDir(self.path, self.path, "shard")
             manifest = work.manifest()
             if manifest.output != "shards":
-                raise ElmoFileError(f"{self.path}: the parts of an unfinished run: finish it with "
-                                    "`python -m spacy_elmo embed ... --resume`, then open its output file")
+                raise ElmoFileError(
+                    f"{self.path}: the parts of an unfinished run: finish it with "
+                    "`python -m spacy_elmo embed ... --resume`, then open its output file"
+                )
             self.settings = manifest.settings
             ranges = manifest.ranges
             complete = manifest.complete or []
             self.paths = [self.path / piece_name("shard", i) for i in range(len(ranges))]
-            missing = [p.name for p, done in zip(self.paths, complete) if not done or not p.is_file()]
+            missing = [
+                p.name for p, done in zip(self.paths, complete) if not done or not p.is_file()
+            ]
             if missing or len(complete) != len(ranges):
-                raise ElmoFileError(f"{self.path}: incomplete: {', '.join(missing) or 'shards'} not written; "
-                                    "run the same embed command again to finish it")
+                raise ElmoFileError(
+                    f"{self.path}: incomplete: {', '.join(missing) or 'shards'} not written; "
+                    "run the same embed command again to finish it"
+                )
             work.check_shards(manifest, range(len(ranges)) if verify else ())
         else:
             self.paths, ranges, self.settings = [self.path], None, None
@@ -60,16 +67,23 @@ class Embeddings:
                 raise ElmoFileError(f"{self.paths[i]}: cannot be read as hdf5 ({err})") from None
             try:
                 if hdf5_dataset(f, INDEX, self.paths[i], OUTPUT) is None:
-                    raise ElmoFileError(f"{self.paths[i]}: not an output of `python -m spacy_elmo embed` (it has no "
-                                        f"'{INDEX}')")
+                    raise ElmoFileError(
+                        f"{self.paths[i]}: not an output of `python -m spacy_elmo embed` (it has "
+                        f"no "
+                        f"'{INDEX}')"
+                    )
                 if self.settings is not None and _settings(f, self.paths[i]) != self.settings:
-                    raise ElmoFileError(f"{self.paths[i]}: written with other settings than {self.path / MANIFEST}")
+                    raise ElmoFileError(
+                        f"{self.paths[i]}: written with other settings than {self.path / MANIFEST}"
+                    )
                 if self.ranges is not None:
                     start, stop = self.ranges[i]
                     ends = (f.get(str(n), getlink=True) for n in (start, stop - 1))
                     if len(f) != stop - start + 1 or any(link is None for link in ends):
-                        raise ElmoFileError(f"{self.paths[i]}: holds other lines than {start} to {stop - 1}, those "
-                                            f"{self.path / MANIFEST} gives it")
+                        raise ElmoFileError(
+                            f"{self.paths[i]}: holds other lines than {start} to {stop - 1}, those "
+                            f"{self.path / MANIFEST} gives it"
+                        )
             except BaseException:
                 f.close()
                 raise
@@ -87,18 +101,30 @@ class Embeddings:
         return self._line(self._file(k), self.paths[k], i)[...]
 
     def _line(self, f: h5py.File, path: Path, i: int) -> h5py.Dataset:
-        """The dataset of line `i` in `f`, checked from its metadata: held in the file itself, a float array of
-        the settings' dtype shaped `(layers, tokens, dim)` (`--layer all`) or `(tokens, dim)`."""
+        """The dataset of line `i` in `f`, checked from its metadata: held in the file itself, a
+        float array of the settings' dtype shaped `(layers, tokens, dim)` (`--layer all`) or
+        `(tokens, dim)`."""
         node = hdf5_dataset(f, str(i), path, OUTPUT)
         if node is None:
-            raise ElmoFileError(f"{path}: line {i} is missing (no dataset '{i}'): not an output of "
-                                "`python -m spacy_elmo embed`, or damaged")
-        dtypes = [self.settings["dtype"]] if "dtype" in self.settings else ["float16", "float32", "float64"]
-        ndims = [3 if self.settings["layer"] == "all" else 2] if "layer" in self.settings else [2, 3]
+            raise ElmoFileError(
+                f"{path}: line {i} is missing (no dataset '{i}'): not an output of "
+                "`python -m spacy_elmo embed`, or damaged"
+            )
+        dtypes = (
+            [self.settings["dtype"]]
+            if "dtype" in self.settings
+            else ["float16", "float32", "float64"]
+        )
+        ndims = (
+            [3 if self.settings["layer"] == "all" else 2] if "layer" in self.settings else [2, 3]
+        )
         if node.dtype.name not in dtypes or node.ndim not in ndims:
             want = " or ".join(["(tokens, dim)", "(layers, tokens, dim)"][n - 2] for n in ndims)
-            raise ElmoFileError(f"{path}: dataset '{i}' has dtype {node.dtype} and shape {node.shape}; the lines of "
-                                f"this output are {' or '.join(dtypes)} arrays of shape {want}")
+            raise ElmoFileError(
+                f"{path}: dataset '{i}' has dtype {node.dtype} and shape {node.shape}; the lines "
+                f"of "
+                f"this output are {' or '.join(dtypes)} arrays of shape {want}"
+            )
         return node
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -131,7 +157,8 @@ def _settings(f: h5py.File, path: Path) -> dict:
 
 
 def open_embeddings(path: str | os.PathLike, verify: bool = False) -> Embeddings:
-    """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for reading. A shard
-    directory's manifest is checked against its shards (ranges, sizes; each shard's lines when it is first read);
-    `verify` checks each shard's sha256 too, reading every shard once."""
+    """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for
+    reading. A shard directory's manifest is checked against its shards (ranges, sizes; each shard's
+    lines when it is first read); `verify` checks each shard's sha256 too, reading every shard
+    once."""
     return Embeddings(path, verify)

@@ -1,18 +1,20 @@
-"""HDF5 files of `embed`, each written whole: the layout, `H5Writer`, the writers of a piece and of the
-assembled output, and `HDF5Output`, the `writer.OutputWriter` a run uses.
+"""HDF5 files of `embed`, each written whole: the layout, `H5Writer`, the writers of a piece and of
+the assembled output, and `HDF5Output`, the `writer.OutputWriter` a run uses.
 
-Every file has the layout `allennlp elmo` wrote: one dataset per input line, named by the line's number in
-the whole input, shaped `(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one layer or a mix),
-float32 or float16; `sentence_to_index`, a one-element string dataset holding JSON `{sentence text:
-"index"}`; and the root attribute `spacy_elmo.settings` (JSON: the input, the weights' fingerprint, every
-setting).
+Every file has the layout `allennlp elmo` wrote: one dataset per input line, named by the line's
+number in the whole input, shaped `(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one
+layer or a mix), float32 or float16; `sentence_to_index`, a one-element string dataset holding JSON
+`{sentence text: "index"}`; and the root attribute `spacy_elmo.settings` (JSON: the input, the
+weights' fingerprint, every setting).
 
-Completed work lives only in files that are complete and closed: HDF5 updates its metadata in place, so a
-file open for writing is never trusted after a crash. A file is written under a temporary name, closed,
-fsynced and renamed (os.replace), then its directory is fsynced. Disk space for it is reserved ahead of
-HDF5's writes (posix_fallocate): a full disk then surfaces as ENOSPC from the reservation, in Python, and
-never inside HDF5, which answers a failed write with errors it cannot report and then a crash.
+Completed work lives only in files that are complete and closed: HDF5 updates its metadata in place,
+so a file open for writing is never trusted after a crash. A file is written under a temporary name,
+closed, fsynced and renamed (os.replace), then its directory is fsynced. Disk space for it is
+reserved ahead of HDF5's writes (posix_fallocate): a full disk then surfaces as ENOSPC from the
+reservation, in Python, and never inside HDF5, which answers a failed write with errors it cannot
+report and then a crash.
 """
+
 from __future__ import annotations
 
 import errno
@@ -45,13 +47,17 @@ LIBVER_CHUNKED = ("v110", "latest")
 BASE_BYTES = 1 << 16
 OBJECT_BYTES = 1024
 CHUNKED_BYTES = 8192
-# An assembled `sentence_to_index` of more bytes than this is written a part's index at a time (`finish_in_pieces`).
+# An assembled `sentence_to_index` of more bytes than this is written a part's index at a time
+# (`finish_in_pieces`).
 INDEX_IN_PIECES = 1 << 20
 
 
 def write_error(err: OSError, path: Path) -> ElmoError:
-    """What went wrong writing `path`, as one line (see `files.write_error`); a full disk: `--resume`."""
-    return files.write_error(err, path, "free space and run again with --resume") or ElmoFileError(f"cannot write {path}")
+    """What went wrong writing `path`, as one line (see `files.write_error`); a full disk:
+    `--resume`."""
+    return files.write_error(err, path, "free space and run again with --resume") or ElmoFileError(
+        f"cannot write {path}"
+    )
 
 
 class H5Writer:
@@ -68,7 +74,9 @@ class H5Writer:
     Every h5py reads both.
     """
 
-    def __init__(self, path: Path, reopen_every: int, tmp_dir: Path | None = None, compressed: bool = False):
+    def __init__(
+        self, path: Path, reopen_every: int, tmp_dir: Path | None = None, compressed: bool = False
+    ):
         self.path, self.reopen_every = path, reopen_every
         self.libver = LIBVER_CHUNKED if compressed else LIBVER
         self.tmp = (tmp_dir or path.parent) / (path.name + TMP)
@@ -91,7 +99,10 @@ class H5Writer:
             try:
                 os.posix_fallocate(self.fd, 0, size)
             except OSError as err:
-                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: HDF5 writes unguarded
+                if err.errno not in (
+                    errno.EOPNOTSUPP,
+                    errno.EINVAL,
+                ):  # no fallocate here: HDF5 writes unguarded
                     raise
             self.reserved = size
 
@@ -101,32 +112,50 @@ class H5Writer:
         if isinstance(data, Pieces):
             self._add_pieces(name, data, compression)
             return
-        filters = {"compression": compression, "shuffle": True, "chunks": data.shape} if compression and data.size else {}
+        filters = (
+            {"compression": compression, "shuffle": True, "chunks": data.shape}
+            if compression and data.size
+            else {}
+        )
         self._reserve(data.nbytes, chunked=bool(filters))
         self.h5.create_dataset(name, data=data, **filters)
         self._counted()
 
     def _add_pieces(self, name: str, data: Pieces, compression: str | None) -> None:
-        """A dataset written piece by piece along `data.axis`, chunked by the largest piece's length: memory
-        holds one piece, never the whole array."""
+        """A dataset written piece by piece along `data.axis`, chunked by the largest piece's
+        length: memory holds one piece, never the whole array."""
         chunks = tuple(data.chunk if i == data.axis else n for i, n in enumerate(data.shape))
         filters = {"compression": compression, "shuffle": True} if compression else {}
-        self._reserve(data.nbytes + OBJECT_BYTES * -(-data.shape[data.axis] // data.chunk), chunked=True)
-        dataset = self.h5.create_dataset(name, shape=data.shape, dtype=data.dtype, chunks=chunks, **filters)
+        self._reserve(
+            data.nbytes + OBJECT_BYTES * -(-data.shape[data.axis] // data.chunk), chunked=True
+        )
+        dataset = self.h5.create_dataset(
+            name, shape=data.shape, dtype=data.dtype, chunks=chunks, **filters
+        )
         at = 0
         for piece in data.pieces:
             span = piece.shape[data.axis]
-            where = tuple(slice(at, at + span) if i == data.axis else slice(None) for i in range(len(data.shape)))
+            where = tuple(
+                slice(at, at + span) if i == data.axis else slice(None)
+                for i in range(len(data.shape))
+            )
             dataset[where] = piece
             at += span
         if at != data.shape[data.axis]:
-            raise ValueError(f"dataset {name}: pieces of {at} tokens, expected {data.shape[data.axis]}")
+            raise ValueError(
+                f"dataset {name}: pieces of {at} tokens, expected {data.shape[data.axis]}"
+            )
         self._counted()
 
     def copy_from(self, src: h5py.File, name: str) -> None:
         """Dataset `name` of `src` copied as stored (dtype, filters), without decoding it."""
-        dataset = h5py.h5d.open(src.id, name.encode())  # the low-level handle: `src[name]` costs 0.3 ms
-        self._reserve(dataset.get_storage_size(), chunked=dataset.get_create_plist().get_layout() == h5py.h5d.CHUNKED)
+        dataset = h5py.h5d.open(
+            src.id, name.encode()
+        )  # the low-level handle: `src[name]` costs 0.3 ms
+        self._reserve(
+            dataset.get_storage_size(),
+            chunked=dataset.get_create_plist().get_layout() == h5py.h5d.CHUNKED,
+        )
         src.copy(name, self.h5, name=name)
         self._counted()
 
@@ -140,7 +169,9 @@ class H5Writer:
     def _close(self) -> None:
         """Give back the unused reservation, then close: HDF5 may count a file's whole length as
         allocated at close, and would place the data written after a reopening beyond it."""
-        os.ftruncate(self.fd, self.h5.id.get_filesize())  # HDF5's end of allocated space, while open
+        os.ftruncate(
+            self.fd, self.h5.id.get_filesize()
+        )  # HDF5's end of allocated space, while open
         self.h5.close()
         self.h5 = None
 
@@ -156,11 +187,13 @@ class H5Writer:
         self.h5.attrs[SETTINGS] = json.dumps(settings, sort_keys=True)
         self.commit()
 
-    def finish_in_pieces(self, size: int, pieces: Iterable[bytes | memoryview], settings: dict[str, Any]) -> None:
-        """`finish` for an index of `size` bytes given as consecutive `pieces`, never held whole: HDF5 is
-        asked what `finish` asks (the same file, byte for byte), the index's bytes given from an untouched
-        anonymous mapping (zero pages, which take no memory); once HDF5 has closed the file, the pieces are
-        written over those bytes in place."""
+    def finish_in_pieces(
+        self, size: int, pieces: Iterable[bytes | memoryview], settings: dict[str, Any]
+    ) -> None:
+        """`finish` for an index of `size` bytes given as consecutive `pieces`, never held whole:
+        HDF5 is asked what `finish` asks (the same file, byte for byte), the index's bytes given
+        from an untouched anonymous mapping (zero pages, which take no memory); once HDF5 has closed
+        the file, the pieces are written over those bytes in place."""
         self._reserve(size + len(json.dumps(settings)))
         zeros = mmap.mmap(-1, size)
         buffer = np.frombuffer(zeros, dtype=f"S{size}")
@@ -177,7 +210,9 @@ class H5Writer:
                 written = os.pwrite(self.fd, piece, at)
                 at, piece = at + written, piece[written:]
         if at - start != size:
-            raise ElmoFileError(f"{self.path}: {at - start} bytes of {INDEX} written, expected {size}")
+            raise ElmoFileError(
+                f"{self.path}: {at - start} bytes of {INDEX} written, expected {size}"
+            )
         self._publish()
 
     def commit(self) -> None:
@@ -209,10 +244,19 @@ def index_items(texts: Iterable[str], first: int) -> bytes:
     return ", ".join(f'{json.dumps(t)}: "{i}"' for i, t in enumerate(texts, first)).encode("ascii")
 
 
-def write_piece(path: Path, first: int, count: int, lines: Iterable[Line],
-                settings: dict[str, Any], *, compression: str | None = None, reopen_every: int = 10_000) -> None:
+def write_piece(
+    path: Path,
+    first: int,
+    count: int,
+    lines: Iterable[Line],
+    settings: dict[str, Any],
+    *,
+    compression: str | None = None,
+    reopen_every: int = 10_000,
+) -> None:
     """Write one whole file at `path` from `(text, array)` for `count` lines, its datasets named
-    `first`, `first + 1`, ...; visible only once complete (ElmoFileError where `lines` ends early)."""
+    `first`, `first + 1`, ...; visible only once complete (ElmoFileError where `lines` ends
+    early)."""
     out = H5Writer(path, reopen_every, compressed=bool(compression))
     try:
         texts = []
@@ -220,21 +264,30 @@ def write_piece(path: Path, first: int, count: int, lines: Iterable[Line],
             out.add(str(first + len(texts)), array, compression)
             texts.append(text)
         if len(texts) != count:
-            raise ElmoFileError(f"{settings['input']}: {len(texts)} lines from line {first}, expected {count}: "
-                                "the input changed while it was read")
+            raise ElmoFileError(
+                f"{settings['input']}: {len(texts)} lines from line {first}, expected {count}: "
+                "the input changed while it was read"
+            )
         out.finish(b"{" + index_items(texts, first) + b"}", settings)
     except BaseException:
         out.abort()
         raise
 
 
-def assemble(pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: Path, reopen_every: int = 10_000) -> None:
+def assemble(
+    pieces: list[Path],
+    path: Path,
+    settings: dict[str, Any],
+    tmp_dir: Path,
+    reopen_every: int = 10_000,
+) -> None:
     """One file at `path` holding every dataset of `pieces` (in order) and their joined
     `sentence_to_index`, written under a temporary name in `tmp_dir` (on `path`'s file system) and
     renamed when complete. A
     sentence repeated across lines maps to its last line: a JSON reader keeps a key's last value
     (Python's `json` and AllenNLP's reader do), as it did in AllenNLP's own files. Memory holds one
-    piece's index at a time (`H5Writer.finish_in_pieces`), where it is larger than `INDEX_IN_PIECES`."""
+    piece's index at a time (`H5Writer.finish_in_pieces`), where it is larger than
+    `INDEX_IN_PIECES`."""
     out = H5Writer(path, reopen_every, tmp_dir, compressed=settings["compression"] != "none")
     try:
         sizes = []  # of each piece's `"text": "index", ...` (its JSON less the braces)
@@ -275,16 +328,28 @@ def _joined_index(pieces: list[Path], sizes: list[int]) -> Iterator[bytes | memo
 
 @dataclass(frozen=True)
 class HDF5Output:
-    """The `OutputWriter` of HDF5 files in the layout above: lines `compression`ed (gzip, lzf or None), each file
-    closed and reopened every `reopen_every` datasets (see `H5Writer`)."""
+    """The `OutputWriter` of HDF5 files in the layout above: lines `compression`ed (gzip, lzf or
+    None), each file closed and reopened every `reopen_every` datasets (see `H5Writer`)."""
 
     compression: str | None = None
     reopen_every: int = 10_000
 
-    def write_piece(self, path: Path, first: int, count: int, lines: Iterable[Line], settings: dict[str, Any]) -> None:
-        write_piece(path, first, count, lines, settings, compression=self.compression, reopen_every=self.reopen_every)
+    def write_piece(
+        self, path: Path, first: int, count: int, lines: Iterable[Line], settings: dict[str, Any]
+    ) -> None:
+        write_piece(
+            path,
+            first,
+            count,
+            lines,
+            settings,
+            compression=self.compression,
+            reopen_every=self.reopen_every,
+        )
 
-    def assemble(self, pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: Path) -> None:
+    def assemble(
+        self, pieces: list[Path], path: Path, settings: dict[str, Any], tmp_dir: Path
+    ) -> None:
         assemble(pieces, path, settings, tmp_dir, reopen_every=self.reopen_every)
 
     def read_settings(self, path: Path) -> dict[str, Any]:
@@ -295,4 +360,6 @@ class HDF5Output:
                     raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
                 return json.loads(f.attrs[SETTINGS])
         except OSError as err:
-            raise ElmoFileError(f"{path}: exists and cannot be read as hdf5 ({err}): choose another output") from None
+            raise ElmoFileError(
+                f"{path}: exists and cannot be read as hdf5 ({err}): choose another output"
+            ) from None

@@ -1,13 +1,14 @@
-"""One `embed` run: its plan (blocks, parts or shards), writing the pieces that are missing, assembling a
-single output, resuming after a kill.
+"""One `embed` run: its plan (blocks, parts or shards), writing the pieces that are missing,
+assembling a single output, resuming after a kill.
 
-The input is read and embedded in blocks of `flush_every` lines; each block starts from an empty token
-cache, so a line's arrays depend only on its block (a cached token layer carries the rounding of the batch
-it was first computed in): a resumed run, a shard and an uninterrupted run compute every line alike, to the
-bit. Pieces become visible only when complete (a part per block beside a single output, assembled at the
-end; or the shards of a sharded output); the work directory's manifest records the input's sha256 and
-every setting.
+The input is read and embedded in blocks of `flush_every` lines; each block starts from an empty
+token cache, so a line's arrays depend only on its block (a cached token layer carries the rounding
+of the batch it was first computed in): a resumed run, a shard and an uninterrupted run compute
+every line alike, to the bit. Pieces become visible only when complete (a part per block beside a
+single output, assembled at the end; or the shards of a sharded output); the work directory's
+manifest records the input's sha256 and every setting.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,10 +35,10 @@ from .writer import OutputWriter
 
 
 class Settings(TypedDict):
-    """What an output records of the run that wrote it (the root attribute `spacy_elmo.settings` of each file,
-    the manifest's `settings`): the input (`scan_input`), what changes a float32 result's bits (threads, torch,
-    the weights' fingerprint, ...) and the options that shape the output. A run continues an output only under
-    the same (`outdir.check_settings`)."""
+    """What an output records of the run that wrote it (the root attribute `spacy_elmo.settings` of
+    each file, the manifest's `settings`): the input (`scan_input`), what changes a float32 result's
+    bits (threads, torch, the weights' fingerprint, ...) and the options that shape the output. A
+    run continues an output only under the same (`outdir.check_settings`)."""
 
     input: str
     input_bytes: int
@@ -61,9 +62,10 @@ class Settings(TypedDict):
 
 @dataclass
 class Job:
-    """One run: its checked `options`, the `settings` it records, the `writer` of its files, the input's
-    tokenizer (`nlp`; None: split on whitespace) and the layer chosen; `on_line(n_tokens)` follows each line
-    embedded; `lines_done`: lines found complete when the run started, `lines_run`: lines embedded by it."""
+    """One run: its checked `options`, the `settings` it records, the `writer` of its files, the
+    input's tokenizer (`nlp`; None: split on whitespace) and the layer chosen; `on_line(n_tokens)`
+    follows each line embedded; `lines_done`: lines found complete when the run started,
+    `lines_run`: lines embedded by it."""
 
     options: EmbedOptions
     settings: Settings
@@ -92,44 +94,76 @@ class Job:
 
 
 def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
-    """Load the biLM and scan the input of a run of `options` (checked: `EmbedOptions.check`): the embedder and
-    the Job, whose settings are recorded with the output (and must match when a run continues)."""
+    """Load the biLM and scan the input of a run of `options` (checked: `EmbedOptions.check`): the
+    embedder and the Job, whose settings are recorded with the output (and must match when a run
+    continues)."""
     import spacy
 
     o = options
     regular_file(o.input_path, "input")  # read twice (scanned, then embedded): no pipe
     bilm = load_bilm(o.weights, state=o.state, precision=o.precision, device=o.device)
     chosen = parse_layer(o.layer, bilm.num_output_layers)
-    if (o.resume and not bilm.state_policy.allows_resume) or (o.shards and not bilm.state_policy.allows_regrouping):
-        raise ElmoConfigError(f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
-                              "or zero): under carry a line's vectors depend on every line before it")
+    if (o.resume and not bilm.state_policy.allows_resume) or (
+        o.shards and not bilm.state_policy.allows_regrouping
+    ):
+        raise ElmoConfigError(
+            f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
+            "or zero): under carry a line's vectors depend on every line before it"
+        )
     docbin = o.input_path.suffix == ".spacy"
     try:
         nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
     scanned = scan_input(o.input_path, o.max_docbin_bytes)
-    settings = Settings(**scanned, threads=torch.get_num_threads(), torch=torch.__version__, spacy_elmo=__version__,
-                        weights_fingerprint=bilm.fingerprint(), state=bilm.state_policy.value, precision=bilm.precision,
-                        device=bilm.device.type, layer=o.layer, batch_size=o.batch_size,
-                        flush_every=o.block_size(scanned["lines"]), dtype=o.dtype, compression=o.compression,
-                        shards=o.shards,
-                        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}")
-    writer = HDF5Output(None if o.compression == "none" else o.compression, reopen_every=settings["flush_every"])
+    settings = Settings(
+        **scanned,
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        spacy_elmo=__version__,
+        weights_fingerprint=bilm.fingerprint(),
+        state=bilm.state_policy.value,
+        precision=bilm.precision,
+        device=bilm.device.type,
+        layer=o.layer,
+        batch_size=o.batch_size,
+        flush_every=o.block_size(scanned["lines"]),
+        dtype=o.dtype,
+        compression=o.compression,
+        shards=o.shards,
+        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}",
+    )
+    writer = HDF5Output(
+        None if o.compression == "none" else o.compression, reopen_every=settings["flush_every"]
+    )
     return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen)
 
 
-def write_range(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, start: int, stop: int,
-                sentences: Iterable[tuple[str, list[str]]] | None = None) -> None:
+def write_range(
+    bilm: ElmoEmbedder,
+    job: Job,
+    work: WorkDir,
+    i: int,
+    start: int,
+    stop: int,
+    sentences: Iterable[tuple[str, list[str]]] | None = None,
+) -> None:
     """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
     complete. `sentences` continues a reader already at line `start`;
     without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
     one call."""
     if sentences is None:
         sentences = read_sentences(job.input_path, job.nlp, start, job.options.max_docbin_bytes)
-    lines = embed_blocks(bilm, islice(sentences, stop - start), block=job.block, layer=job.layer,
-                         batch_size=job.settings["batch_size"], dtype=job.settings["dtype"], on_line=job.on_line,
-                         first_line=start + 1)
+    lines = embed_blocks(
+        bilm,
+        islice(sentences, stop - start),
+        block=job.block,
+        layer=job.layer,
+        batch_size=job.settings["batch_size"],
+        dtype=job.settings["dtype"],
+        on_line=job.on_line,
+        first_line=start + 1,
+    )
     path = work.piece(i)
     try:
         job.writer.write_piece(path, start, stop - start, lines, job.settings)
@@ -157,9 +191,13 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     if partial.exists() and not resume:
         who = held_by(partial / LOCK)
         if who:
-            raise ElmoResumeError(f"{out}: another process is writing it ({who}; {partial}): wait for it to "
-                                  "finish, or stop it and run again")
-        raise ElmoResumeError(f"{out}: an interrupted run is in {partial}: pass --resume to continue it")
+            raise ElmoResumeError(
+                f"{out}: another process is writing it ({who}; {partial}): wait for it to "
+                "finish, or stop it and run again"
+            )
+        raise ElmoResumeError(
+            f"{out}: an interrupted run is in {partial}: pass --resume to continue it"
+        )
     try:
         if not partial.exists():
             work.create()
@@ -173,7 +211,9 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
             work.write_manifest(Manifest("file", job.settings, ranges))
         _run_pieces(bilm, job, work, ranges)
         try:
-            job.writer.assemble([work.piece(i) for i in range(len(ranges))], out, job.settings, partial)
+            job.writer.assemble(
+                [work.piece(i) for i in range(len(ranges))], out, job.settings, partial
+            )
         except OSError as err:
             raise write_error(err, out) from None
         work.remove()
@@ -193,21 +233,33 @@ def embed_sharded(bilm: ElmoEmbedder, job: Job, only: int | None = None) -> bool
     return bool(todo)
 
 
-def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
+def start_sharded(
+    job: Job, only: int | None = None
+) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
     """Make or check the shard directory and its manifest: the directory, every shard's line range
     and the shards still to write (only `only` where given)."""
     out = job.output
-    ours = (LOCK, MANIFEST + TMP)  # a run that made the directory and has not written its manifest yet
-    if out.exists() and (not out.is_dir() or not os.path.lexists(out / MANIFEST)
-                         and any(p.name not in ours for p in out.iterdir())):
-        raise ElmoFileError(f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
-                            "choose another output")
+    ours = (
+        LOCK,
+        MANIFEST + TMP,
+    )  # a run that made the directory and has not written its manifest yet
+    if out.exists() and (
+        not out.is_dir()
+        or not os.path.lexists(out / MANIFEST)
+        and any(p.name not in ours for p in out.iterdir())
+    ):
+        raise ElmoFileError(
+            f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "
+            "choose another output"
+        )
     ranges = plan(job.settings["lines"], job.block, job.shards)
     if any(start == stop for start, stop in ranges) and job.settings["lines"]:
         lines, blocks = job.settings["lines"], -(-job.settings["lines"] // job.block)
-        raise ElmoFileError(f"--shards {job.shards}: {job.input_path} has {lines} line(s), {blocks} block(s) of "
-                            f"--flush-every {job.block} lines; a shard is whole blocks: give fewer shards or a "
-                            "smaller --flush-every")
+        raise ElmoFileError(
+            f"--shards {job.shards}: {job.input_path} has {lines} line(s), {blocks} block(s) of "
+            f"--flush-every {job.block} lines; a shard is whole blocks: give fewer shards or a "
+            "smaller --flush-every"
+        )
     manifests = WorkDir(out, out, "shard")
     manifests.create(exist_ok=True)
     with locked(out / LOCK, out, wait=True):
@@ -215,20 +267,29 @@ def start_sharded(job: Job, only: int | None = None) -> tuple[WorkDir, list[tupl
         if manifests.has_manifest():
             manifest = manifests.manifest()
             check_settings(out, manifest.settings, job.settings)
-            manifest = manifests.record_complete(manifest)  # killed between a shard's rename and the manifest's update
+            manifest = manifests.record_complete(
+                manifest
+            )  # killed between a shard's rename and the manifest's update
         else:
-            manifest = Manifest("shards", job.settings, ranges, [False] * len(ranges), [None] * len(ranges))
+            manifest = Manifest(
+                "shards", job.settings, ranges, [False] * len(ranges), [None] * len(ranges)
+            )
             manifests.write_manifest(manifest)
     todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
     asked = [i for i, done in enumerate(complete) if done and only in (None, i)]
-    manifests.check_shards(manifest, [] if todo else asked)  # sha256 where all asked for is complete already
+    manifests.check_shards(
+        manifest, [] if todo else asked
+    )  # sha256 where all asked for is complete already
     job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
     return manifests, ranges, todo
 
 
-def write_shard(bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, lines: tuple[int, int]) -> None:
+def write_shard(
+    bilm: ElmoEmbedder, job: Job, work: WorkDir, i: int, lines: tuple[int, int]
+) -> None:
     """Write shard `i` (input lines `lines`) whole, unless it is there already; its lock keeps a
-    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile (its file is removed after)."""
+    second writer (another `--shard I/N`, a retried Ray task) off it meanwhile (its file is removed
+    after)."""
     with locked(work.path / f"{work.piece(i).name}.lock", work.output):
         if not work.piece(i).is_file():
             write_range(bilm, job, work, i, *lines)
@@ -262,4 +323,7 @@ def first_missing_line(job: Job) -> int:
         ranges = partial.manifest().ranges
     except ElmoFileError:
         return 0
-    return next((a for i, (a, _) in enumerate(ranges) if not partial.piece(i).is_file()), job.settings["lines"])
+    return next(
+        (a for i, (a, _) in enumerate(ranges) if not partial.piece(i).is_file()),
+        job.settings["lines"],
+    )

@@ -1,5 +1,6 @@
-"""Every setting of one `embed` run, in one object: what the command line takes, `spacy_elmo.embed.run` runs
-and the job reads."""
+"""Every setting of one `embed` run, in one object: what the command line takes,
+`spacy_elmo.embed.run` runs and the job reads."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -14,17 +15,20 @@ DTYPES = ("float32", "float16")
 COMPRESSIONS = ("none", "gzip", "lzf")
 ENGINES = ("local", "ray")
 DEFAULT_BLOCK = 10_000
-DEFAULT_MAX_DOCBIN_BYTES = 2 << 30  # a .spacy input decompressed: a DocBin of some 800,000 sentences
+DEFAULT_MAX_DOCBIN_BYTES = (
+    2 << 30
+)  # a .spacy input decompressed: a DocBin of some 800,000 sentences
 
 
 @dataclass(frozen=True)
 class EmbedOptions:
-    """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files) with the
-    biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard` ("I/N") writes one
-    shard of N; `engine` "ray" writes the shards with Ray actors (`address`, `workers`, `threads_per_worker`,
-    `gpus_per_worker`: with `device` "cuda", the GPUs each actor reserves, 1 by default; `runtime_env`: the
-    actors' Ray runtime environment, not on the command line). A `.spacy` input is decompressed to at most
-    `max_docbin_bytes`. `check()` gives the options a run uses (`spacy_elmo.embed.run` calls it)."""
+    """`input_path` (text or `.spacy`) -> `output` (an hdf5 file, or a directory of `shards` files)
+    with the biLM `weights`; see `python -m spacy_elmo embed --help` for each setting. `shard`
+    ("I/N") writes one shard of N; `engine` "ray" writes the shards with Ray actors (`address`,
+    `workers`, `threads_per_worker`, `gpus_per_worker`: with `device` "cuda", the GPUs each actor
+    reserves, 1 by default; `runtime_env`: the actors' Ray runtime environment, not on the command
+    line). A `.spacy` input is decompressed to at most `max_docbin_bytes`. `check()` gives the
+    options a run uses (`spacy_elmo.embed.run` calls it)."""
 
     input_path: Path
     output: Path
@@ -52,16 +56,22 @@ class EmbedOptions:
     runtime_env: Optional[dict[str, Any]] = None
 
     def check(self) -> "EmbedOptions":
-        """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a setting out
-        of range or settings that do not go together) or ElmoResourceError (`engine` ray without Ray)."""
+        """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a
+        setting out of range or settings that do not go together) or ElmoResourceError (`engine` ray
+        without Ray)."""
         if self.dtype not in DTYPES or self.compression not in COMPRESSIONS:
-            raise ElmoConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
-                                  f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}")
+            raise ElmoConfigError(
+                f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
+                f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}"
+            )
         check_precision(self.precision)
         check_threads(self.threads, "--threads")
         check_threads(self.threads_per_worker, "--threads-per-worker")
         if not isinstance(self.max_docbin_bytes, int) or self.max_docbin_bytes < 1:
-            raise ElmoConfigError(f"--max-docbin-bytes must be a positive number of bytes, got {self.max_docbin_bytes!r}")
+            raise ElmoConfigError(
+                f"--max-docbin-bytes must be a positive number of bytes, got "
+                f"{self.max_docbin_bytes!r}"
+            )
         only = self.only_shard()
         options = self if only is None else replace(self, shards=int(self.shard.split("/")[1]))
         options._check_engine()
@@ -70,40 +80,69 @@ class EmbedOptions:
         return options
 
     def block_size(self, lines: int) -> int:
-        """Lines per block for an input of `lines` lines: `flush_every` where given; else 10,000, or fewer where
-        `shards` needs more blocks than that gives (so that `--shards N` works on any input of N lines or more)."""
+        """Lines per block for an input of `lines` lines: `flush_every` where given; else 10,000, or
+        fewer where `shards` needs more blocks than that gives (so that `--shards N` works on any
+        input of N lines or more)."""
         if self.flush_every is not None:
             return self.flush_every
-        return min(DEFAULT_BLOCK, max(1, -(-lines // self.shards))) if self.shards else DEFAULT_BLOCK
+        return (
+            min(DEFAULT_BLOCK, max(1, -(-lines // self.shards))) if self.shards else DEFAULT_BLOCK
+        )
 
     def only_shard(self) -> Optional[int]:
         """`--shard I/N` -> I, checked against `shards`; None without it."""
         if self.shard is None:
             return None
         i, _, n = self.shard.partition("/")
-        if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or (self.shards is not None and self.shards != int(n)):
-            raise ElmoConfigError(f"--shard must be I/N with 0 <= I < N (and N equal to --shards), got {self.shard!r}")
+        if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or (
+            self.shards is not None and self.shards != int(n)
+        ):
+            raise ElmoConfigError(
+                f"--shard must be I/N with 0 <= I < N (and N equal to --shards), got {self.shard!r}"
+            )
         return int(i)
 
     def _check_engine(self) -> None:
         if self.engine not in ENGINES:
             raise ElmoConfigError(f"--engine must be local or ray, got {self.engine!r}")
         if self.engine == "local":
-            if any(option is not None for option in (self.address, self.workers, self.threads_per_worker,
-                                                     self.gpus_per_worker, self.runtime_env)):
-                raise ElmoConfigError("--address, --workers, --threads-per-worker and --gpus-per-worker (and a "
-                                      "runtime_env) go with --engine ray")
+            if any(
+                option is not None
+                for option in (
+                    self.address,
+                    self.workers,
+                    self.threads_per_worker,
+                    self.gpus_per_worker,
+                    self.runtime_env,
+                )
+            ):
+                raise ElmoConfigError(
+                    "--address, --workers, --threads-per-worker and --gpus-per-worker (and a "
+                    "runtime_env) go with --engine ray"
+                )
             return
         if self.device not in ("cpu", "cuda"):
-            raise ElmoConfigError(f"--device {self.device}: with --engine ray, --device is cpu or cuda (Ray gives each "
-                                  "worker its own GPUs: use --gpus-per-worker, not a device number)")
-        if self.gpus_per_worker is not None and (self.device != "cuda" or not 0 < self.gpus_per_worker):
-            raise ElmoConfigError(f"--gpus-per-worker {self.gpus_per_worker:g} needs --device cuda and a number above 0 "
-                                  "(a fraction shares a GPU between workers)")
+            raise ElmoConfigError(
+                f"--device {self.device}: with --engine ray, --device is cpu or cuda (Ray gives "
+                f"each "
+                "worker its own GPUs: use --gpus-per-worker, not a device number)"
+            )
+        if self.gpus_per_worker is not None and (
+            self.device != "cuda" or not 0 < self.gpus_per_worker
+        ):
+            raise ElmoConfigError(
+                f"--gpus-per-worker {self.gpus_per_worker:g} needs --device cuda and a number "
+                f"above 0 "
+                "(a fraction shares a GPU between workers)"
+            )
         if not self.shards or self.shard is not None:
-            raise ElmoConfigError("--engine ray writes every shard of --shards N: give --shards N (and not --shard I/N)")
+            raise ElmoConfigError(
+                "--engine ray writes every shard of --shards N: give --shards N (and not --shard "
+                "I/N)"
+            )
         try:
             import ray  # noqa: F401
         except ModuleNotFoundError:
-            raise ElmoResourceError('--engine ray needs Ray: pip install "spacy_elmo[ray]"') from None
-
+            raise ElmoResourceError(
+                '--engine ray needs Ray: pip install "spacy_elmo[ray]"'
+            ) from None

@@ -1,16 +1,19 @@
 """The directory of an `embed` run, sole owner of its manifest.
 
-`OUTPUT.partial/` beside a single output (removed once OUTPUT is complete), or OUTPUT itself for a sharded
-output. It holds `manifest.json` (the output's kind, every setting including the input's path, size and
-sha256, the pieces' line ranges and, for shards, which are complete and each complete one's record), the
-pieces (`part-00000.hdf5`, ... or `shard-00000.hdf5`, ...) and `lock`, which a writer holds (flock) while it runs.
+`OUTPUT.partial/` beside a single output (removed once OUTPUT is complete), or OUTPUT itself for a
+sharded output. It holds `manifest.json` (the output's kind, every setting including the input's
+path, size and sha256, the pieces' line ranges and, for shards, which are complete and each complete
+one's record), the pieces (`part-00000.hdf5`, ... or `shard-00000.hdf5`, ...) and `lock`, which a
+writer holds (flock) while it runs.
 
-A shard's record (its line range, line count, size in bytes and sha256) is taken once, when the shard is
-found complete; the manifest is checked, never trusted: its ranges must be those its settings plan, and
-every complete shard must match its record. The size is checked wherever the manifest is read (a stat per
-shard); the sha256, which reads the whole shard, where a run finds every shard it was asked for complete
-("complete already") and where `open_embeddings(..., verify=True)` asks for it.
+A shard's record (its line range, line count, size in bytes and sha256) is taken once, when the
+shard is found complete; the manifest is checked, never trusted: its ranges must be those its
+settings plan, and every complete shard must match its record. The size is checked wherever the
+manifest is read (a stat per shard); the sha256, which reads the whole shard, where a run finds
+every shard it was asked for complete ("complete already") and where `open_embeddings(...,
+verify=True)` asks for it.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -26,7 +29,15 @@ from pathlib import Path
 from typing import IO, Any, Optional
 
 from ..errors import ElmoFileError, ElmoResumeError
-from ..files import RECORD_BYTES, TEXT_ENCODING, fsync_dir, open_regular, read_regular, regular_file, write_atomic
+from ..files import (
+    RECORD_BYTES,
+    TEXT_ENCODING,
+    fsync_dir,
+    open_regular,
+    read_regular,
+    regular_file,
+    write_atomic,
+)
 from .h5writer import write_error
 
 FORMAT = "spacy_elmo.embed/1"
@@ -37,9 +48,10 @@ KINDS = {"file": "part", "shards": "shard"}  # the manifest's `output` -> the na
 
 @dataclass(frozen=True)
 class Manifest:
-    """`output`: "file" (parts of a single output) or "shards"; `settings`: the run's (see `job.new_job`);
-    `ranges`: each piece's `[first, stop)` input lines; `complete` (shards only): which are written;
-    `shards`: each complete shard's record (`range`, `lines`, `bytes`, `sha256`; see `WorkDir.record`), else None."""
+    """`output`: "file" (parts of a single output) or "shards"; `settings`: the run's (see
+    `job.new_job`); `ranges`: each piece's `[first, stop)` input lines; `complete` (shards only):
+    which are written; `shards`: each complete shard's record (`range`, `lines`, `bytes`, `sha256`;
+    see `WorkDir.record`), else None."""
 
     output: str
     settings: dict[str, Any]
@@ -48,8 +60,12 @@ class Manifest:
     shards: Optional[list[Optional[dict[str, Any]]]] = field(default=None)
 
     def to_json(self) -> str:
-        data = {"format": FORMAT, "output": self.output, "settings": self.settings,
-                "ranges": [list(r) for r in self.ranges]}
+        data = {
+            "format": FORMAT,
+            "output": self.output,
+            "settings": self.settings,
+            "ranges": [list(r) for r in self.ranges],
+        }
         if self.complete is not None:
             data["complete"] = self.complete
         if self.shards is not None:
@@ -61,15 +77,21 @@ class Manifest:
         """Raises ElmoFileError naming `path` where `text` is not a manifest of this format."""
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("output") not in KINDS:
+            if (
+                not isinstance(data, dict)
+                or data.get("format") != FORMAT
+                or data.get("output") not in KINDS
+            ):
                 raise ValueError(FORMAT)
             ranges = [(int(a), int(b)) for a, b in data["ranges"]]
             complete = None if data.get("complete") is None else [bool(c) for c in data["complete"]]
             shards = None if data.get("shards") is None else [_record(r) for r in data["shards"]]
             return cls(data["output"], dict(data["settings"]), ranges, complete, shards)
         except (ValueError, KeyError, TypeError) as err:
-            raise ElmoFileError(f"{path}: not a manifest of `python -m spacy_elmo embed` ({FORMAT}): "
-                                f"{type(err).__name__}: {err}") from None
+            raise ElmoFileError(
+                f"{path}: not a manifest of `python -m spacy_elmo embed` ({FORMAT}): "
+                f"{type(err).__name__}: {err}"
+            ) from None
 
 
 RECORD_KEYS = {"range": list, "lines": int, "bytes": int, "sha256": str}
@@ -77,17 +99,22 @@ RECORD_KEYS = {"range": list, "lines": int, "bytes": int, "sha256": str}
 
 def _record(record: Any) -> Optional[dict[str, Any]]:
     """A shard's record read from JSON, its keys and their types checked (ValueError otherwise)."""
-    if record is not None and (not isinstance(record, dict) or set(record) != set(RECORD_KEYS)
-                               or not all(isinstance(record[k], t) for k, t in RECORD_KEYS.items())):
-        raise ValueError(f"a shard's record must be null or an object of {', '.join(RECORD_KEYS)}: {record!r}")
+    if record is not None and (
+        not isinstance(record, dict)
+        or set(record) != set(RECORD_KEYS)
+        or not all(isinstance(record[k], t) for k, t in RECORD_KEYS.items())
+    ):
+        raise ValueError(
+            f"a shard's record must be null or an object of {', '.join(RECORD_KEYS)}: {record!r}"
+        )
     return record
 
 
 def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
     """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
-    another process holds it (naming it: the holder writes its pid and host into the file); the lock lasts
-    until the returned file is closed (`release`). A holder may remove the file as it releases it: a process
-    that waited on the removed file then takes the one now at `path`."""
+    another process holds it (naming it: the holder writes its pid and host into the file); the lock
+    lasts until the returned file is closed (`release`). A holder may remove the file as it releases
+    it: a process that waited on the removed file then takes the one now at `path`."""
     while True:
         try:
             file = open(path, "a+")  # the caller holds it open
@@ -98,9 +125,11 @@ def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
         except BlockingIOError:
             who = _holder(file)
             file.close()
-            raise ElmoResumeError(f"{output} is locked by another process that is writing it ("
-                                  f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
-                                  "again") from None
+            raise ElmoResumeError(
+                f"{output} is locked by another process that is writing it ("
+                f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
+                "again"
+            ) from None
         try:
             if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
                 break
@@ -117,7 +146,8 @@ def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
 
 
 def release(lock: IO[str], remove: bool = False) -> None:
-    """Release a lock of `take_lock`; `remove`: remove its file first (no lock file stays once a run is done)."""
+    """Release a lock of `take_lock`; `remove`: remove its file first (no lock file stays once a run
+    is done)."""
     if remove:
         try:
             os.unlink(lock.name)
@@ -147,8 +177,8 @@ def _holder(lock: IO[str]) -> str:
 
 
 def held_by(path: Path) -> Optional[str]:
-    """Whether another process holds the lock at `path`: `pid N on HOST` (or "a process" where it did not say
-    which), else None."""
+    """Whether another process holds the lock at `path`: `pid N on HOST` (or "a process" where it
+    did not say which), else None."""
     try:
         file = open(path)
     except OSError:
@@ -166,7 +196,8 @@ def piece_name(kind: str, i: int) -> str:
 
 
 class WorkDir:
-    """The directory `path` of a run writing `output`: its manifest, its pieces of `kind` (part, shard), its lock."""
+    """The directory `path` of a run writing `output`: its manifest, its pieces of `kind` (part,
+    shard), its lock."""
 
     def __init__(self, path: Path, output: Path, kind: str):
         self.path, self.output, self.kind = path, output, kind
@@ -176,7 +207,8 @@ class WorkDir:
         return self.path / piece_name(self.kind, i)
 
     def lock(self) -> None:
-        """Hold the run's exclusive lock until `unlock` or the process ends: a second writer is refused."""
+        """Hold the run's exclusive lock until `unlock` or the process ends: a second writer is
+        refused."""
         self.lock_file = take_lock(self.path / LOCK, self.output)
 
     def unlock(self) -> None:
@@ -191,7 +223,9 @@ class WorkDir:
         """The manifest; ElmoFileError where there is none or it cannot be read."""
         path = self.path / MANIFEST
         if not os.path.lexists(path):
-            raise ElmoFileError(f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`")
+            raise ElmoFileError(
+                f"{self.path}: no {MANIFEST}: not a run of `python -m spacy_elmo embed`"
+            )
         try:
             text = read_regular(path, "manifest of `embed`", RECORD_BYTES).decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
@@ -207,66 +241,92 @@ class WorkDir:
             raise write_error(err, path) from None
 
     def complete(self, n: int) -> list[bool]:
-        """Which of `n` pieces are on disk under their final name (complete: only whole files are renamed)."""
+        """Which of `n` pieces are on disk under their final name (complete: only whole files are
+        renamed)."""
         return [self.piece(i).is_file() for i in range(n)]
 
     def record(self, i: int, lines: tuple[int, int]) -> dict[str, Any]:
-        """The record of complete piece `i`, of input lines `lines`: its range, line count, size and sha256."""
+        """The record of complete piece `i`, of input lines `lines`: its range, line count, size and
+        sha256."""
         digest = hashlib.sha256()
         with open_regular(self.piece(i), "shard of the output") as f:
             size = os.fstat(f.fileno()).st_size
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-        return {"range": list(lines), "lines": lines[1] - lines[0], "bytes": size, "sha256": digest.hexdigest()}
+        return {
+            "range": list(lines),
+            "lines": lines[1] - lines[0],
+            "bytes": size,
+            "sha256": digest.hexdigest(),
+        }
 
     def record_complete(self, manifest: Manifest) -> Manifest:
-        """Record in the manifest which of its pieces are on disk, with a record of each that has none yet (see
-        `record`); returns the manifest written."""
+        """Record in the manifest which of its pieces are on disk, with a record of each that has
+        none yet (see `record`); returns the manifest written."""
         complete = self.complete(len(manifest.ranges))
         records = manifest.shards or [None] * len(complete)
         if len(records) != len(complete):
-            raise ElmoFileError(f"{self.path / MANIFEST}: {len(records)} shard records for {len(complete)} shards")
-        records = [(record or self.record(i, lines)) if done else None
-                   for i, (done, record, lines) in enumerate(zip(complete, records, manifest.ranges))]
+            raise ElmoFileError(
+                f"{self.path / MANIFEST}: {len(records)} shard records for {len(complete)} shards"
+            )
+        records = [
+            (record or self.record(i, lines)) if done else None
+            for i, (done, record, lines) in enumerate(zip(complete, records, manifest.ranges))
+        ]
         updated = replace(manifest, complete=complete, shards=records)
         if updated != manifest:
             self.write_manifest(updated)
         return updated
 
     def check_shards(self, manifest: Manifest, hashed: Iterable[int] = ()) -> None:
-        """ElmoFileError naming the shard where the manifest's ranges are not those its settings plan, or a
-        complete shard does not match its record: range and line count, size, and the sha256 of those in
-        `hashed` (see the module's docstring)."""
+        """ElmoFileError naming the shard where the manifest's ranges are not those its settings
+        plan, or a complete shard does not match its record: range and line count, size, and the
+        sha256 of those in `hashed` (see the module's docstring)."""
         settings, ranges = manifest.settings, manifest.ranges
         try:
             planned = plan(settings["lines"], settings["flush_every"], settings["shards"])
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
-            raise ElmoFileError(f"{self.path / MANIFEST}: its settings plan no shards ({type(err).__name__}: "
-                                f"{err})") from None
+            raise ElmoFileError(
+                f"{self.path / MANIFEST}: its settings plan no shards ({type(err).__name__}: {err})"
+            ) from None
         for i in range(max(len(ranges), len(planned))):
             have, want = (list(r[i]) if i < len(r) else None for r in (ranges, planned))
             if have != want:
-                raise ElmoFileError(f"{self.piece(i)}: {self.path / MANIFEST} gives it lines {have}, where its "
-                                    f"settings plan {want}: the manifest was edited or damaged")
+                raise ElmoFileError(
+                    f"{self.piece(i)}: {self.path / MANIFEST} gives it lines {have}, where its "
+                    f"settings plan {want}: the manifest was edited or damaged"
+                )
         records = manifest.shards or [None] * len(ranges)
         hashed = set(hashed)
         for i, (done, record, lines) in enumerate(zip(manifest.complete or [], records, ranges)):
             if not done:
                 continue
             if record is None:
-                raise ElmoFileError(f"{self.piece(i)}: {self.path / MANIFEST} records no size or sha256 for it (a "
-                                    "manifest of an earlier version): run the same embed command again to record them")
+                raise ElmoFileError(
+                    f"{self.piece(i)}: {self.path / MANIFEST} records no size or sha256 for it (a "
+                    "manifest of an earlier version): run the same embed command again to record "
+                    "them"
+                )
             redo = "remove it and run the same embed command again to redo it"
             if record["range"] != list(lines) or record["lines"] != lines[1] - lines[0]:
-                raise ElmoFileError(f"{self.piece(i)}: recorded as lines {record['range']} ({record['lines']} lines), "
-                                    f"where {self.path / MANIFEST} gives it {list(lines)}: the manifest was edited")
+                raise ElmoFileError(
+                    f"{self.piece(i)}: recorded as lines {record['range']} ({record['lines']} "
+                    f"lines), "
+                    f"where {self.path / MANIFEST} gives it {list(lines)}: the manifest was edited"
+                )
             size = regular_file(self.piece(i), "shard of the output").st_size
             if size != record["bytes"]:
-                raise ElmoFileError(f"{self.piece(i)}: {size:,} bytes, where {record['bytes']:,} were recorded when it "
-                                    f"was complete: truncated, replaced or damaged; {redo}")
+                raise ElmoFileError(
+                    f"{self.piece(i)}: {size:,} bytes, where {record['bytes']:,} were recorded "
+                    f"when it "
+                    f"was complete: truncated, replaced or damaged; {redo}"
+                )
             if i in hashed and self.record(i, lines)["sha256"] != record["sha256"]:
-                raise ElmoFileError(f"{self.piece(i)}: its sha256 differs from the one recorded when it was complete: "
-                                    f"changed or damaged; {redo}")
+                raise ElmoFileError(
+                    f"{self.piece(i)}: its sha256 differs from the one recorded when it was "
+                    f"complete: "
+                    f"changed or damaged; {redo}"
+                )
 
     def create(self, exist_ok: bool = False) -> None:
         """Make the directory (ElmoFileError where another process made it meanwhile)."""
@@ -274,7 +334,9 @@ class WorkDir:
             self.path.mkdir(exist_ok=exist_ok)
             fsync_dir(self.path.parent)
         except FileExistsError:
-            raise ElmoResumeError(f"{self.path} appeared meanwhile: another process is writing it") from None
+            raise ElmoResumeError(
+                f"{self.path} appeared meanwhile: another process is writing it"
+            ) from None
         except OSError as err:
             raise write_error(err, self.path) from None
 
@@ -299,14 +361,26 @@ def plan(lines: int, block: int, shards: int | None) -> list[tuple[int, int]]:
 
 def differences(then: dict[str, Any], now: dict[str, Any]) -> str:
     """`key: value then, value now` for every key whose values differ."""
-    return ", ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in sorted(set(then) | set(now))
-                     if then.get(k) != now.get(k))
+    return ", ".join(
+        f"{k}: {then.get(k)!r} then, {now.get(k)!r} now"
+        for k in sorted(set(then) | set(now))
+        if then.get(k) != now.get(k)
+    )
 
 
 INPUT_KEYS = ("input", "input_bytes", "input_sha256")
-FLAGS = {"threads": "--threads", "batch_size": "--batch-size", "flush_every": "--flush-every", "layer": "--layer",
-         "dtype": "--dtype", "state": "--state", "compression": "--compression", "shards": "--shards",
-         "precision": "--precision", "device": "--device"}
+FLAGS = {
+    "threads": "--threads",
+    "batch_size": "--batch-size",
+    "flush_every": "--flush-every",
+    "layer": "--layer",
+    "dtype": "--dtype",
+    "state": "--state",
+    "compression": "--compression",
+    "shards": "--shards",
+    "precision": "--precision",
+    "device": "--device",
+}
 
 
 def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:
@@ -315,12 +389,23 @@ def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> Non
         return
     if any(then.get(k) != now.get(k) for k in INPUT_KEYS):
         if then.get("input") == now.get("input"):
+            changed = differences(
+                {k: then.get(k) for k in INPUT_KEYS}, {k: now.get(k) for k in INPUT_KEYS}
+            )
             raise ElmoResumeError(
                 f"{path} was started on other content of {now['input']}: the input changed since "
-                f"({differences({k: then.get(k) for k in INPUT_KEYS}, {k: now.get(k) for k in INPUT_KEYS})}); "
-                "restore it, or remove the output to start again")
-        raise ElmoResumeError(f"{path} was started on another input ({then.get('input')} then, {now['input']} now)")
-    same = " ".join(f"{flag} {then[key]}" for key, flag in FLAGS.items()
-                    if key in then and then.get(key) != now.get(key) and then[key] is not None)
-    raise ElmoResumeError(f"{path} was started with other settings ({differences(then, now)}); continue it with "
-                          f"the same ones{f' ({same})' if same else ''}, or remove it to start again")
+                f"({changed}); "
+                "restore it, or remove the output to start again"
+            )
+        raise ElmoResumeError(
+            f"{path} was started on another input ({then.get('input')} then, {now['input']} now)"
+        )
+    same = " ".join(
+        f"{flag} {then[key]}"
+        for key, flag in FLAGS.items()
+        if key in then and then.get(key) != now.get(key) and then[key] is not None
+    )
+    raise ElmoResumeError(
+        f"{path} was started with other settings ({differences(then, now)}); continue it with "
+        f"the same ones{f' ({same})' if same else ''}, or remove it to start again"
+    )

@@ -14,6 +14,7 @@ not travel through Ray's object store. On a cluster the input, the output and th
 at the same path on every node (shared storage), and spacy_elmo installed on each. With device
 "cuda" each actor reserves `gpus_per_worker` GPUs and runs its biLM on the one Ray gives it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,7 +48,9 @@ class ShardWriter:
     failures (a file it cannot write, other weights on its node) come back as the row's `error`:
     the other shards go on, and the driver reports the first in one line."""
 
-    def __init__(self, job: Job, weights: str, lang: str | None, ranges: list[tuple[int, int]], threads: int):
+    def __init__(
+        self, job: Job, weights: str, lang: str | None, ranges: list[tuple[int, int]], threads: int
+    ):
         import spacy
 
         bound_kernel_cache()
@@ -56,11 +59,17 @@ class ShardWriter:
         self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
-            self.bilm = load_bilm(weights, state=job.settings["state"], precision=job.settings["precision"],
-                                  device=job.settings["device"])  # "cuda": the GPU Ray gave this actor
+            self.bilm = load_bilm(
+                weights,
+                state=job.settings["state"],
+                precision=job.settings["precision"],
+                device=job.settings["device"],
+            )  # "cuda": the GPU Ray gave this actor
             if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
-                raise ElmoFileError(f"{weights}: other weights on {socket.gethostname()} than where the run "
-                                    "started: every node must see the same weights")
+                raise ElmoFileError(
+                    f"{weights}: other weights on {socket.gethostname()} than where the run "
+                    "started: every node must see the same weights"
+                )
         except (ElmoError, OSError) as err:
             self.error = str(err)
 
@@ -78,7 +87,10 @@ class ShardWriter:
                     error = str(err)
             for key, value in zip(rows, (i, self.job.lines_run - before, self.tokens, error)):
                 rows[key].append(value)
-        return {key: np.array(values, dtype=object if key == "error" else np.int64) for key, values in rows.items()}
+        return {
+            key: np.array(values, dtype=object if key == "error" else np.int64)
+            for key, values in rows.items()
+        }
 
 
 # Ray's C++ core writes its log lines to this process's stderr: an ERROR line for every actor whose
@@ -89,10 +101,10 @@ EXPECTED = ("has constructor arguments in the object store",)
 
 @contextmanager
 def ray_stderr() -> Iterator[None]:
-    """While the block runs, what Ray's C++ core writes to stderr (fd 2) goes to a temporary file, Python's
-    `sys.stderr` (a progress bar, messages) to the terminal as before; after it, the lines other than Ray's
-    debug, info and warning lines and its `EXPECTED` notices are written out. Ray's log files keep them all
-    (/tmp/ray/session_latest/logs)."""
+    """While the block runs, what Ray's C++ core writes to stderr (fd 2) goes to a temporary file,
+    Python's `sys.stderr` (a progress bar, messages) to the terminal as before; after it, the lines
+    other than Ray's debug, info and warning lines and its `EXPECTED` notices are written out. Ray's
+    log files keep them all (/tmp/ray/session_latest/logs)."""
     try:
         ours = sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):
@@ -101,7 +113,9 @@ def ray_stderr() -> Iterator[None]:
     saved, capture, before = os.dup(2), tempfile.TemporaryFile(), sys.stderr
     os.dup2(capture.fileno(), 2)
     if ours:  # a copy of the terminal's descriptor, closed with the last object that writes to it
-        sys.stderr = os.fdopen(os.dup(saved), "w", buffering=1, encoding=before.encoding, errors=before.errors)
+        sys.stderr = os.fdopen(
+            os.dup(saved), "w", buffering=1, encoding=before.encoding, errors=before.errors
+        )
     try:
         yield
     finally:
@@ -112,7 +126,9 @@ def ray_stderr() -> Iterator[None]:
         capture.seek(0)
         for line in capture.read().decode("utf-8", "replace").splitlines():
             found = RAY_LINE.match(line)
-            if not (found and (found.group(1) in "DIW" or any(notice in line for notice in EXPECTED))):
+            if not (
+                found and (found.group(1) in "DIW" or any(notice in line for notice in EXPECTED))
+            ):
                 print(line, file=sys.stderr)
         capture.close()
 
@@ -120,8 +136,8 @@ def ray_stderr() -> Iterator[None]:
 def connect(address: str | None) -> bool:
     """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
     runs in this process already. Returns whether it started (the caller then shuts it down).
-    Ray that cannot start is an ElmoResourceError in one line. Ray logs only errors here, and the actors'
-    output stays in Ray's log files (`log_to_driver`)."""
+    Ray that cannot start is an ElmoResourceError in one line. Ray logs only errors here, and the
+    actors' output stays in Ray's log files (`log_to_driver`)."""
     if ray.is_initialized():
         return False
     host, _, port = (address or "").split("://")[-1].rpartition(":")
@@ -129,23 +145,39 @@ def connect(address: str | None) -> bool:
         try:
             socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
         except OSError as err:
-            raise ElmoResourceError(f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
-                                  "`ray start --head`, or leave --address out to run on this machine") from None
+            raise ElmoResourceError(
+                f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
+                "`ray start --head`, or leave --address out to run on this machine"
+            ) from None
     try:
         if address:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         else:
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR,
-                     log_to_driver=False)
+            ray.init(
+                num_cpus=os.cpu_count(),
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+            )
     except Exception as err:  # Ray raises many kinds; each is one line here
         where = f"at {address}" if address else "on this machine"
-        raise ElmoResourceError(f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}") from None
+        raise ElmoResourceError(
+            f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}"
+        ) from None
     return True
 
 
-def embed_job(job: Job, weights: str, *, address: str | None = None, workers: int | None = None,
-              threads_per_worker: int = 1, gpus_per_worker: float = 0.0, runtime_env: dict[str, Any] | None = None,
-              on_shard: Callable[[int, int], None] | None = None) -> bool:
+def embed_job(
+    job: Job,
+    weights: str,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    gpus_per_worker: float = 0.0,
+    runtime_env: dict[str, Any] | None = None,
+    on_shard: Callable[[int, int], None] | None = None,
+) -> bool:
     """Write the missing shards of `job` (`new_job` with `shards` N) with a pool of
     `workers` Ray actors of `threads_per_worker` torch threads and `gpus_per_worker` GPUs each
     (default: as many as the cluster's CPUs and GPUs hold, at most one per shard); a job on
@@ -158,7 +190,9 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
     if not job.shards:
         raise ElmoConfigError("--engine ray writes shards: give --shards N")
     if (job.settings["device"] == "cuda") != (gpus_per_worker > 0):
-        raise ElmoConfigError("a job on device cuda needs GPUs per worker, and only such a job takes them")
+        raise ElmoConfigError(
+            "a job on device cuda needs GPUs per worker, and only such a job takes them"
+        )
     work, ranges, todo = start_sharded(job)
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard
@@ -174,21 +208,47 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
             resources = ray.cluster_resources()
             cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
             if gpus_per_worker > gpus:
-                raise ElmoResourceError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)")
-            fit = cpus // threads_per_worker if not gpus_per_worker else min(cpus // threads_per_worker,
-                                                                             int(gpus / gpus_per_worker))
+                raise ElmoResourceError(
+                    f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)"
+                )
+            fit = (
+                cpus // threads_per_worker
+                if not gpus_per_worker
+                else min(cpus // threads_per_worker, int(gpus / gpus_per_worker))
+            )
             size = min(len(todo), workers or max(1, fit))
             lang = job.nlp.lang if job.nlp is not None else None
-            weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # else a published name
-            shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
+            weights = (
+                str(Path(weights).resolve()) if Path(weights).exists() else weights
+            )  # else a published name
+            shards = ray.data.from_items(
+                [{"shard": i} for i in todo], override_num_blocks=len(todo)
+            )
             written = shards.map_batches(
-                ShardWriter, batch_size=1, batch_format="numpy",
-                fn_constructor_kwargs={"job": replace(job, options=replace(job.options, input_path=job.input_path.resolve(),
-                                                                           output=job.output.resolve()),
-                                                      nlp=None, on_line=None),  # a node's working directory is not ours
-                                       "weights": weights, "lang": lang, "ranges": ranges, "threads": threads_per_worker},
+                ShardWriter,
+                batch_size=1,
+                batch_format="numpy",
+                fn_constructor_kwargs={
+                    "job": replace(
+                        job,
+                        options=replace(
+                            job.options,
+                            input_path=job.input_path.resolve(),
+                            output=job.output.resolve(),
+                        ),
+                        nlp=None,
+                        on_line=None,
+                    ),  # a node's working directory is not ours
+                    "weights": weights,
+                    "lang": lang,
+                    "ranges": ranges,
+                    "threads": threads_per_worker,
+                },
                 compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
-                num_cpus=threads_per_worker, num_gpus=gpus_per_worker or None, runtime_env=runtime_env)
+                num_cpus=threads_per_worker,
+                num_gpus=gpus_per_worker or None,
+                runtime_env=runtime_env,
+            )
             for row in written.iter_rows():
                 if row["error"]:
                     failures.append(row["error"])
@@ -204,6 +264,7 @@ def embed_job(job: Job, weights: str, *, address: str | None = None, workers: in
                 ray.shutdown()
     if failures:
         more = f" (and {len(failures) - 1} more shard(s) failed)" if len(failures) > 1 else ""
-        raise ElmoFileError(f"{failures[0]}{more}; the complete shards are kept: run the same command again")
+        raise ElmoFileError(
+            f"{failures[0]}{more}; the complete shards are kept: run the same command again"
+        )
     return True
-

@@ -1,5 +1,7 @@
-"""The input of `embed`: a UTF-8 text file (one sentence per line, only \\n ends a line, as `wc -l` counts)
-or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8 checked) and read lazily."""
+"""The input of `embed`: a UTF-8 text file (one sentence per line, only \\n ends a line, as `wc -l`
+counts) or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8 checked) and read
+lazily."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,13 +19,15 @@ from .options import DEFAULT_MAX_DOCBIN_BYTES
 
 
 def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> ElmoFileError:
-    return ElmoFileError(f"{path}: invalid UTF-8 on line {line}, byte {offset} of the file ({err.reason}): "
-                         "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)")
+    return ElmoFileError(
+        f"{path}: invalid UTF-8 on line {line}, byte {offset} of the file ({err.reason}): "
+        "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
+    )
 
 
 def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> dict[str, Any]:
-    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass (a DocBin:
-    decompressed to at most `max_docbin_bytes`).
+    """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass
+    (a DocBin: decompressed to at most `max_docbin_bytes`).
 
     Lines are counted as `wc -l` does (only \\n ends one; a last line without it counts too). Text
     is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
@@ -47,18 +51,29 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
     else:
         _check_utf8(path, rest, rest_at, lines)
         lines += last != b"\n"
-    return {"input": str(path.resolve()), "input_bytes": size, "input_sha256": digest.hexdigest(), "lines": lines}
+    return {
+        "input": str(path.resolve()),
+        "input_bytes": size,
+        "input_sha256": digest.hexdigest(),
+        "lines": lines,
+    }
 
 
 def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
     try:
         chunk.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise _bad_utf8(path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err) from None
+        raise _bad_utf8(
+            path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err
+        ) from None
 
 
-def read_sentences(path: Path, nlp: Language | None = None, skip: int = 0,
-                   max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> Iterator[tuple[str, list[str]]]:
+def read_sentences(
+    path: Path,
+    nlp: Language | None = None,
+    skip: int = 0,
+    max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES,
+) -> Iterator[tuple[str, list[str]]]:
     """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
     split on whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
     `max_docbin_bytes`); lazily, after `skip` lines.
@@ -94,21 +109,23 @@ def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
 
 
 def _docbin(path: Path, max_bytes: int) -> DocBin:
-    """The DocBin in `path`; ElmoFileError where it holds something else or decompresses to more than
-    `max_bytes` (checked first, a piece at a time: a zlib bomb never fills memory)."""
+    """The DocBin in `path`; ElmoFileError where it holds something else or decompresses to more
+    than `max_bytes` (checked first, a piece at a time: a zlib bomb never fills memory)."""
     with open_regular(path, "input") as f:
         data = f.read()
     inflater, size, view = zlib.decompressobj(), 0, memoryview(data)
     try:
         for at in range(0, len(data), 1 << 16):
-            pending = view[at:at + (1 << 16)]
+            pending = view[at : at + (1 << 16)]
             while pending and not inflater.eof:
                 size += len(inflater.decompress(pending, 1 << 22))
                 pending = inflater.unconsumed_tail
                 if size > max_bytes:
-                    raise ElmoFileError(f"{path}: decompresses to more than {max_bytes:,} bytes (a zlib bomb, or a "
-                                        "DocBin larger than the bound): give a higher --max-docbin-bytes where it "
-                                        "is a DocBin you trust")
+                    raise ElmoFileError(
+                        f"{path}: decompresses to more than {max_bytes:,} bytes (a zlib bomb, or a "
+                        "DocBin larger than the bound): give a higher --max-docbin-bytes where it "
+                        "is a DocBin you trust"
+                    )
     except zlib.error as err:
         raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None
     try:

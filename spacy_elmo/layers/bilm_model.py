@@ -1,13 +1,16 @@
 """The frozen biLM as a thinc layer (`spacy_elmo.ElmoModel.v1`), token texts -> layers:
 
-    List[List[str]] (one list per biLM input sequence) -> List[np.ndarray (n_layers + 1, n_tokens, 2P)]
+    List[List[str]] (one list per biLM input sequence) -> List[np.ndarray (n_layers + 1, n_tokens,
+    2P)]
 
-float32, on the CPU (ready to be stored on Docs). Regrouping by length and the token-layer cache live in
-the embedder (`ElmoEmbedder.embed`). Frozen: the network stays in eval mode whatever thinc asks, runs under
-inference mode and returns no gradient. Sizes come from the config (`options`, the bilm-tf options layout)
-or, when `options` is null, from the weights when they are loaded. Serialized through thinc with a safe
-format: msgpack holding the options JSON and a torch state dict read with `torch.load(..., weights_only=True)`.
+float32, on the CPU (ready to be stored on Docs). Regrouping by length and the token-layer cache
+live in the embedder (`ElmoEmbedder.embed`). Frozen: the network stays in eval mode whatever thinc
+asks, runs under inference mode and returns no gradient. Sizes come from the config (`options`, the
+bilm-tf options layout) or, when `options` is null, from the weights when they are loaded.
+Serialized through thinc with a safe format: msgpack holding the options JSON and a torch state dict
+read with `torch.load(..., weights_only=True)`.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +43,8 @@ from ..weights.own import MAX_TABLE_BYTES
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
-# A serialized model holds at most MAX_PARAMETERS weights of at most 4 bytes, its options and framing.
+# A serialized model holds at most MAX_PARAMETERS weights of at most 4 bytes, its options and
+# framing.
 MAX_SERIALIZED_BYTES = 4 * MAX_PARAMETERS + MAX_JSON_BYTES + MAX_TABLE_BYTES  # + a character table
 
 
@@ -48,17 +52,29 @@ class FrozenBiLM(nn.Module):
     """The embedder as a frozen feature extractor: `forward(sentences)` -> one float32 numpy array
     `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until sizes are known."""
 
-    def __init__(self, options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
-                 token_cache_size: int, precision: Precision = "float32"):
+    def __init__(
+        self,
+        options: Optional[BiLMOptions],
+        state: Optional[StatePolicy],
+        batch_size: int,
+        token_cache_size: int,
+        precision: Precision = "float32",
+    ):
         super().__init__()
         self.configured = options
-        self.state = None if state is None else StatePolicy.parse(state)  # None: the weights' own policy
+        self.state = (
+            None if state is None else StatePolicy.parse(state)
+        )  # None: the weights' own policy
         self.batch_size = check_batch_size(batch_size)
         self.token_cache_size = check_cache_size(token_cache_size)
         self.precision = check_precision(precision)
         self.embedder: Optional[ElmoEmbedder] = None
-        if options is not None and not options.char_table:  # a character table comes with the weights
-            self.embedder = ElmoEmbedder(BiLM(options), state=state or "warm", cache_size=token_cache_size)
+        if (
+            options is not None and not options.char_table
+        ):  # a character table comes with the weights
+            self.embedder = ElmoEmbedder(
+                BiLM(options), state=state or "warm", cache_size=token_cache_size
+            )
         self.has_weights = False
 
     def train(self, mode: bool = True) -> "FrozenBiLM":
@@ -71,7 +87,9 @@ class FrozenBiLM(nn.Module):
         if self.state is not None:
             embedder.state_policy = self.state
         if embedder.state_policy.warm_start:
-            embedder.network.warm_state(1)  # ElmoConfigError now where there is no warm-up text (see load_bilm)
+            embedder.network.warm_state(
+                1
+            )  # ElmoConfigError now where there is no warm-up text (see load_bilm)
         embedder.token_cache.capacity = int(self.token_cache_size)
         embedder.token_cache.clear()
         embedder.eval()
@@ -82,7 +100,8 @@ class FrozenBiLM(nn.Module):
     def forward(self, sentences: List[List[str]]) -> List[np.ndarray]:
         if self.embedder is None or not self.has_weights:
             raise RuntimeError(
-                "the ELMo biLM has no weights yet: set the 'weights' of the elmo component and call "
+                "the ELMo biLM has no weights yet: set the 'weights' of the elmo component and "
+                "call "
                 "nlp.initialize(), or load a saved pipeline"
             )
         return self.embedder.embed(sentences, batch_size=self.batch_size)
@@ -96,30 +115,46 @@ def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: 
     diff = [f"{k}: config {want[k]!r}, weights {got[k]!r}" for k in want if want[k] != got.get(k)]
     if diff:
         raise ElmoFileError(
-            f"the ELMo sizes in the config disagree with the weights from {source} ({'; '.join(diff)}). "
-            "Set [components.elmo.model.options] to the weights' options, or to null to take them from the weights."
+            f"the ELMo sizes in the config disagree with the weights from {source} "
+            f"({'; '.join(diff)}). "
+            "Set [components.elmo.model.options] to the weights' options, or to null to take them "
+            "from the weights."
         )
 
 
 def serialize_bilm(module: FrozenBiLM) -> bytes:
-    """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network), state (the
-    policy), warm_state (whether the state dict holds one)}`, and `char_table` (JSON) where the model has one."""
+    """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network),
+    state (the policy), warm_state (whether the state dict holds one)}`, and `char_table` (JSON)
+    where the model has one."""
     if module.embedder is None or not module.has_weights:
-        raise ElmoConfigError("cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())")
+        raise ElmoConfigError(
+            "cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())"
+        )
     network = module.embedder.network
     buf = BytesIO()
     torch.save({k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}, buf)
-    msg = {"format": SERIAL_FORMAT, "version": SERIAL_VERSION, "options": json.dumps(network.options.to_dict()),
-           "state_dict": buf.getvalue(), "state": module.embedder.state_policy.value, "warm_state": network.has_warm_state}
+    msg = {
+        "format": SERIAL_FORMAT,
+        "version": SERIAL_VERSION,
+        "options": json.dumps(network.options.to_dict()),
+        "state_dict": buf.getvalue(),
+        "state": module.embedder.state_policy.value,
+        "warm_state": network.has_warm_state,
+    }
     if isinstance(network.token_encoder.token_ids, CharTable):
         msg["char_table"] = network.token_encoder.token_ids.to_json()
     return srsly.msgpack_dumps(msg)
 
 
 def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> FrozenBiLM:
-    """The inverse of `serialize_bilm`; what cannot be read raises ElmoFileError (`ElmoBiLMModel` names the source)."""
+    """The inverse of `serialize_bilm`; what cannot be read raises ElmoFileError (`ElmoBiLMModel`
+    names the source)."""
     msg = srsly.msgpack_loads(data)
-    if not isinstance(msg, dict) or msg.get("format") != SERIAL_FORMAT or msg.get("version") != SERIAL_VERSION:
+    if (
+        not isinstance(msg, dict)
+        or msg.get("format") != SERIAL_FORMAT
+        or msg.get("version") != SERIAL_VERSION
+    ):
         raise ElmoFileError(f"not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
     if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
         raise ElmoFileError("the serialized model lacks its options or its weights")
@@ -136,35 +171,55 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
     if options.char_table:
         if not isinstance(msg.get("char_table"), str):
             raise ElmoFileError("the serialized model lacks its character table")
-        table = CharTable.from_json(msg["char_table"], options.max_characters_per_token, options.n_characters,
-                                    options.n_words, "its character table")
+        table = CharTable.from_json(
+            msg["char_table"],
+            options.max_characters_per_token,
+            options.n_characters,
+            options.n_words,
+            "its character table",
+        )
     state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
-    embedder = bilm_from_state_dict(options, state_dict, "weights", policy, module.token_cache_size, table,
-                                    warm_state=msg.get("warm_state", True) is True)
+    embedder = bilm_from_state_dict(
+        options,
+        state_dict,
+        "weights",
+        policy,
+        module.token_cache_size,
+        table,
+        warm_state=msg.get("warm_state", True) is True,
+    )
     module.set_embedder(embedder, "the serialized pipeline")
     return module.to(device)
 
 
-def bilm_forward(model: Model, sentences: List[List[str]], is_train: bool) -> Tuple[List[np.ndarray], Callable]:
-    """Token texts per sequence -> float32 layers `(n_layers + 1, n_tokens, 2P)`; no gradient (frozen)."""
+def bilm_forward(
+    model: Model, sentences: List[List[str]], is_train: bool
+) -> Tuple[List[np.ndarray], Callable]:
+    """Token texts per sequence -> float32 layers `(n_layers + 1, n_tokens, 2P)`; no gradient
+    (frozen)."""
     return frozen_bilm(model)(sentences), lambda d_layers: []
 
 
 class ElmoBiLMModel(Model):
-    """The thinc Model of the frozen biLM, whose `from_bytes` / `from_disk` turn data they cannot read into
-    one ElmoFileError naming the source (thinc and msgpack raise many types for corrupt data)."""
+    """The thinc Model of the frozen biLM, whose `from_bytes` / `from_disk` turn data they cannot
+    read into one ElmoFileError naming the source (thinc and msgpack raise many types for corrupt
+    data)."""
 
     __slots__ = ()
 
     def __init__(self, module: FrozenBiLM):
-        shim = PyTorchShim(module, serialize_model=serialize_bilm, deserialize_model=deserialize_bilm)
+        shim = PyTorchShim(
+            module, serialize_model=serialize_bilm, deserialize_model=deserialize_bilm
+        )
         super().__init__("elmo_bilm", bilm_forward, shims=[shim])
 
     def from_bytes(self, bytes_data: bytes) -> "ElmoBiLMModel":
         return self._read(bytes_data, "the serialized pipeline")
 
     def from_disk(self, path: Union[str, Path]) -> "ElmoBiLMModel":
-        return self._read(read_regular(path, "ELMo model of the pipeline", MAX_SERIALIZED_BYTES), str(path))
+        return self._read(
+            read_regular(path, "ELMo model of the pipeline", MAX_SERIALIZED_BYTES), str(path)
+        )
 
     def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
         try:
@@ -172,15 +227,22 @@ class ElmoBiLMModel(Model):
         except (ElmoFileError, ElmoResourceError) as err:
             raise type(err)(f"{source}: {err}") from None
         except Exception as err:
-            raise ElmoFileError(f"{source}: not a serialized ELMo model, truncated or corrupt? "
-                                f"({type(err).__name__}: {err})") from None
+            raise ElmoFileError(
+                f"{source}: not a serialized ELMo model, truncated or corrupt? "
+                f"({type(err).__name__}: {err})"
+            ) from None
         return self
 
 
-def bilm_layer(options: Optional[BiLMOptions], state: Optional[StatePolicy], batch_size: int,
-               token_cache_size: int, precision: Precision = "float32") -> ElmoBiLMModel:
-    """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the weights;
-    `state` None: the weights' own policy."""
+def bilm_layer(
+    options: Optional[BiLMOptions],
+    state: Optional[StatePolicy],
+    batch_size: int,
+    token_cache_size: int,
+    precision: Precision = "float32",
+) -> ElmoBiLMModel:
+    """The frozen biLM as a thinc layer (see the module docstring); `options` None: sizes from the
+    weights; `state` None: the weights' own policy."""
     return ElmoBiLMModel(FrozenBiLM(options, state, batch_size, token_cache_size, precision))
 
 
@@ -198,14 +260,20 @@ def get_embedder(model: Model) -> Optional[ElmoEmbedder]:
 def load_weights(model: Model, path: Union[str, Path, Tuple[str, str]]) -> ElmoEmbedder:
     """Load weights (anything `load_bilm` accepts) into an `ElmoModel.v1`; sizes are checked."""
     module = frozen_bilm(model)
-    embedder = load_bilm(tuple(path) if isinstance(path, (list, tuple)) else path, state=module.state,
-                         cache_size=module.token_cache_size)
+    embedder = load_bilm(
+        tuple(path) if isinstance(path, (list, tuple)) else path,
+        state=module.state,
+        cache_size=module.token_cache_size,
+    )
     module.set_embedder(embedder, str(path))
     return module.embedder
 
 
-def read_component_bilm(path: Union[str, Path], state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:
-    """The biLM that an `elmo` component saved at `path` (`PIPELINE/NAME/model`, by `nlp.to_disk`), read as
-    `spacy.load` reads it; `state` None: the policy saved with it. For `load_bilm` of a pipeline directory."""
+def read_component_bilm(
+    path: Union[str, Path], state: Optional[StatePolicy], cache_size: int
+) -> ElmoEmbedder:
+    """The biLM that an `elmo` component saved at `path` (`PIPELINE/NAME/model`, by `nlp.to_disk`),
+    read as `spacy.load` reads it; `state` None: the policy saved with it. For `load_bilm` of a
+    pipeline directory."""
     model = bilm_layer(None, state, 64, cache_size).from_disk(path)
     return frozen_bilm(model).embedder

@@ -1,9 +1,12 @@
-"""A task's own mix of the biLM's layers (`spacy_elmo.ElmoFeatures`): Docs -> `gamma * sum_j softmax(s)_j h_j`
-(Peters et al. 2018, sec. 3.3), read from the layers that `elmo` stored on each Doc.
+"""A task's own mix of the biLM's layers (`spacy_elmo.ElmoFeatures`): Docs -> `gamma * sum_j
+softmax(s)_j h_j` (Peters et al. 2018, sec. 3.3), read from the layers that `elmo` stored on each
+Doc.
 
-Sizes left null are set at initialize: by the `elmo` component that the mix listens to (`Elmo.find_listeners`
-links them, as spaCy links a tok2vec to its listeners), or from the layers of the Docs it is initialized on.
+Sizes left null are set at initialize: by the `elmo` component that the mix listens to
+(`Elmo.find_listeners` links them, as spaCy links a tok2vec to its listeners), or from the layers of
+the Docs it is initialized on.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -24,15 +27,16 @@ MISSING_FEATURES = (
     "annotating_components so that it annotates every batch."
 )
 NO_SIZES = (
-    "ElmoFeatures has n_layers or width null and nothing to take them from: initialize it in a pipeline "
+    "ElmoFeatures has n_layers or width null and nothing to take them from: initialize it in a "
+    "pipeline "
     "after an 'elmo' component (nlp.initialize), or on Docs that 'elmo' annotated, or set them"
 )
 
 
 class ShapeInferenceDocs:
-    """The Docs `mix_init` saw without features, held weakly: only these may get zeros, and only outside
-    training (shape inference in `nlp.initialize` runs `predict` on them right after `init`). Copies and
-    pickles start empty; thinc does not serialize it."""
+    """The Docs `mix_init` saw without features, held weakly: only these may get zeros, and only
+    outside training (shape inference in `nlp.initialize` runs `predict` on them right after
+    `init`). Copies and pickles start empty; thinc does not serialize it."""
 
     def __init__(self) -> None:
         self.docs: "weakref.WeakSet[Doc]" = weakref.WeakSet()
@@ -45,14 +49,16 @@ class ShapeInferenceDocs:
 
 
 class Upstream:
-    """The `elmo` component a mix listens to (set by its `add_listener`), held weakly; copies share it,
-    pickles and thinc's serialization drop it (spaCy links the components again when it loads them)."""
+    """The `elmo` component a mix listens to (set by its `add_listener`), held weakly; copies share
+    it, pickles and thinc's serialization drop it (spaCy links the components again when it loads
+    them)."""
 
     def __init__(self, component=None) -> None:
         self._ref = weakref.ref(component) if component is not None else None
 
     def sizes(self) -> Optional[Tuple[int, int, str]]:
-        """`(n_layers, width, source)` of the component's biLM (its weights loaded if they are not yet), or None."""
+        """`(n_layers, width, source)` of the component's biLM (its weights loaded if they are not
+        yet), or None."""
         component = self._ref() if self._ref is not None else None
         if component is None:
             return None
@@ -67,26 +73,48 @@ class Upstream:
 
 
 def elmo_mix(
-    n_layers: Optional[int], width: Optional[int], *, l2: float = 0.0, layer_norm: bool = False,
+    n_layers: Optional[int],
+    width: Optional[int],
+    *,
+    l2: float = 0.0,
+    layer_norm: bool = False,
     layers: Optional[List[int]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """Docs -> `gamma * sum_j softmax(s)_j h_j` over the biLM's layers j in `layers` (None: all), `(n_tokens, width)`
-    per Doc; params `s` `(len(layers) or n_layers,)`, `gamma` `(1,)`. Null sizes are set by `mix_init`."""
+    """Docs -> `gamma * sum_j softmax(s)_j h_j` over the biLM's layers j in `layers` (None: all),
+    `(n_tokens, width)` per Doc; params `s` `(len(layers) or n_layers,)`, `gamma` `(1,)`. Null sizes
+    are set by `mix_init`."""
     if layers is not None:
-        if (not isinstance(layers, (list, tuple)) or not layers or len(set(layers)) != len(layers)
-                or any(isinstance(j, bool) or not isinstance(j, int) for j in layers)):
-            raise ElmoConfigError(f"ElmoFeatures: layers must be a non-empty list of distinct layer indices (or "
-                                  f"null for all), got {layers!r}")
+        if (
+            not isinstance(layers, (list, tuple))
+            or not layers
+            or len(set(layers)) != len(layers)
+            or any(isinstance(j, bool) or not isinstance(j, int) for j in layers)
+        ):
+            raise ElmoConfigError(
+                f"ElmoFeatures: layers must be a non-empty list of distinct layer indices (or "
+                f"null for all), got {layers!r}"
+            )
         layers = sorted(layers)
-    return Model(MIX_NAME, mix_forward, init=mix_init, dims={"nL": n_layers, "nO": width},
-                 params={"s": None, "gamma": None},
-                 attrs={"l2": float(l2), "layer_norm": bool(layer_norm), "shape_inference_docs": ShapeInferenceDocs(),
-                        "upstream": Upstream(), "layers": layers})
+    return Model(
+        MIX_NAME,
+        mix_forward,
+        init=mix_init,
+        dims={"nL": n_layers, "nO": width},
+        params={"s": None, "gamma": None},
+        attrs={
+            "l2": float(l2),
+            "layer_norm": bool(layer_norm),
+            "shape_inference_docs": ShapeInferenceDocs(),
+            "upstream": Upstream(),
+            "layers": layers,
+        },
+    )
 
 
 def mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
-    """Take null sizes from the Docs' layers (checking set ones against them), else from the `elmo` component
-    the mix listens to; then allocate `s` and `gamma`. Raises ElmoConfigError where a size is still null."""
+    """Take null sizes from the Docs' layers (checking set ones against them), else from the `elmo`
+    component the mix listens to; then allocate `s` and `gamma`. Raises ElmoConfigError where a size
+    is still null."""
     docs = list(X or [])
     found = docs_sizes(docs)
     if found is not None:
@@ -126,8 +154,8 @@ def feature_paths(section: dict, prefix: str) -> List[str]:
 
 
 def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[str]) -> None:
-    """Set the null sizes of an `elmo_mix`; raise one line naming both sizes and the override where a set one
-    differs."""
+    """Set the null sizes of an `elmo_mix`; raise one line naming both sizes and the override where
+    a set one differs."""
     wrong = []
     for dim, setting, value in (("nL", "n_layers", n_layers), ("nO", "width", width)):
         configured = model.maybe_get_dim(dim)
@@ -136,7 +164,9 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
         elif configured != value:
             wrong.append((setting, configured, value))
     if wrong:
-        fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [f"{s} = {v}" for s, _, v in wrong]
+        fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [
+            f"{s} = {v}" for s, _, v in wrong
+        ]
         raise ElmoConfigError(
             f"ElmoFeatures is configured with {', '.join(f'{s} = {c}' for s, c, _ in wrong)}, but "
             f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: set {' and '.join(fixes)} "
@@ -146,13 +176,18 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
 
 
 def check_layers(model: Model, paths: List[str]) -> None:
-    """Raise one line naming `layers` (and its overrides in `paths`) where an index is not a layer of the biLM."""
+    """Raise one line naming `layers` (and its overrides in `paths`) where an index is not a layer
+    of the biLM."""
     n_layers, chosen = model.get_dim("nL"), model.attrs["layers"]
     if chosen is not None and not all(0 <= j < n_layers for j in chosen):
         overrides = " or ".join(f"--{path}.layers" for path in paths)
-        fix = f": set {overrides} to indices below {n_layers} (or null: all layers)" if paths else ""
-        raise ElmoConfigError(f"ElmoFeatures: layers = {chosen}, but the biLM has layers 0 to {n_layers - 1} "
-                              f"(0: the token layer){fix}")
+        fix = (
+            f": set {overrides} to indices below {n_layers} (or null: all layers)" if paths else ""
+        )
+        raise ElmoConfigError(
+            f"ElmoFeatures: layers = {chosen}, but the biLM has layers 0 to {n_layers - 1} "
+            f"(0: the token layer){fix}"
+        )
 
 
 def mixed_layers(model: Model) -> List[int]:
@@ -162,7 +197,8 @@ def mixed_layers(model: Model) -> List[int]:
 
 
 def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d, List[int]]:
-    """The Docs' stored layers, concatenated: float32 `(n_layers, sum(n_tokens), width)`, and the lengths."""
+    """The Docs' stored layers, concatenated: float32 `(n_layers, sum(n_tokens), width)`, and the
+    lengths."""
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     arrays = []
     for doc in docs:
@@ -173,13 +209,22 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
             arrays.append(np.zeros((nL, len(doc), nO), dtype=np.float32))
             continue
         if data.layers is None:
-            raise ElmoConfigError("the 'elmo' component kept only the mix (keep_layers = false); "
-                             "set [components.elmo] keep_layers = true to train ElmoFeatures")
+            raise ElmoConfigError(
+                "the 'elmo' component kept only the mix (keep_layers = false); "
+                "set [components.elmo] keep_layers = true to train ElmoFeatures"
+            )
         if data.layers.shape != (nL, len(doc), nO):
-            raise ElmoConfigError(f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
-                             f"ElmoFeatures is configured with n_layers={nL}, width={nO}: set them to the biLM's sizes")
+            raise ElmoConfigError(
+                f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
+                f"ElmoFeatures is configured with n_layers={nL}, width={nO}: set them to the "
+                f"biLM's sizes"
+            )
         arrays.append(data.layers)
-    X = np.concatenate(arrays, axis=1).astype(np.float32, copy=False) if arrays else np.zeros((nL, 0, nO), "f")
+    X = (
+        np.concatenate(arrays, axis=1).astype(np.float32, copy=False)
+        if arrays
+        else np.zeros((nL, 0, nO), "f")
+    )
     if model.attrs["layer_norm"]:
         X = (X - X.mean(-1, keepdims=True)) / np.sqrt(X.var(-1, keepdims=True) + 1e-6)
     return model.ops.asarray3f(X), [len(doc) for doc in docs]
@@ -208,8 +253,8 @@ def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Flo
 
 
 def learned_mix(model: Model) -> Floats1d:
-    """The softmax-normalised mix `(n_layers,)` of the first `elmo_mix` inside `model`: 0 for a layer outside
-    its `layers`."""
+    """The softmax-normalised mix `(n_layers,)` of the first `elmo_mix` inside `model`: 0 for a
+    layer outside its `layers`."""
     for node in model.walk():
         if node.name == MIX_NAME:
             weights = node.ops.alloc1f(node.get_dim("nL"))

@@ -12,6 +12,7 @@ and every sentence as an array of indices into them). Batches hold, for both dir
 Direction 0 reads left to right; direction 1 reads the same text reversed (`</S> w_n ... w_1 <S>`),
 already in its reading order, as bilm-tf trains its backward LM.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -39,7 +40,8 @@ Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 
 # ---------------------------------------------------------------------- files and tokenizers
 def corpus_files(path, what: str) -> List[Path]:
-    """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of those."""
+    """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of
+    those."""
     if path is None:
         raise ElmoConfigError(f"no {what} corpus given (set --{what} or corpus.{what})")
     if isinstance(path, (list, tuple)):
@@ -50,8 +52,11 @@ def corpus_files(path, what: str) -> List[Path]:
     if not path.is_dir():
         regular_file(path, f"{what} corpus file")
         return [path]
-    files = sorted(p for p in path.rglob("*")
-                   if not p.is_dir() and not any(s.startswith(".") for s in p.relative_to(path).parts))
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if not p.is_dir() and not any(s.startswith(".") for s in p.relative_to(path).parts)
+    )
     if not files:
         raise ElmoFileError(f"{what} corpus directory {path} holds no files")
     for file in files:  # a FIFO or a device among them is refused, not skipped
@@ -63,7 +68,11 @@ def read_lines(path: Path) -> Iterator[str]:
     """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
     try:
         with open_regular(path, "corpus file") as raw:
-            text = gzip.open(raw, "rt", encoding=TEXT_ENCODING) if path.suffix == ".gz" else io.TextIOWrapper(raw, TEXT_ENCODING)
+            text = (
+                gzip.open(raw, "rt", encoding=TEXT_ENCODING)
+                if path.suffix == ".gz"
+                else io.TextIOWrapper(raw, TEXT_ENCODING)
+            )
             with text:
                 yield from text
     except (OSError, UnicodeDecodeError) as err:
@@ -73,9 +82,11 @@ def read_lines(path: Path) -> Iterator[str]:
 def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Tokenizer:
     """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`."""
     if kind == "whitespace":
+
         def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
             for line in lines:
                 yield (line.lower() if lowercase else line).split()
+
         return tokenize
     import spacy
 
@@ -88,6 +99,7 @@ def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Toke
         stripped = ((line.lower() if lowercase else line).strip() for line in lines)
         for doc in tokenizer.pipe(stripped, batch_size=1000):
             yield [t.text for t in doc if not t.is_space]
+
     return tokenize
 
 
@@ -107,13 +119,20 @@ class TokenizedFile:
 
 
 def tokenize_file(path: Path, tokenize: Tokenizer, max_len: int) -> TokenizedFile:
-    """Read and tokenize `path`; empty lines are skipped, long sentences cut into `max_len` pieces."""
+    """Read and tokenize `path`; empty lines are skipped, long sentences cut into `max_len`
+    pieces."""
     index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
     sentences: List[np.ndarray] = []
     for tokens in tokenize(read_lines(path)):
-        ids = np.fromiter((index.setdefault(t, len(index)) for t in tokens), dtype=np.int32, count=len(tokens))
+        ids = np.fromiter(
+            (index.setdefault(t, len(index)) for t in tokens), dtype=np.int32, count=len(tokens)
+        )
         sentences.extend(ids[i : i + max_len] for i in range(0, len(ids), max_len))
-    counts = np.bincount(np.concatenate(sentences), minlength=len(index)) if sentences else np.zeros(len(index))
+    counts = (
+        np.bincount(np.concatenate(sentences), minlength=len(index))
+        if sentences
+        else np.zeros(len(index))
+    )
     return TokenizedFile(path, list(index), counts.astype(np.int64), sentences)
 
 
@@ -122,8 +141,12 @@ def merge_files(files: Sequence[TokenizedFile]) -> TokenizedFile:
     if len(files) == 1:
         return files[0]
     index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
-    remaps = [np.fromiter((index.setdefault(t, len(index)) for t in f.texts), dtype=np.int32, count=len(f.texts))
-              for f in files]
+    remaps = [
+        np.fromiter(
+            (index.setdefault(t, len(index)) for t in f.texts), dtype=np.int32, count=len(f.texts)
+        )
+        for f in files
+    ]
     counts = np.zeros(len(index), dtype=np.int64)
     sentences: List[np.ndarray] = []
     for f, remap in zip(files, remaps):
@@ -146,24 +169,36 @@ class Vocab:
         return len(self.words)
 
     @classmethod
-    def build(cls, counts: Counter, size: Optional[int], unk_token: Optional[str] = None,
-              shrink: bool = False) -> "Vocab":
-        """The `size` most frequent words of `counts` (ties by text); `size=None`: all of them. A `size`
-        larger than the number of distinct words is an error, or with `shrink` means all of them."""
+    def build(
+        cls,
+        counts: Counter,
+        size: Optional[int],
+        unk_token: Optional[str] = None,
+        shrink: bool = False,
+    ) -> "Vocab":
+        """The `size` most frequent words of `counts` (ties by text); `size=None`: all of them. A
+        `size` larger than the number of distinct words is an error, or with `shrink` means all of
+        them."""
         counts = Counter({w: n for w, n in counts.items() if w not in SPECIALS and w != unk_token})
         if not counts:
-            raise ElmoFileError("the training corpus holds no words (empty files or empty lines only)")
+            raise ElmoFileError(
+                "the training corpus holds no words (empty files or empty lines only)"
+            )
         if size is not None and size > len(counts) and not shrink:
             raise ElmoFileError(
-                f"vocab.size = {size} is larger than the training corpus, which has only {len(counts)} distinct "
+                f"vocab.size = {size} is larger than the training corpus, which has only "
+                f"{len(counts)} distinct "
                 f"words; set --vocab.size {len(counts)} (or null to keep every word)"
             )
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return cls([*SPECIALS, *(w for w, _ in ranked[:size])])
 
     def lookup(self, texts: Sequence[str], unk_token: Optional[str] = None) -> np.ndarray:
-        """Token texts -> int64 output ids `(len(texts),)`; unknown words (and `unk_token`) -> `<unk>`."""
-        return np.array([UNK_ID if t == unk_token else self.index.get(t, UNK_ID) for t in texts], dtype=np.int64)
+        """Token texts -> int64 output ids `(len(texts),)`; unknown words (and `unk_token`) ->
+        `<unk>`."""
+        return np.array(
+            [UNK_ID if t == unk_token else self.index.get(t, UNK_ID) for t in texts], dtype=np.int64
+        )
 
     def to_str(self) -> str:
         return "".join(w + "\n" for w in self.words)
@@ -192,23 +227,43 @@ class Batch(NamedTuple):
         return int(self.mask[0].sum())
 
 
-def make_batch(inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray, texts: Sequence[str],
-               out_ids: np.ndarray) -> Batch:
-    """inputs, targets `(2, B, T)` text indices; mask `(2, B, T)` -> `Batch` (targets as output ids)."""
+def make_batch(
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    mask: np.ndarray,
+    texts: Sequence[str],
+    out_ids: np.ndarray,
+) -> Batch:
+    """inputs, targets `(2, B, T)` text indices; mask `(2, B, T)` -> `Batch` (targets as output
+    ids)."""
     types, inverse = np.unique(inputs, return_inverse=True)
     chars = torch.from_numpy(words_char_ids([texts[i] for i in types]))
-    return Batch(torch.from_numpy(inverse.reshape(inputs.shape).astype(np.int64)), chars,
-                 torch.from_numpy(out_ids[targets]), torch.from_numpy(mask))
+    return Batch(
+        torch.from_numpy(inverse.reshape(inputs.shape).astype(np.int64)),
+        chars,
+        torch.from_numpy(out_ids[targets]),
+        torch.from_numpy(mask),
+    )
 
 
-def stream_batches(f: TokenizedFile, order: np.ndarray, out_ids: np.ndarray, rows: int, window: int,
-                   rank: int, world: int) -> List[Callable[[], Batch]]:
-    """bilm-tf's packed windows. Sentences (in `order`, each `<S> w.. </S>`) form one stream, cut into
-    `world * rows` equal parts; this rank reads parts `rank * rows ...`. Window i of a part holds its
-    tokens `i*window ... (i+1)*window - 1` and, for direction 1, the same of the reversed part."""
+def stream_batches(
+    f: TokenizedFile,
+    order: np.ndarray,
+    out_ids: np.ndarray,
+    rows: int,
+    window: int,
+    rank: int,
+    world: int,
+) -> List[Callable[[], Batch]]:
+    """bilm-tf's packed windows. Sentences (in `order`, each `<S> w.. </S>`) form one stream, cut
+    into `world * rows` equal parts; this rank reads parts `rank * rows ...`. Window i of a part
+    holds its tokens `i*window ... (i+1)*window - 1` and, for direction 1, the same of the reversed
+    part."""
     stream = np.concatenate([np.concatenate(([BOS_ID], f.sentences[i], [EOS_ID])) for i in order])
     part = len(stream) // (world * rows)
-    parts = stream[: world * rows * part].reshape(world * rows, part)[rank * rows : (rank + 1) * rows]
+    parts = stream[: world * rows * part].reshape(world * rows, part)[
+        rank * rows : (rank + 1) * rows
+    ]
     both = np.stack([parts, parts[:, ::-1]])  # (2, rows, part)
     mask = np.ones((2, rows, window), dtype=bool)
 
@@ -220,11 +275,19 @@ def stream_batches(f: TokenizedFile, order: np.ndarray, out_ids: np.ndarray, row
     return [lambda i=i: batch(i) for i in range((part - 1) // window)] if part > 0 else []
 
 
-def sentence_batches(f: TokenizedFile, order: np.ndarray, out_ids: np.ndarray, batch_tokens: int,
-                     rank: int, world: int, rng: np.random.RandomState) -> List[Callable[[], Batch]]:
+def sentence_batches(
+    f: TokenizedFile,
+    order: np.ndarray,
+    out_ids: np.ndarray,
+    batch_tokens: int,
+    rank: int,
+    world: int,
+    rng: np.random.RandomState,
+) -> List[Callable[[], Batch]]:
     """One sentence per row. Sentences (in `order`) are sorted by length within pools of about 50
     batches and grouped under `world * batch_tokens` padded positions; batches are then shuffled and
-    rank r takes sentences r, r + world, ... of each (batches with fewer than `world` are dropped)."""
+    rank r takes sentences r, r + world, ... of each (batches with fewer than `world` are
+    dropped)."""
     budget = world * batch_tokens
     lengths = np.array([len(f.sentences[i]) + 1 for i in order])
     pool = max(1, 50 * budget // max(1, int(lengths.mean()) if len(lengths) else 1))
@@ -290,9 +353,13 @@ class TrainingCorpus:
             if self.n_tokens <= MAX_CACHED_TOKENS:
                 kept.append(f)
         if self.n_tokens == 0:
-            raise ElmoFileError(f"the training corpus {', '.join(map(str, self.files))} is empty "
-                                f"(no tokens in {len(self.files)} file(s))")
-        self.pool: Optional[TokenizedFile] = merge_files(kept) if self.n_tokens <= MAX_CACHED_TOKENS else None
+            raise ElmoFileError(
+                f"the training corpus {', '.join(map(str, self.files))} is empty "
+                f"(no tokens in {len(self.files)} file(s))"
+            )
+        self.pool: Optional[TokenizedFile] = (
+            merge_files(kept) if self.n_tokens <= MAX_CACHED_TOKENS else None
+        )
 
     @property
     def n_units(self) -> int:
@@ -300,11 +367,25 @@ class TrainingCorpus:
         return 1 if self.pool is not None else len(self.files)
 
     def unit(self, i: int) -> TokenizedFile:
-        return self.pool if self.pool is not None else tokenize_file(self.files[i], self.tokenize, self.max_len)
+        return (
+            self.pool
+            if self.pool is not None
+            else tokenize_file(self.files[i], self.tokenize, self.max_len)
+        )
 
-    def batches(self, start: Position, seed: int, vocab: Vocab, unk_token: Optional[str], scheme: str,
-                batch_tokens: int, window: int, rank: int = 0, world: int = 1,
-                max_epochs: Optional[int] = None) -> Iterator[Tuple[Position, Batch]]:
+    def batches(
+        self,
+        start: Position,
+        seed: int,
+        vocab: Vocab,
+        unk_token: Optional[str],
+        scheme: str,
+        batch_tokens: int,
+        window: int,
+        rank: int = 0,
+        world: int = 1,
+        max_epochs: Optional[int] = None,
+    ) -> Iterator[Tuple[Position, Batch]]:
         """Yield `(position after the batch, batch)` from `start` on, epoch after epoch."""
         epoch, first_file, first_batch = start
         while max_epochs is None or epoch < max_epochs:
@@ -316,17 +397,27 @@ class TrainingCorpus:
                 order = rng.permutation(len(f.sentences))
                 out_ids = vocab.lookup(f.texts, unk_token)
                 if scheme == "stream":
-                    makers = stream_batches(f, order, out_ids, batch_tokens // window, window, rank, world)
+                    makers = stream_batches(
+                        f, order, out_ids, batch_tokens // window, window, rank, world
+                    )
                 else:
                     makers = sentence_batches(f, order, out_ids, batch_tokens, rank, world, rng)
                 n_batches += len(makers)
                 for bi in range(first_batch, len(makers)):
-                    nxt = Position(epoch, fi, bi + 1) if bi + 1 < len(makers) else Position(epoch, fi + 1, 0)
-                    yield (Position(epoch + 1, 0, 0) if nxt.file == self.n_units else nxt), makers[bi]()
+                    nxt = (
+                        Position(epoch, fi, bi + 1)
+                        if bi + 1 < len(makers)
+                        else Position(epoch, fi + 1, 0)
+                    )
+                    yield (
+                        (Position(epoch + 1, 0, 0) if nxt.file == self.n_units else nxt),
+                        makers[bi](),
+                    )
                 first_batch = 0
             if n_batches == 0 and first_file == 0:
                 raise ElmoConfigError(
-                    f"the training corpus ({self.n_tokens} tokens) is too small for one batch: lower "
+                    f"the training corpus ({self.n_tokens} tokens) is too small for one batch: "
+                    f"lower "
                     f"training.batch_tokens (now {batch_tokens}) or training.window (now {window})"
                 )
             epoch, first_file = epoch + 1, 0
@@ -345,7 +436,9 @@ class DevSet(NamedTuple):
         return sum(len(s) + 1 for s in self.sentences)
 
 
-def load_dev(path, tokenize: Tokenizer, max_len: int, vocab: Vocab, unk_token: Optional[str]) -> DevSet:
+def load_dev(
+    path, tokenize: Tokenizer, max_len: int, vocab: Vocab, unk_token: Optional[str]
+) -> DevSet:
     """Read the dev corpus; refuse an empty one or one whose words are all out of the vocabulary."""
     sentences: List[List[str]] = []
     for p in corpus_files(path, "dev"):
@@ -359,6 +452,7 @@ def load_dev(path, tokenize: Tokenizer, max_len: int, vocab: Vocab, unk_token: O
     if n_known == 0:
         raise ElmoFileError(
             f"every one of the {n_words} words of the dev corpus {path} is out of the vocabulary "
-            f"({len(vocab) - 3} words from the training corpus): is it the same language, casing and tokenization?"
+            f"({len(vocab) - 3} words from the training corpus): is it the same language, casing "
+            f"and tokenization?"
         )
     return DevSet(sentences, ids)

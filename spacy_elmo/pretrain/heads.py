@@ -3,6 +3,7 @@
 Every head maps `h` `(N, P)` and `targets` `(N,)` to the negative log-likelihood `(N,)`. In eval
 mode it is exact (full normalisation); `SampledSoftmax` approximates it in train mode.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,16 +33,21 @@ class SampledSoftmax(FullSoftmax):
     log-uniform (Zipf) distribution over ids sorted by frequency, with logits corrected by the log
     expected count and accidental hits removed. The full softmax in eval mode.
 
-    Negatives come from `generator` (its state is saved in checkpoints, so resumed runs repeat them).
+    Negatives come from `generator` (its state is saved in checkpoints, so resumed runs repeat
+    them).
     """
 
-    def __init__(self, dim: int, vocab_size: int, n_samples: int, generator: Optional[torch.Generator] = None):
+    def __init__(
+        self, dim: int, vocab_size: int, n_samples: int, generator: Optional[torch.Generator] = None
+    ):
         super().__init__(dim, vocab_size)
         self.n_samples = min(n_samples, vocab_size)
         self.generator = generator or torch.Generator()
         ids = torch.arange(vocab_size, dtype=torch.float64)
         log_q = torch.log(torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0))
-        self.register_buffer("log_expected", (log_q + math.log(self.n_samples)).float(), persistent=False)
+        self.register_buffer(
+            "log_expected", (log_q + math.log(self.n_samples)).float(), persistent=False
+        )
 
     def sample(self) -> Tensor:
         """`(n_samples,)` ids, with replacement, P(k) = log((k + 2) / (k + 1)) / log(V + 1)."""
@@ -53,30 +59,45 @@ class SampledSoftmax(FullSoftmax):
         if not self.training:
             return super().forward(h, targets)
         sampled = self.sample()
-        true_logit = (h * self.weight[targets]).sum(-1) + self.bias[targets] - self.log_expected[targets]
-        sampled_logits = F.linear(h, self.weight[sampled], self.bias[sampled] - self.log_expected[sampled])
-        sampled_logits = sampled_logits.masked_fill(targets.unsqueeze(1) == sampled.unsqueeze(0), float("-inf"))
+        true_logit = (
+            (h * self.weight[targets]).sum(-1) + self.bias[targets] - self.log_expected[targets]
+        )
+        sampled_logits = F.linear(
+            h, self.weight[sampled], self.bias[sampled] - self.log_expected[sampled]
+        )
+        sampled_logits = sampled_logits.masked_fill(
+            targets.unsqueeze(1) == sampled.unsqueeze(0), float("-inf")
+        )
         logits = torch.cat([true_logit.unsqueeze(1), sampled_logits], dim=1)
         return -F.log_softmax(logits, dim=1)[:, 0]
 
 
 class AdaptiveSoftmax(nn.Module):
-    """Adaptive softmax (Grave et al. 2017): frequent words in the head, rarer ones in smaller clusters."""
+    """Adaptive softmax (Grave et al. 2017): frequent words in the head, rarer ones in smaller
+    clusters."""
 
     def __init__(self, dim: int, vocab_size: int, cutoffs: Sequence[int]):
         super().__init__()
         cutoffs = [c for c in cutoffs if 0 < c < vocab_size]
         if not cutoffs:
-            raise ValueError(f"softmax.adaptive_cutoffs must hold values between 0 and the vocabulary size "
-                             f"({vocab_size})")
+            raise ValueError(
+                f"softmax.adaptive_cutoffs must hold values between 0 and the vocabulary size "
+                f"({vocab_size})"
+            )
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=4.0)
 
     def forward(self, h: Tensor, targets: Tensor) -> Tensor:
         return -self.softmax(h, targets).output
 
 
-def build_head(kind: str, dim: int, vocab_size: int, n_samples: int = 8192, cutoffs: Sequence[int] = (),
-               generator: Optional[torch.Generator] = None) -> nn.Module:
+def build_head(
+    kind: str,
+    dim: int,
+    vocab_size: int,
+    n_samples: int = 8192,
+    cutoffs: Sequence[int] = (),
+    generator: Optional[torch.Generator] = None,
+) -> nn.Module:
     """The head named by `softmax.type`."""
     if kind == "full":
         return FullSoftmax(dim, vocab_size)

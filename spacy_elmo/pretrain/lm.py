@@ -1,4 +1,5 @@
 """The bidirectional LM objective on the biLM core, and dev perplexity under each state policy."""
+
 from __future__ import annotations
 
 import math
@@ -30,10 +31,12 @@ class BiLanguageModel(nn.Module):
         self.head = head
         self.dropout = dropout
 
-    def forward(self, batch: Batch, lstm_state: Optional[LSTMState] = None) -> Tuple[Tensor, LSTMState]:
-        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `lstm_state` `h (L, 2, B, P)`,
-        `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the LSTM state at
-        each row's last masked position (detached, to carry into the next window)."""
+    def forward(
+        self, batch: Batch, lstm_state: Optional[LSTMState] = None
+    ) -> Tuple[Tensor, LSTMState]:
+        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `lstm_state` `h (L, 2, B,
+        P)`, `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the LSTM state
+        at each row's last masked position (detached, to carry into the next window)."""
         _, B, T = batch.index.shape
         lstm = self.bilm.lstm
         x = self.bilm.token_encoder(batch.chars)[batch.index]  # (2, B, T, P)
@@ -55,7 +58,8 @@ def _length_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
 
 
 def _carry_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
-    """Row k reads sentences `k * n_rows ... ` in order (bilm-tf's layout); rows present form a prefix."""
+    """Row k reads sentences `k * n_rows ... ` in order (bilm-tf's layout); rows present form a
+    prefix."""
     n = len(dev.sentences)
     block = math.ceil(n / batch_size)
     for i in range(block):
@@ -63,8 +67,14 @@ def _carry_batches(dev: DevSet, batch_size: int) -> Iterator[List[int]]:
 
 
 @torch.no_grad()
-def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch_size: int = 64,
-            progress: bool = False) -> Tensor:
+def dev_nll(
+    bilm: BiLM,
+    head: nn.Module,
+    dev: DevSet,
+    policy: StatePolicy,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> Tensor:
     """Summed NLL `(2,)` (forward, backward) of `dev` through `bilm.forward`, as at inference.
 
     Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
@@ -83,11 +93,23 @@ def dev_nll(bilm: BiLM, head: nn.Module, dev: DevSet, policy: StatePolicy, batch
     inference = ElmoEmbedder(bilm, state=policy, cache_size=0)
     P = bilm.options.projection_dim
     totals = torch.zeros(2, dtype=torch.float64)
-    batches = _length_batches(dev, batch_size) if policy.allows_regrouping else _carry_batches(dev, batch_size)
-    bar = tqdm(total=len(dev.sentences), desc="dev perplexity", unit=" sentences", leave=False, disable=not progress)
+    batches = (
+        _length_batches(dev, batch_size)
+        if policy.allows_regrouping
+        else _carry_batches(dev, batch_size)
+    )
+    bar = tqdm(
+        total=len(dev.sentences),
+        desc="dev perplexity",
+        unit=" sentences",
+        leave=False,
+        disable=not progress,
+    )
     for rows in batches:
         sents = [dev.sentences[i] for i in rows]
-        ids = torch.from_numpy(batch_char_ids(sents, bilm.options.max_characters_per_token)).to(bilm.device)
+        ids = torch.from_numpy(batch_char_ids(sents, bilm.options.max_characters_per_token)).to(
+            bilm.device
+        )
         B, T = ids.shape[:2]
         targets = np.zeros((B, T), dtype=np.int64)
         for row, i in enumerate(rows):

@@ -1,11 +1,12 @@
-"""A pretraining run's directory: the files it writes and reads back (names, the resume checks, the learning
-curve, the final model), and where a run starts from (`--init-from`).
+"""A pretraining run's directory: the files it writes and reads back (names, the resume checks, the
+learning curve, the final model), and where a run starts from (`--init-from`).
 
-    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), metrics.jsonl (the learning curve)
-    OUT/checkpoint/       the latest checkpoint (see `checkpoint`)
-    OUT/model/           the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt, training.json
-    OUT/model-hdf5/      the biLM in the bilm-tf layout (training.export_hdf5)
+    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), metrics.jsonl (the
+    learning curve) OUT/checkpoint/       the latest checkpoint (see `checkpoint`)
+    OUT/model/           the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
+    training.json OUT/model-hdf5/      the biLM in the bilm-tf layout (training.export_hdf5)
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,14 @@ from thinc.api import Config
 
 from ..bilm import BiLM, ElmoEmbedder
 from ..errors import ElmoFileError, ElmoResumeError
-from ..files import RECORD_BYTES, TEXT_ENCODING, atomic_dir, read_regular, write_atomic, write_errors
+from ..files import (
+    RECORD_BYTES,
+    TEXT_ENCODING,
+    atomic_dir,
+    read_regular,
+    write_atomic,
+    write_errors,
+)
 from ..weights import export_hdf5, hub, load_bilm, locate, save_bilm
 from ..weights.hub import sha256_file
 from ..weights.own import PRETRAIN_MODEL
@@ -37,31 +45,48 @@ METRICS_FILE = "metrics.jsonl"
 # Settings added to the config since its first release, with the value a config without them meant.
 DEFAULTS_BEFORE = {("training", "precision"): "float32"}
 # Settings that may change between a run and its resumption (they only say when to stop or report).
-RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
-                     "checkpoint_every", "export_hdf5"}
-
+RESUMABLE_CHANGES = {
+    "max_steps",
+    "max_epochs",
+    "max_minutes",
+    "eval_every",
+    "eval_every_minutes",
+    "checkpoint_every",
+    "export_hdf5",
+}
 
 
 def resolve_init(path: str) -> Path:
-    """The directory to continue training from: a path, or a published model's directory in the cache
-    (`python -m spacy_elmo download NAME`; its files are checked against the recorded sha256)."""
-    if hub.is_published(path):  # a published name, never a directory of that name here (`./NAME` is one)
+    """The directory to continue training from: a path, or a published model's directory in the
+    cache (`python -m spacy_elmo download NAME`; its files are checked against the recorded
+    sha256)."""
+    if hub.is_published(
+        path
+    ):  # a published name, never a directory of that name here (`./NAME` is one)
         try:
             return locate(path, verify=True).config.parent
         except ElmoFileError as err:
             raise ElmoFileError(f"--init-from {path}: {err}") from None
     if not Path(path).exists():
-        raise ElmoFileError(f"--init-from: {path} not found. Pass a directory saved by this project or one with "
-                            f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches published ones)")
+        raise ElmoFileError(
+            f"--init-from: {path} not found. Pass a directory saved by this project or one with "
+            f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches "
+            f"published ones)"
+        )
     return Path(path)
 
 
-def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dict[str, str]) -> None:
-    """A resumed run must train the same model on the same data; only when to stop or report may change."""
+def check_resumable(
+    config: Config, output: Path, world: int, corpus_sha256: Dict[str, str]
+) -> None:
+    """A resumed run must train the same model on the same data; only when to stop or report may
+    change."""
     manifest = checkpoint.read_manifest(output / CHECKPOINT_DIR)
     if manifest["world"] != world:
-        raise ElmoResumeError(f"--resume: the checkpoint was written by {manifest['world']} process(es), "
-                            f"this run has {world}; resume with the same number")
+        raise ElmoResumeError(
+            f"--resume: the checkpoint was written by {manifest['world']} process(es), "
+            f"this run has {world}; resume with the same number"
+        )
     path = output / CONFIG_FILE
     if not os.path.lexists(path):
         raise ElmoFileError(f"--resume: {path} not found (the config of the run to continue)")
@@ -69,34 +94,51 @@ def check_resumable(config: Config, output: Path, world: int, corpus_sha256: Dic
     try:
         saved = Config().from_str(data.decode(TEXT_ENCODING))
     except Exception as err:  # confection raises several error types for bad files
-        raise ElmoFileError(f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})") from None
+        raise ElmoFileError(
+            f"--resume: cannot read the run's config {path} ({type(err).__name__}: {err})"
+        ) from None
     for section in ("corpus", "vocab", "model", "softmax", "training"):
         for key, value in config[section].items():
             if section == "training" and key in RESUMABLE_CHANGES:
                 continue
             old = saved.get(section, {}).get(key, DEFAULTS_BEFORE.get((section, key)))
             if old != value:
-                raise ElmoResumeError(f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
-                                    f"was trained with {old!r}")
+                raise ElmoResumeError(
+                    f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
+                    f"was trained with {old!r}"
+                )
     path = output / CORPUS_RECORD
     data = read_regular(path, "corpus record", RECORD_BYTES)
     try:
         recorded = json.loads(data.decode(TEXT_ENCODING))
         recorded = {str(k): str(v) for k, v in recorded.items()}
-    except (ValueError, AttributeError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ElmoFileError(f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})") from None
+    except (
+        ValueError,
+        AttributeError,
+    ) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ElmoFileError(
+            f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})"
+        ) from None
     for name in sorted(recorded.keys() | corpus_sha256.keys()):
         if recorded.get(name) != corpus_sha256.get(name):
-            change = ("is new" if name not in recorded else "is gone" if name not in corpus_sha256
-                      else "was edited (its sha256 differs)")
-            raise ElmoResumeError(f"--resume: the training file {name} {change} since the run started "
-                                f"(recorded in {path}); resume only on the same corpus")
+            change = (
+                "is new"
+                if name not in recorded
+                else "is gone"
+                if name not in corpus_sha256
+                else "was edited (its sha256 differs)"
+            )
+            raise ElmoResumeError(
+                f"--resume: the training file {name} {change} since the run started "
+                f"(recorded in {path}); resume only on the same corpus"
+            )
 
 
 def forget_metrics_after(output: Path, step: int) -> bool:
-    """Drop the learning-curve records of steps after the checkpoint (the resumed run redoes them) and a torn
-    last line (a line without its newline that is not a record: a kill while it was written). Returns
-    whether a torn line was dropped; any other line that is not a record is an ElmoFileError."""
+    """Drop the learning-curve records of steps after the checkpoint (the resumed run redoes them)
+    and a torn last line (a line without its newline that is not a record: a kill while it was
+    written). Returns whether a torn line was dropped; any other line that is not a record is an
+    ElmoFileError."""
     path = output / METRICS_FILE
     if not os.path.lexists(path):
         return False
@@ -107,7 +149,9 @@ def forget_metrics_after(output: Path, step: int) -> bool:
         lines = lines[:-1] if torn else lines
         kept = [line for line in lines if json.loads(line)["step"] <= step]
     except (ValueError, KeyError, TypeError) as err:
-        raise ElmoFileError(f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})") from None
+        raise ElmoFileError(
+            f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})"
+        ) from None
     if torn or len(kept) < len(lines):
         with write_errors(path, "free space and run again with --resume"):
             write_atomic(path, "".join(kept))
@@ -121,11 +165,19 @@ def _is_record(line: str) -> bool:
         return False
 
 
-def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, policy: str, export: bool,
-                 summary: Dict[str, Any]) -> Path:
-    """Write the final model (warm state computed), its softmax, vocabulary and `training.json` (`summary` plus
-    the weights' sha256 and fingerprint), and the bilm-tf export if asked. Returns the model directory. Each
-    directory appears complete or not at all (replacing an earlier run's); a full disk is one error."""
+def save_trained(
+    output: Path,
+    bilm: BiLM,
+    head: torch.nn.Module,
+    vocab: Vocab,
+    policy: str,
+    export: bool,
+    summary: Dict[str, Any],
+) -> Path:
+    """Write the final model (warm state computed), its softmax, vocabulary and `training.json`
+    (`summary` plus the weights' sha256 and fingerprint), and the bilm-tf export if asked. Returns
+    the model directory. Each directory appears complete or not at all (replacing an earlier run's);
+    a full disk is one error."""
     model_dir = output / MODEL_DIR
     bilm.eval()
     bilm.compute_warm_state()
@@ -133,10 +185,15 @@ def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, 
     with write_errors(model_dir, retry), atomic_dir(model_dir) as tmp:
         save_bilm(bilm, tmp, state=policy)
         with open(tmp / HEAD_FILE, "wb") as f:
-            torch.save(head.state_dict(), f)  # to a file object: a failed write keeps its OSError as the cause
+            torch.save(
+                head.state_dict(), f
+            )  # to a file object: a failed write keeps its OSError as the cause
         (tmp / VOCAB_FILE).write_text(vocab.to_str(), encoding="utf-8")
-        summary = {**summary, "weights_sha256": sha256_file(tmp / "weights.pt"),
-                   "fingerprint": ElmoEmbedder(bilm, policy).fingerprint()}
+        summary = {
+            **summary,
+            "weights_sha256": sha256_file(tmp / "weights.pt"),
+            "fingerprint": ElmoEmbedder(bilm, policy).fingerprint(),
+        }
         (tmp / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     if export:
         with write_errors(output / HDF5_DIR, retry), atomic_dir(output / HDF5_DIR) as tmp:
@@ -145,13 +202,18 @@ def save_trained(output: Path, bilm: BiLM, head: torch.nn.Module, vocab: Vocab, 
 
 
 def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
-    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training config)."""
+    """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training
+    config)."""
     model_dir = Path(model_dir)
-    summary = json.loads(read_regular(model_dir / "training.json", "training summary", RECORD_BYTES))
+    summary = json.loads(
+        read_regular(model_dir / "training.json", "training summary", RECORD_BYTES)
+    )
     config = Config().from_str(summary["config"])
     bilm = load_bilm(model_dir).network
     vocab = Vocab.from_disk(model_dir / VOCAB_FILE)
     s = config["softmax"]
-    head = build_head(s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"])
+    head = build_head(
+        s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"]
+    )
     head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE, what="softmax weights"))
     return bilm, head.eval(), vocab, config

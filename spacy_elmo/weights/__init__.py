@@ -1,8 +1,10 @@
-"""Weight files: one module per format (`own`, `efml`, `hdf5`: `detect`, `model_files`, `read` -> `ModelData`,
-never an embedder; `pipeline`, a saved spaCy pipeline, read by the component's loader; formats do not import each
-other, `formats.FORMATS` lists them), the checks they share (`checks`, `state_dict`, `legacy_torch`, `memory`),
-`locate`, `load_bilm` (which builds the network from what a format read), the published models' cache (`hub`) and
-`download`. Imports the biLM core (`spacy_elmo.bilm`), which never imports this."""
+"""Weight files: one module per format (`own`, `efml`, `hdf5`: `detect`, `model_files`, `read` ->
+`ModelData`, never an embedder; `pipeline`, a saved spaCy pipeline, read by the component's loader;
+formats do not import each other, `formats.FORMATS` lists them), the checks they share (`checks`,
+`state_dict`, `legacy_torch`, `memory`), `locate`, `load_bilm` (which builds the network from what a
+format read), the published models' cache (`hub`) and `download`. Imports the biLM core
+(`spacy_elmo.bilm`), which never imports this."""
+
 from .data import ModelData, ModelFiles
 from .formats import FORMATS
 from .hdf5 import export_hdf5
@@ -12,6 +14,15 @@ from .own import save_bilm
 from .state_dict import read_state_dict
 
 __all__ = [
-    "FORMATS", "ModelData", "ModelFiles", "ModelPath", "bilm_from_state_dict", "build", "export_hdf5", "load_bilm",
-    "locate", "read_state_dict", "save_bilm",
+    "FORMATS",
+    "ModelData",
+    "ModelFiles",
+    "ModelPath",
+    "bilm_from_state_dict",
+    "build",
+    "export_hdf5",
+    "load_bilm",
+    "locate",
+    "read_state_dict",
+    "save_bilm",
 ]

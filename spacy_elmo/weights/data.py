@@ -1,6 +1,7 @@
-"""What the weight formats and the loader hand each other, plain data both: a model's files (`ModelFiles`,
-what `locate` finds) and what a format reads from them (`ModelData`, what its `read` returns and
-`load.build` makes a network of)."""
+"""What the weight formats and the loader hand each other, plain data both: a model's files
+(`ModelFiles`, what `locate` finds) and what a format reads from them (`ModelData`, what its `read`
+returns and `load.build` makes a network of)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,11 +16,12 @@ from ..bilm.options import BiLMOptions, StatePolicy
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """One model's files: `kind` "own" (`bilm.json` + `weights.pt` (+ `char_table.json`)), "hdf5" (options
-    JSON + bilm-tf weights) or "efml" (an ELMoForManyLangs directory: `config.json`, `token_embedder.pkl`,
-    then `encoder.pkl`, `char.dic` and `word.dic` as `others`) or "pipeline" (a saved spaCy pipeline: its
-    `config.cfg`, then `NAME/model` of its `elmo` component); `published`: the name it was found under,
-    with `verified` False while its files were placed by hand and not yet recorded in the cache manifest."""
+    """One model's files: `kind` "own" (`bilm.json` + `weights.pt` (+ `char_table.json`)), "hdf5"
+    (options JSON + bilm-tf weights) or "efml" (an ELMoForManyLangs directory: `config.json`,
+    `token_embedder.pkl`, then `encoder.pkl`, `char.dic` and `word.dic` as `others`) or "pipeline"
+    (a saved spaCy pipeline: its `config.cfg`, then `NAME/model` of its `elmo` component);
+    `published`: the name it was found under, with `verified` False while its files were placed by
+    hand and not yet recorded in the cache manifest."""
 
     kind: str
     config: Path
@@ -36,12 +38,14 @@ class ModelFiles:
 
 @dataclass(frozen=True, eq=False)
 class ModelData:
-    """What a format reads from a model's files: all a network needs, checked as far as the files alone allow.
+    """What a format reads from a model's files: all a network needs, checked as far as the files
+    alone allow.
 
-    `options`; `state_dict`, a whole `BiLM` state dict (`warm_h` / `warm_c` included), checked against the
-    network when it is built (`load.build`); `source`, the file (or directory) messages name; `state`, the
-    policy the files ask for, applied where the caller names none; `char_table`, where the options have one;
-    `warm_state`, whether `warm_h` / `warm_c` are the warm state of the weights (else computed when needed)."""
+    `options`; `state_dict`, a whole `BiLM` state dict (`warm_h` / `warm_c` included), checked
+    against the network when it is built (`load.build`); `source`, the file (or directory) messages
+    name; `state`, the policy the files ask for, applied where the caller names none; `char_table`,
+    where the options have one; `warm_state`, whether `warm_h` / `warm_c` are the warm state of the
+    weights (else computed when needed)."""
 
     options: BiLMOptions
     state_dict: Dict[str, torch.Tensor]

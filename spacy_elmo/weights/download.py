@@ -1,5 +1,6 @@
-"""Fetch the published AllenNLP models into the cache (`spacy_elmo.weights.hub`), resumably, with urllib, each
-file within a deadline and a size bound."""
+"""Fetch the published AllenNLP models into the cache (`spacy_elmo.weights.hub`), resumably, with
+urllib, each file within a deadline and a size bound."""
+
 from __future__ import annotations
 
 import errno
@@ -15,11 +16,13 @@ from ..errors import ElmoConfigError, ElmoError, ElmoResourceError
 from . import hub
 from .load import load_bilm
 
-# tqdm-like: progress(description, total_bytes, initial_bytes) -> an object with .update(n) and .close()
+# tqdm-like: progress(description, total_bytes, initial_bytes) -> an object with .update(n) and
+# .close()
 Progress = Callable[[str, int, int], Any]
 CHUNK = 1 << 20
-# A file's deadline, unless one is given: a minute, plus its largest size (`hub.max_bytes`) at the slowest rate
-# worth waiting for. The options file: about a minute; the original model's weights: some 100 minutes.
+# A file's deadline, unless one is given: a minute, plus its largest size (`hub.max_bytes`) at the
+# slowest rate worth waiting for. The options file: about a minute; the original model's weights:
+# some 100 minutes.
 DEADLINE_BASE = 60.0
 MIN_RATE = 64 << 10  # bytes per second
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -30,9 +33,16 @@ def file_deadline(max_bytes: int) -> float:
     return DEADLINE_BASE + max_bytes / MIN_RATE
 
 
-def download(name: str, *, cache: str | Path | None = None, base_url: str | None = None,
-             progress: Progress | None = None, attempts: int = 3, timeout: float = 60.0,
-             deadline: float | None = None) -> Path:
+def download(
+    name: str,
+    *,
+    cache: str | Path | None = None,
+    base_url: str | None = None,
+    progress: Progress | None = None,
+    attempts: int = 3,
+    timeout: float = 60.0,
+    deadline: float | None = None,
+) -> Path:
     """Fetch a published model into the cache unless it is there, and return its directory.
 
     A file is complete when its size matches the server's Content-Length; until then its bytes stay
@@ -42,10 +52,10 @@ def download(name: str, *, cache: str | Path | None = None, base_url: str | None
     checks. `base_url` defaults to `$SPACY_ELMO_BASE_URL`, else AllenNLP's public bucket.
 
     Bounds: `timeout` seconds for any one network wait; `deadline` seconds for each file, retries
-    included (default: `file_deadline` of its largest size), after which the part file is kept for the
-    next call; a file announced or arriving larger than the published one can be (`hub.max_bytes`) is
-    refused. A full disk or quota (ENOSPC, EDQUOT) is one ElmoResourceError, not retried, and
-    removes the part file.
+    included (default: `file_deadline` of its largest size), after which the part file is kept for
+    the next call; a file announced or arriving larger than the published one can be
+    (`hub.max_bytes`) is refused. A full disk or quota (ENOSPC, EDQUOT) is one ElmoResourceError,
+    not retried, and removes the part file.
     """
     if deadline is not None and not deadline > 0:  # nan too
         raise ElmoConfigError(f"deadline must be a positive number of seconds, got {deadline}")
@@ -64,7 +74,9 @@ def download(name: str, *, cache: str | Path | None = None, base_url: str | None
             seconds = file_deadline(limit) if deadline is None else deadline
             try:
                 _fetch(url, target, progress, attempts, timeout, limit, seconds)
-            except urllib.error.URLError as err:  # no network (HTTP errors became ElmoResourceError)
+            except (
+                urllib.error.URLError
+            ) as err:  # no network (HTTP errors became ElmoResourceError)
                 raise ElmoResourceError(
                     f"could not reach {url} ({err.reason}). Without network access, fetch "
                     f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
@@ -75,20 +87,31 @@ def download(name: str, *, cache: str | Path | None = None, base_url: str | None
         except (ElmoError, OSError) as err:
             for path in fetched:
                 path.unlink()
-            raise ElmoResourceError(f"model '{name}' does not load, so the download is corrupt: {err} (removed "
-                                f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)") from None
+            raise ElmoResourceError(
+                f"model '{name}' does not load, so the download is corrupt: {err} (removed "
+                f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)"
+            ) from None
     except BaseException:
-        if created and not any(directory.iterdir()):  # nothing to resume from: leave the cache as it was
+        if created and not any(
+            directory.iterdir()
+        ):  # nothing to resume from: leave the cache as it was
             directory.rmdir()
         raise
     hub.record(directory, name, dict(files))
     return directory
 
 
-def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, timeout: float, limit: int,
-           seconds: float) -> None:
-    """Download `url` to `target` through `target.part`, continuing what the part file holds: at most `limit`
-    bytes, within `seconds` (all attempts together)."""
+def _fetch(
+    url: str,
+    target: Path,
+    progress: Progress | None,
+    attempts: int,
+    timeout: float,
+    limit: int,
+    seconds: float,
+) -> None:
+    """Download `url` to `target` through `target.part`, continuing what the part file holds: at
+    most `limit` bytes, within `seconds` (all attempts together)."""
     part = target.with_name(target.name + ".part")
     end = time.monotonic() + seconds
     problem = ""
@@ -97,9 +120,13 @@ def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, tim
         if offset > limit:  # not a part of the published file
             part.unlink()
             offset = 0
-        request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+        request = urllib.request.Request(
+            url, headers={"Range": f"bytes={offset}-"} if offset else {}
+        )
         try:
-            with urllib.request.urlopen(request, timeout=_wait(end, timeout, target, part, url, seconds)) as response:
+            with urllib.request.urlopen(
+                request, timeout=_wait(end, timeout, target, part, url, seconds)
+            ) as response:
                 offset, total = _expected(response, offset, url, limit, target.name)
                 _copy(response, part, offset, total, progress, target.name, end, timeout)
         except ElmoError:
@@ -110,7 +137,10 @@ def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, tim
                 problem = "the server refused to continue the partial file"
                 continue
             raise ElmoResourceError(f"{url}: the server answered {err.code} {err.reason}") from None
-        except (OSError, http.client.HTTPException) as err:  # connection dropped or timed out: continue
+        except (
+            OSError,
+            http.client.HTTPException,
+        ) as err:  # connection dropped or timed out: continue
             _wait(end, timeout, target, part, url, seconds)  # unless the deadline has passed
             if isinstance(err, urllib.error.URLError):  # no connection at all: the caller says so
                 raise
@@ -123,56 +153,79 @@ def _fetch(url: str, target: Path, progress: Progress | None, attempts: int, tim
         if size > total:
             part.unlink()
         problem = f"received {size} of {total} bytes"
-    raise ElmoResourceError(f"{url}: incomplete after {attempts} attempts ({problem}); "
-                        "run the download again to continue where it stopped")
+    raise ElmoResourceError(
+        f"{url}: incomplete after {attempts} attempts ({problem}); "
+        "run the download again to continue where it stopped"
+    )
 
 
 def _wait(end: float, timeout: float, target: Path, part: Path, url: str, seconds: float) -> float:
-    """Seconds the next network wait may take: `timeout`, or less where the deadline `end` is nearer;
-    ElmoResourceError where it has passed (the part file is kept for the next run)."""
+    """Seconds the next network wait may take: `timeout`, or less where the deadline `end` is
+    nearer; ElmoResourceError where it has passed (the part file is kept for the next run)."""
     left = end - time.monotonic()
     if left > 0.01:
         return min(timeout, left)
     have = part.stat().st_size if part.is_file() else 0
     raise ElmoResourceError(
-        f"{target.name}: not complete within {seconds:g} s ({have:,} bytes received from {url}, kept in {part}); "
-        "the server is too slow: run the download again to continue where it stopped, or allow more time "
-        "(`download --deadline SECONDS`)")
+        f"{target.name}: not complete within {seconds:g} s ({have:,} bytes received from {url}, "
+        f"kept in {part}); "
+        "the server is too slow: run the download again to continue where it stopped, or allow "
+        "more time "
+        "(`download --deadline SECONDS`)"
+    )
 
 
 def _expected(response, offset: int, url: str, limit: int, name: str):
-    """`(offset, total_size)` for a response: a 206 continues at `offset`, a 200 starts from 0. A total over
-    `limit` (the most the published file can hold) is refused before any of it is read."""
+    """`(offset, total_size)` for a response: a 206 continues at `offset`, a 200 starts from 0. A
+    total over `limit` (the most the published file can hold) is refused before any of it is
+    read."""
     offset, total = _announced(response, offset, url)
     if total > limit:
-        raise ElmoResourceError(f"{name}: the server announces {total:,} bytes ({url}), but the published file is at "
-                                f"most {limit:,}: refused without fetching it (is the server a mirror of the "
-                                "published models?)")
+        raise ElmoResourceError(
+            f"{name}: the server announces {total:,} bytes ({url}), but the published file is at "
+            f"most {limit:,}: refused without fetching it (is the server a mirror of the "
+            "published models?)"
+        )
     return offset, total
 
 
 def _announced(response, offset: int, url: str):
     length = response.headers.get("Content-Length")
     if length is None:
-        raise ElmoResourceError(f"{url}: the server sent no Content-Length, so a complete download cannot be told apart")
+        raise ElmoResourceError(
+            f"{url}: the server sent no Content-Length, so a complete download cannot be told apart"
+        )
     if response.status == 206:
         content_range = response.headers.get("Content-Range", "")  # bytes START-END/TOTAL
         try:
-            start, total = int(content_range.split()[1].split("-")[0]), int(content_range.rsplit("/", 1)[1])
+            start, total = (
+                int(content_range.split()[1].split("-")[0]),
+                int(content_range.rsplit("/", 1)[1]),
+            )
         except (IndexError, ValueError):
             raise ElmoResourceError(f"{url}: unreadable Content-Range {content_range!r}") from None
         if start != offset:
-            raise ElmoResourceError(f"{url}: asked for bytes from {offset}, the server sent them from {start}")
+            raise ElmoResourceError(
+                f"{url}: asked for bytes from {offset}, the server sent them from {start}"
+            )
         return offset, total
     return 0, int(length)
 
 
-def _copy(response, part: Path, offset: int, total: int, progress: Progress | None, name: str, end: float,
-          timeout: float) -> None:
-    """Append the body of `response` to `part` (which holds `offset` bytes) until the server ends it, each read
-    as soon as bytes arrive: stops at the deadline `end` (an OSError, retried by the caller unless the deadline
-    has passed) and at the first byte past `total` (ElmoResourceError, the part removed). A full disk or quota
-    removes the part file: ElmoResourceError."""
+def _copy(
+    response,
+    part: Path,
+    offset: int,
+    total: int,
+    progress: Progress | None,
+    name: str,
+    end: float,
+    timeout: float,
+) -> None:
+    """Append the body of `response` to `part` (which holds `offset` bytes) until the server ends
+    it, each read as soon as bytes arrive: stops at the deadline `end` (an OSError, retried by the
+    caller unless the deadline has passed) and at the first byte past `total` (ElmoResourceError,
+    the part removed). A full disk or quota removes the part file: ElmoResourceError."""
     bar = progress(name, total, offset) if progress else None
     received, too_many = offset, False
     try:
@@ -181,7 +234,9 @@ def _copy(response, part: Path, offset: int, total: int, progress: Progress | No
                 left = end - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("deadline")
-                sock = getattr(getattr(response.fp, "raw", None), "_sock", None)  # the wait for the next bytes
+                sock = getattr(
+                    getattr(response.fp, "raw", None), "_sock", None
+                )  # the wait for the next bytes
                 if sock is not None:
                     sock.settimeout(min(timeout, left))
                 block = response.read1(CHUNK)
@@ -198,13 +253,18 @@ def _copy(response, part: Path, offset: int, total: int, progress: Progress | No
             raise
         part.unlink(missing_ok=True)
         raise ElmoResourceError(
-            f"{part}: cannot write the download ({err.strerror}) after {received:,} of {total:,} bytes; removed "
-            f"the part file. Free {total:,} bytes under {part.parent}, or set SPACY_ELMO_CACHE to a disk with "
-            "room") from None
+            f"{part}: cannot write the download ({err.strerror}) after {received:,} of {total:,} "
+            f"bytes; removed "
+            f"the part file. Free {total:,} bytes under {part.parent}, or set SPACY_ELMO_CACHE to "
+            f"a disk with "
+            "room"
+        ) from None
     finally:
         if bar is not None:
             bar.close()
     if too_many:
         part.unlink(missing_ok=True)
-        raise ElmoResourceError(f"{name}: the server sent more than the {total:,} bytes it announced; removed the "
-                                f"part file (is the server a mirror of the published models?)")
+        raise ElmoResourceError(
+            f"{name}: the server sent more than the {total:,} bytes it announced; removed the "
+            f"part file (is the server a mirror of the published models?)"
+        )

@@ -1,11 +1,14 @@
-"""The weight formats this package reads, in the order `locate` asks them whether a directory is theirs.
+"""The weight formats this package reads, in the order `locate` asks them whether a directory is
+theirs.
 
-A format is a module of its own that imports no other: `KIND` (its `ModelFiles.kind`), `detect(directory)`
-(whether a directory is in this format), `model_files(directory)` (its files) and `read(files) -> ModelData`
-(what a network needs, see `data.py`; `load.build` makes the network). A new format is a module and a line here.
-`pipeline` (a saved spaCy pipeline) has no `read` yet: its biLM is thinc's serialization, which the component's
-own loader reads into an embedder (`pipeline.load_pipeline`).
+A format is a module of its own that imports no other: `KIND` (its `ModelFiles.kind`),
+`detect(directory)` (whether a directory is in this format), `model_files(directory)` (its files)
+and `read(files) -> ModelData` (what a network needs, see `data.py`; `load.build` makes the
+network). A new format is a module and a line here. `pipeline` (a saved spaCy pipeline) has no
+`read` yet: its biLM is thinc's serialization, which the component's own loader reads into an
+embedder (`pipeline.load_pipeline`).
 """
+
 from __future__ import annotations
 
 from types import ModuleType

@@ -1,10 +1,11 @@
-"""The bilm-tf / AllenNLP weight file layout (`dump_weights`): an options JSON and an `.hdf5` weight file, the
-pair found in a directory (published or plain names), read, checked, converted, written.
+"""The bilm-tf / AllenNLP weight file layout (`dump_weights`): an options JSON and an `.hdf5` weight
+file, the pair found in a directory (published or plain names), read, checked, converted, written.
 
 Files are untrusted: every dataset is checked from its metadata (float, the shape the options imply,
 stored in this file, written) before any is read, and values must be finite. What cannot be read is
 one ElmoFileError naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,15 @@ from .memory import check_memory
 
 KIND = "hdf5"
 PathLike = Union[str, Path]
-# Trained float weights compress by well under 2:1 (the published files are not compressed at all); a file whose
-# datasets expand more than this is refused before it is read. Datasets under CHECKED_DATASET_BYTES are not checked
-# (a small bias may be all zeros): the options bound what they declare, and load_bilm checks that memory first.
+# Trained float weights compress by well under 2:1 (the published files are not compressed at all);
+# a file whose datasets expand more than this is refused before it is read. Datasets under
+# CHECKED_DATASET_BYTES are not checked (a small bias may be all zeros): the options bound what they
+# declare, and load_bilm checks that memory first.
 MAX_COMPRESSION_RATIO = 10
 CHECKED_DATASET_BYTES = 1 << 20
 OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the readers call them
-# Float32 copies of the weights alive at once while a file loads: the arrays read, the state dict converted from
-# them, the network's parameters.
+# Float32 copies of the weights alive at once while a file loads: the arrays read, the state dict
+# converted from them, the network's parameters.
 HDF5_COPIES = 3
 
 
@@ -73,44 +75,62 @@ def _h5py():
 
 
 def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str):
-    """The dataset `name` of the open file `f`, checked from its metadata alone (nothing is read): reached
-    through hard links only, float16/32/64, of `shape`, stored in this file and written."""
+    """The dataset `name` of the open file `f`, checked from its metadata alone (nothing is read):
+    reached through hard links only, float16/32/64, of `shape`, stored in this file and written."""
     node = hdf5_dataset(f, name, path, "a weight file")
     if node is None:
-        raise ElmoFileError(f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})")
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' is missing (expected shape {shape} from {options_path})"
+        )
     if node.dtype.kind != "f" or node.dtype.itemsize not in (2, 4, 8):
-        raise ElmoFileError(f"{path}: dataset '{name}' has dtype {node.dtype}; weights must be float16, float32 or float64")
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' has dtype {node.dtype}; weights must be float16, float32 or "
+            f"float64"
+        )
     if tuple(node.shape) != shape:
         raise ElmoFileError(
-            f"{path}: dataset '{name}' has shape {tuple(node.shape)} but {options_path} implies {shape}; "
+            f"{path}: dataset '{name}' has shape {tuple(node.shape)} but {options_path} implies "
+            f"{shape}; "
             "the options file and the weights do not belong together"
         )
     plist = node.id.get_create_plist()
     stored = node.id.get_storage_size()
     if stored < node.nbytes and (stored == 0 or plist.get_nfilters() == 0):
-        raise ElmoFileError(f"{path}: dataset '{name}' is declared with shape {shape} but never written "
-                              f"({stored} of {node.nbytes} bytes stored)")
-    if node.chunks is not None:  # a chunk never written reads as the fill value: a file stores less than it declares
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' is declared with shape {shape} but never written "
+            f"({stored} of {node.nbytes} bytes stored)"
+        )
+    if (
+        node.chunks is not None
+    ):  # a chunk never written reads as the fill value: a file stores less than it declares
         expected = int(np.prod([-(-n // c) for n, c in zip(node.shape, node.chunks)]))
         written = node.id.get_num_chunks()
         if written < expected:
-            raise ElmoFileError(f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks ({stored:,} "
-                                f"of {node.nbytes:,} bytes declared): partly written or crafted")
+            raise ElmoFileError(
+                f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks "
+                f"({stored:,} "
+                f"of {node.nbytes:,} bytes declared): partly written or crafted"
+            )
     if node.nbytes >= CHECKED_DATASET_BYTES and node.nbytes > MAX_COMPRESSION_RATIO * stored:
-        raise ElmoFileError(f"{path}: dataset '{name}' stores {stored:,} bytes that decompress to {node.nbytes:,} "
-                            f"(more than {MAX_COMPRESSION_RATIO}:1); trained weights do not compress like that: a "
-                            "crafted file (a decompression bomb) is not read")
+        raise ElmoFileError(
+            f"{path}: dataset '{name}' stores {stored:,} bytes that decompress to {node.nbytes:,} "
+            f"(more than {MAX_COMPRESSION_RATIO}:1); trained weights do not compress like that: a "
+            "crafted file (a decompression bomb) is not read"
+        )
     return node
 
 
 def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
-    """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is read."""
+    """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is
+    read."""
     h5py = _h5py()
     regular_file(path, "ELMo weight file")
     try:
         f = h5py.File(path, "r")
     except OSError as err:
-        raise ElmoFileError(f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})") from None
+        raise ElmoFileError(
+            f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})"
+        ) from None
     arrays: Dict[str, np.ndarray] = {}
     with f:
         name = "/"
@@ -123,8 +143,10 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
         except ElmoFileError:
             raise
         except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
-            raise ElmoFileError(f"{path}: '{name}' cannot be read, truncated or corrupt? "
-                                  f"({type(err).__name__}: {err})") from None
+            raise ElmoFileError(
+                f"{path}: '{name}' cannot be read, truncated or corrupt? "
+                f"({type(err).__name__}: {err})"
+            ) from None
     for name, arr in arrays.items():
         check_finite(arr, str(path), f"'{name}' as float32")
     return arrays
@@ -134,13 +156,16 @@ def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[s
     t = torch.from_numpy
     P = opts.projection_dim
     sd: Dict[str, torch.Tensor] = {
-        "token_encoder.char_embedding.weight": t(np.concatenate([np.zeros_like(arrays["char_embed"][:1]),
-                                                                  arrays["char_embed"]])),
+        "token_encoder.char_embedding.weight": t(
+            np.concatenate([np.zeros_like(arrays["char_embed"][:1]), arrays["char_embed"]])
+        ),
         "token_encoder.w_proj": t(arrays["CNN_proj/W_proj"]),
         "token_encoder.b_proj": t(arrays["CNN_proj/b_proj"]),
     }
     for i in range(len(opts.filters)):
-        sd[f"token_encoder.convs.{i}.weight"] = t(np.ascontiguousarray(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)))
+        sd[f"token_encoder.convs.{i}.weight"] = t(
+            np.ascontiguousarray(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
+        )
         sd[f"token_encoder.convs.{i}.bias"] = t(arrays[f"CNN/b_cnn_{i}"])
     for k in range(opts.n_highway):
         for m in ("transform", "carry"):
@@ -151,8 +176,12 @@ def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[s
         D = opts.lstm_dim
         sd[f"lstm.layers.{l}.w_input"] = gates_to_internal(t(w0[:, :P]), D).contiguous()
         sd[f"lstm.layers.{l}.w_hidden"] = gates_to_internal(t(w0[:, P:]), D).contiguous()
-        sd[f"lstm.layers.{l}.bias"] = gates_to_internal(t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)])), D)
-        sd[f"lstm.layers.{l}.w_proj"] = t(np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)]))
+        sd[f"lstm.layers.{l}.bias"] = gates_to_internal(
+            t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)])), D
+        )
+        sd[f"lstm.layers.{l}.w_proj"] = t(
+            np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)])
+        )
     return sd
 
 
@@ -162,17 +191,23 @@ def _listing(directory: Path) -> List[Path]:
     try:
         return sorted(p for p in directory.iterdir() if not p.is_dir())
     except PermissionError:
-        raise ElmoFileError(f"{directory}: permission denied: the directory cannot be listed") from None
+        raise ElmoFileError(
+            f"{directory}: permission denied: the directory cannot be listed"
+        ) from None
 
 
 def _stem(name: str, suffix: str) -> Optional[str]:
     """`<stem>` of a published file name `elmo_<stem><suffix>`, else None."""
-    return name[len("elmo_"): -len(suffix)] if name.startswith("elmo_") and name.endswith(suffix) else None
+    return (
+        name[len("elmo_") : -len(suffix)]
+        if name.startswith("elmo_") and name.endswith(suffix)
+        else None
+    )
 
 
 def _looks_like_options(path: Path) -> bool:
-    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections (read where it is
-    inside its directory)."""
+    """Named like an options file, or a small JSON object with 'lstm' and 'char_cnn' sections (read
+    where it is inside its directory)."""
     if fnmatch(path.name, "*options*.json"):
         return True
     inside_dir(path.parent, path.name, OPTIONS_FILE)
@@ -185,33 +220,44 @@ def _looks_like_options(path: Path) -> bool:
 
 def _one(found: Sequence[Path], directory: Path, what: str) -> Optional[Path]:
     if len(found) > 1:
-        raise ElmoFileError(f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
-                              "ambiguous; pass an (options_file, weight_file) pair")
+        raise ElmoFileError(
+            f"{directory}: several {what} files ({', '.join(p.name for p in found)}), which is "
+            "ambiguous; pass an (options_file, weight_file) pair"
+        )
     return found[0] if found else None
 
 
 def _inside(directory: Path, options: Path, weights: Path) -> Tuple[Path, Path]:
-    return inside_dir(directory, options.name, OPTIONS_FILE), inside_dir(directory, weights.name, WEIGHT_FILE)
+    return inside_dir(directory, options.name, OPTIONS_FILE), inside_dir(
+        directory, weights.name, WEIGHT_FILE
+    )
 
 
 def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
-    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the pair.
+    """A directory of published (`elmo_<stem>_options.json`) or plain (`options.json`) files -> the
+    pair.
 
     Exactly one file must look like an options file; published names must agree on their stem."""
     files = _listing(directory)
     jsons = [p for p in files if p.suffix == ".json"]
     options = _one([p for p in jsons if _looks_like_options(p)], directory, "options JSON")
     if options is None:
-        looked = f" (looked at {', '.join(p.name for p in jsons)}: none has 'lstm' and 'char_cnn')" if jsons else ""
+        looked = (
+            f" (looked at {', '.join(p.name for p in jsons)}: none has 'lstm' and 'char_cnn')"
+            if jsons
+            else ""
+        )
         raise ElmoFileError(f"{directory}: no options file found{looked}")
     stem = _stem(options.name, "_options.json")
     published = [p for p in files if fnmatch(p.name, "elmo_*_weights.hdf5")]
     if stem is not None and published:
         weights = next((p for p in published if _stem(p.name, "_weights.hdf5") == stem), None)
         if weights is None:
-            raise ElmoFileError(f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
-                                  f"{', '.join(p.name for p in published)} (mismatched stems); "
-                                  "pass an (options_file, weight_file) pair")
+            raise ElmoFileError(
+                f"{directory}: {options.name} has no elmo_{stem}_weights.hdf5 beside it, only "
+                f"{', '.join(p.name for p in published)} (mismatched stems); "
+                "pass an (options_file, weight_file) pair"
+            )
         return _inside(directory, options, weights)
     for pattern in ("elmo_*_weights.hdf5", "*weights*.hdf5", "*.hdf5"):
         weights = _one([p for p in files if fnmatch(p.name, pattern)], directory, "hdf5 weight")
@@ -221,8 +267,9 @@ def resolve_hdf5_pair(directory: Path) -> Tuple[Path, Path]:
 
 
 def detect(directory: Path) -> bool:
-    """Always True: a directory no other format claims (this format comes last in `FORMATS`) is read as an
-    options JSON + a `.hdf5` weight file, and `model_files` says what is missing or ambiguous."""
+    """Always True: a directory no other format claims (this format comes last in `FORMATS`) is read
+    as an options JSON + a `.hdf5` weight file, and `model_files` says what is missing or
+    ambiguous."""
     return True
 
 
@@ -232,13 +279,15 @@ def model_files(directory: Path) -> ModelFiles:
 
 
 def read(model: ModelFiles) -> ModelData:
-    """The options file and the weights of `model` (a directory's pair, a pair given, a published model's files):
-    the memory a load needs is checked first, then every dataset (see `read_hdf5`); policy "warm", the warm
-    state computed when needed."""
+    """The options file and the weights of `model` (a directory's pair, a pair given, a published
+    model's files): the memory a load needs is checked first, then every dataset (see `read_hdf5`);
+    policy "warm", the warm state computed when needed."""
     options = BiLMOptions.from_file(model.config)
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
     state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
-    state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)  # not in the file: computed
+    state_dict["warm_h"] = torch.zeros(
+        options.n_layers, 2, options.projection_dim
+    )  # not in the file: computed
     state_dict["warm_c"] = torch.zeros(options.n_layers, 2, options.lstm_dim)
     return ModelData(options, state_dict, str(model.weights), "warm")
 
@@ -265,21 +314,27 @@ def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
             out[f"CNN_high_{k}/b_{m}"] = sd[f"token_encoder.highways.{k}.b_{m}"]
     for l in range(opts.n_layers):
         for d in range(2):
-            out[f"{_cell(d, l)}/W_0"] = np.concatenate([sd[f"lstm.layers.{l}.w_input"][d],
-                                                        sd[f"lstm.layers.{l}.w_hidden"][d]])
+            out[f"{_cell(d, l)}/W_0"] = np.concatenate(
+                [sd[f"lstm.layers.{l}.w_input"][d], sd[f"lstm.layers.{l}.w_hidden"][d]]
+            )
             out[f"{_cell(d, l)}/B"] = sd[f"lstm.layers.{l}.bias"][d]
             out[f"{_cell(d, l)}/W_P_0"] = sd[f"lstm.layers.{l}.w_proj"][d]
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-def export_hdf5(model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None) -> Tuple[Path, Path]:
+def export_hdf5(
+    model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None
+) -> Tuple[Path, Path]:
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
-    AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in memory
-    and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes later)."""
+    AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
+    memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
+    later)."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
-        raise ElmoConfigError("the bilm-tf hdf5 layout has no character table or word embedding: keep this "
-                              "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)")
+        raise ElmoConfigError(
+            "the bilm-tf hdf5 layout has no character table or word embedding: keep this "
+            "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)"
+        )
     h5py = _h5py()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -300,6 +355,8 @@ def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
     h5py = _h5py()
     with h5py.File(path, "r") as f:
         names = []
-        f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None
+        )
         for name in sorted(names):
             yield name, f[name][...]

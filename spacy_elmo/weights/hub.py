@@ -6,6 +6,7 @@ checksums exist, so a file is trusted on first use (when a download completes, o
 files placed by hand load) and verified on every later use. Nothing here touches the network
 (`spacy_elmo.weights.download` does).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,12 +25,18 @@ PUBLISHED = {
 }
 BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 MANIFEST = "manifest.json"
-# What a download may receive of each published file, at most. No official sizes exist; the options JSON files
-# are under 1 KB, and a weights file holds the float32 parameters of its architecture (DESIGN.md, counted by
-# `tests/bilm/test_download.py` from `BiLM`: 13.6M small, 28.0M medium, 93.6M original and original-5.5b, which
-# share the architecture) plus the hdf5 structure of some 30 datasets, well under 1 MB: bound by 5% more + 1 MB.
+# What a download may receive of each published file, at most. No official sizes exist; the options
+# JSON files are under 1 KB, and a weights file holds the float32 parameters of its architecture
+# (DESIGN.md, counted by `tests/bilm/test_download.py` from `BiLM`: 13.6M small, 28.0M medium, 93.6M
+# original and original-5.5b, which share the architecture) plus the hdf5 structure of some 30
+# datasets, well under 1 MB: bound by 5% more + 1 MB.
 OPTIONS_MAX_BYTES = 64 << 10
-PARAMETERS = {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848, "original-5.5b": 93_600_848}
+PARAMETERS = {
+    "small": 13_593_296,
+    "medium": 28_027_728,
+    "original": 93_600_848,
+    "original-5.5b": 93_600_848,
+}
 
 
 def is_published(name: object) -> bool:
@@ -38,38 +45,46 @@ def is_published(name: object) -> bool:
 
 def check_name(name: str) -> str:
     if not is_published(name):
-        raise ElmoConfigError(f"unknown model name {name!r}; the published models are {', '.join(PUBLISHED)}")
+        raise ElmoConfigError(
+            f"unknown model name {name!r}; the published models are {', '.join(PUBLISHED)}"
+        )
     return name
 
 
 def max_bytes(name: str) -> tuple[int, int]:
-    """The most bytes the options JSON and the weights file of the published model `name` may hold."""
+    """The most bytes the options JSON and the weights file of the published model `name` may
+    hold."""
     return OPTIONS_MAX_BYTES, int(4 * PARAMETERS[check_name(name)] * 1.05) + (1 << 20)
 
 
 def cache_setting() -> str:
-    """Which setting places the cache, as `NAME=value`: `SPACY_ELMO_CACHE`, else `HOME`. An empty or unset
-    HOME is refused (ElmoConfigError) rather than taken as `/`."""
+    """Which setting places the cache, as `NAME=value`: `SPACY_ELMO_CACHE`, else `HOME`. An empty or
+    unset HOME is refused (ElmoConfigError) rather than taken as `/`."""
     if os.environ.get("SPACY_ELMO_CACHE"):
         return f"SPACY_ELMO_CACHE={os.environ['SPACY_ELMO_CACHE']}"
     if not os.environ.get("HOME"):
-        raise ElmoConfigError("no cache directory for the published ELMo models: HOME is "
-                              f"{'empty' if 'HOME' in os.environ else 'not set'} and SPACY_ELMO_CACHE is not set; "
-                              "set SPACY_ELMO_CACHE to a directory (e.g. SPACY_ELMO_CACHE=/path/to/elmo_cache)")
+        raise ElmoConfigError(
+            "no cache directory for the published ELMo models: HOME is "
+            f"{'empty' if 'HOME' in os.environ else 'not set'} and SPACY_ELMO_CACHE is not set; "
+            "set SPACY_ELMO_CACHE to a directory (e.g. SPACY_ELMO_CACHE=/path/to/elmo_cache)"
+        )
     return f"HOME={os.environ['HOME']}"
 
 
 def cache_dir() -> Path:
-    """`$SPACY_ELMO_CACHE`, else `$HOME/.cache/spacy_elmo`. Raises ElmoConfigError naming the setting where
-    the place cannot be a directory (a file, `/dev/null`) or neither is set (see `cache_setting`)."""
+    """`$SPACY_ELMO_CACHE`, else `$HOME/.cache/spacy_elmo`. Raises ElmoConfigError naming the
+    setting where the place cannot be a directory (a file, `/dev/null`) or neither is set (see
+    `cache_setting`)."""
     setting = cache_setting()
     name, value = setting.split("=", 1)
     path = Path(value) if name == "SPACY_ELMO_CACHE" else Path(value) / ".cache" / "spacy_elmo"
     for place in (path, *path.parents):  # the nearest that exists must be a directory
         if os.path.lexists(place):
             if not place.is_dir():
-                raise ElmoConfigError(f"{setting}: {place} is not a directory, so the cache of the published ELMo "
-                                      f"models ({path}) cannot be there; set SPACY_ELMO_CACHE to a directory")
+                raise ElmoConfigError(
+                    f"{setting}: {place} is not a directory, so the cache of the published ELMo "
+                    f"models ({path}) cannot be there; set SPACY_ELMO_CACHE to a directory"
+                )
             break
     return path
 
@@ -85,8 +100,10 @@ def make_model_dir(name: str, cache: str | Path | None = None) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         where = f"cache {cache}" if cache else cache_setting()
-        raise ElmoConfigError(f"{where}: cannot create the cache directory {directory} ({err.strerror or err}); "
-                              "set SPACY_ELMO_CACHE to a writable directory") from None
+        raise ElmoConfigError(
+            f"{where}: cannot create the cache directory {directory} ({err.strerror or err}); "
+            "set SPACY_ELMO_CACHE to a writable directory"
+        ) from None
     return directory
 
 
@@ -121,12 +138,17 @@ def read_manifest(directory: Path) -> dict[str, dict]:
     try:
         files = json.loads(data.decode("utf-8"))["files"]
     except (ValueError, KeyError, TypeError, RecursionError) as err:
-        raise ElmoFileError(f"{path}: unreadable manifest ({err}); delete it to record the files again") from None
+        raise ElmoFileError(
+            f"{path}: unreadable manifest ({err}); delete it to record the files again"
+        ) from None
     if not isinstance(files, dict) or not all(
-            isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str)
-            for e in files.values()):
-        raise ElmoFileError(f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
-                            "delete it to record the files again")
+        isinstance(e, dict) and type(e.get("bytes")) is int and isinstance(e.get("sha256"), str)
+        for e in files.values()
+    ):
+        raise ElmoFileError(
+            f"{path}: unreadable manifest (each file needs an integer 'bytes' and a 'sha256'); "
+            "delete it to record the files again"
+        )
     return files
 
 
@@ -136,17 +158,26 @@ def write_manifest(directory: Path, name: str, files: dict[str, dict]) -> None:
 
 def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dict]:
     """Hash the files `sources` names (`{file_name: where it came from}`) and write the manifest."""
-    files = {f: {"bytes": (directory / f).stat().st_size, "sha256": sha256_file(directory / f), "source": src}
-             for f, src in sources.items()}
+    files = {
+        f: {
+            "bytes": (directory / f).stat().st_size,
+            "sha256": sha256_file(directory / f),
+            "source": src,
+        }
+        for f, src in sources.items()
+    }
     write_manifest(directory, name, files)
     return files
 
 
 def missing_message(name: str, directory: Path) -> str:
     files = published_files(name)
-    return (f"ELMo model '{name}' is not in the cache {directory} ({cache_setting()}): run "
-            f"`python -m spacy_elmo download {name}`, "
-            f"or place {' and '.join(f for f, _ in files)} there by hand (from {' and '.join(u for _, u in files)})")
+    return (
+        f"ELMo model '{name}' is not in the cache {directory} ({cache_setting()}): run "
+        f"`python -m spacy_elmo download {name}`, "
+        f"or place {' and '.join(f for f, _ in files)} there by hand (from "
+        f"{' and '.join(u for _, u in files)})"
+    )
 
 
 def verify(directory: Path, name: str) -> bool:
@@ -159,10 +190,18 @@ def verify(directory: Path, name: str) -> bool:
         entry = recorded.get(file_name)
         path = directory / file_name
         if entry is None:
-            raise ElmoFileError(f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files again")
-        if regular_file(path, "cached model file").st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
             raise ElmoFileError(
-                f"{path}: sha256 differs from the one recorded when it was stored ({entry['sha256']}): the file is "
-                f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download {name}` again"
+                f"{path}: not in {directory / MANIFEST}; delete the manifest to record the files "
+                f"again"
+            )
+        if (
+            regular_file(path, "cached model file").st_size != entry["bytes"]
+            or sha256_file(path) != entry["sha256"]
+        ):
+            raise ElmoFileError(
+                f"{path}: sha256 differs from the one recorded when it was stored "
+                f"({entry['sha256']}): the file is "
+                f"corrupt or was replaced. Delete it and run `python -m spacy_elmo download "
+                f"{name}` again"
             )
     return True

@@ -1,12 +1,14 @@
-"""Where a model's files are: `locate` turns anything `load_bilm` accepts (a published name, a directory
-in any format, an `(options, weights)` pair) into a `ModelFiles`, reading nothing but directory
-listings (and, where asked, the cache manifest's checksums). Every entry point finds files through it.
+"""Where a model's files are: `locate` turns anything `load_bilm` accepts (a published name, a
+directory in any format, an `(options, weights)` pair) into a `ModelFiles`, reading nothing but
+directory listings (and, where asked, the cache manifest's checksums). Every entry point finds files
+through it.
 
-One rule tells names from paths: a published name (`small`, `medium`, `original`, `original-5.5b`, a str)
-is the cached model of that name, whatever the working directory holds; anything else (`./small`,
-`small/`, an absolute path, any `Path`) is a path. A directory is in the first of `FORMATS` whose `detect`
-says so; its files are read from it only (`inside_dir`).
+One rule tells names from paths: a published name (`small`, `medium`, `original`, `original-5.5b`, a
+str) is the cached model of that name, whatever the working directory holds; anything else
+(`./small`, `small/`, an absolute path, any `Path`) is a path. A directory is in the first of
+`FORMATS` whose `detect` says so; its files are read from it only (`inside_dir`).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,19 +24,22 @@ ModelPath = Union[str, Path, Tuple[Union[str, Path], Union[str, Path]]]
 
 
 def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
-    """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded here; never a
-    directory of that name in the working directory: `./small` is one), a directory (this project's format, the
-    output directory of `pretrain`, an ELMoForManyLangs model, a saved spaCy pipeline with one `elmo`
-    component, or an options JSON + one `.hdf5`, published or plain names) or an `(options_file, weight_file)`
-    pair. `verify`: check a cached model's files against the manifest's sha256. Raises ElmoFileError (missing,
-    ambiguous, changed or outside files) or ElmoConfigError (not a path or a pair)."""
+    """The files of `path`: a published model's name (`small`, ... in the cache, never downloaded
+    here; never a directory of that name in the working directory: `./small` is one), a directory
+    (this project's format, the output directory of `pretrain`, an ELMoForManyLangs model, a saved
+    spaCy pipeline with one `elmo` component, or an options JSON + one `.hdf5`, published or plain
+    names) or an `(options_file, weight_file)` pair. `verify`: check a cached model's files against
+    the manifest's sha256. Raises ElmoFileError (missing, ambiguous, changed or outside files) or
+    ElmoConfigError (not a path or a pair)."""
     if hub.is_published(path):
         directory = hub.model_dir(path)
         names = [f for f, _ in hub.published_files(path)]
         if not all(os.path.lexists(directory / f) for f in names):
             raise ElmoFileError(hub.missing_message(path, directory))
         verified = hub.verify(directory, path) if verify else True
-        return ModelFiles(hdf5.KIND, directory / names[0], directory / names[1], published=path, verified=verified)
+        return ModelFiles(
+            hdf5.KIND, directory / names[0], directory / names[1], published=path, verified=verified
+        )
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise ElmoConfigError(f"pass (options_file, weight_file), got {len(path)} paths")
@@ -43,14 +48,18 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if not directory.exists():
         raise ElmoFileError(f"ELMo weights not found: {directory}")
     if not directory.is_dir():
-        raise ElmoConfigError(f"{directory}: pass a directory or an (options_file, weight_file) pair")
-    fmt = next(fmt for fmt in FORMATS if fmt.detect(directory))  # the last, hdf5, claims every directory
+        raise ElmoConfigError(
+            f"{directory}: pass a directory or an (options_file, weight_file) pair"
+        )
+    fmt = next(
+        fmt for fmt in FORMATS if fmt.detect(directory)
+    )  # the last, hdf5, claims every directory
     return fmt.model_files(directory)
 
 
 def describe_source(path: ModelPath) -> ModelPath:
-    """What the commands call the biLM `path` names: for a saved spaCy pipeline, its `elmo` component's (see
-    `pipeline.describe`); else `path` itself."""
+    """What the commands call the biLM `path` names: for a saved spaCy pipeline, its `elmo`
+    component's (see `pipeline.describe`); else `path` itself."""
     files = locate(path)
     if files.kind != pipeline.KIND:
         return path

@@ -1,11 +1,12 @@
 """This project's own model format: a directory with `bilm.json` (options, default state policy) and
-`weights.pt`, a plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling of code),
-and for a model with a character table (ELMoForManyLangs) `char_table.json` (`CharTable.to_json`). The output
-directory of `pretrain` holds one in `model/`.
+`weights.pt`, a plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling
+of code), and for a model with a character table (ELMoForManyLangs) `char_table.json`
+(`CharTable.to_json`). The output directory of `pretrain` holds one in `model/`.
 
 Sizes are checked against what the file holds before the network is built, names, dtypes, shapes and
 values after (`load.build`); what cannot be read is one ElmoFileError naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,29 +30,38 @@ OWN_CONFIG = "bilm.json"
 OWN_WEIGHTS = "weights.pt"
 OWN_TABLE = "char_table.json"
 PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
-MAX_TABLE_BYTES = 256 << 20  # a character and a word table (a few MB for the published ELMoForManyLangs models)
+MAX_TABLE_BYTES = (
+    256 << 20
+)  # a character and a word table (a few MB for the published ELMoForManyLangs models)
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
 
 
 def detect(directory: Path) -> bool:
-    """A directory saved by `save_bilm` (it holds `bilm.json`), or the output directory of `pretrain` (`model/`
-    holds one)."""
-    return os.path.lexists(directory / OWN_CONFIG) or os.path.lexists(directory / PRETRAIN_MODEL / OWN_CONFIG)
+    """A directory saved by `save_bilm` (it holds `bilm.json`), or the output directory of
+    `pretrain` (`model/` holds one)."""
+    return os.path.lexists(directory / OWN_CONFIG) or os.path.lexists(
+        directory / PRETRAIN_MODEL / OWN_CONFIG
+    )
 
 
 def model_files(directory: Path) -> ModelFiles:
-    """The files of a directory `detect` accepts (the model in `model/` of a `pretrain` output directory)."""
+    """The files of a directory `detect` accepts (the model in `model/` of a `pretrain` output
+    directory)."""
     if not os.path.lexists(directory / OWN_CONFIG):
         directory = inside_dir(directory, f"{PRETRAIN_MODEL}/{OWN_CONFIG}", "model config").parent
     table = directory / OWN_TABLE
-    return ModelFiles(KIND, directory / OWN_CONFIG, directory / OWN_WEIGHTS,
-                      others=(table,) if os.path.lexists(table) else ())
+    return ModelFiles(
+        KIND,
+        directory / OWN_CONFIG,
+        directory / OWN_WEIGHTS,
+        others=(table,) if os.path.lexists(table) else (),
+    )
 
 
 def read(model: ModelFiles) -> ModelData:
-    """The model in `model.config`'s directory: its options, saved state policy, character table and weights,
-    every file read from that directory."""
+    """The model in `model.config`'s directory: its options, saved state policy, character table and
+    weights, every file read from that directory."""
     directory = model.config.parent
     config_path = inside_dir(directory, OWN_CONFIG, "model config")
     config = read_json(config_path, "model config")
@@ -69,7 +79,9 @@ def read(model: ModelFiles) -> ModelData:
         raise ElmoFileError(f"{config_path}: {err}") from None
     warm_state = config.get("warm_state", True)
     if not isinstance(warm_state, bool):
-        raise ElmoFileError(f"{config_path}: 'warm_state' must be true or false, got {warm_state!r}")
+        raise ElmoFileError(
+            f"{config_path}: 'warm_state' must be true or false, got {warm_state!r}"
+        )
     table = None
     if opts.char_table:
         table_path = inside_dir(directory, OWN_TABLE, "character table")
@@ -78,31 +90,45 @@ def read(model: ModelFiles) -> ModelData:
             text = text.decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
             raise ElmoFileError(f"{table_path}: not UTF-8 ({err})") from None
-        table = CharTable.from_json(text, opts.max_characters_per_token, opts.n_characters, opts.n_words,
-                                    str(table_path))
+        table = CharTable.from_json(
+            text, opts.max_characters_per_token, opts.n_characters, opts.n_words, str(table_path)
+        )
     weights_path = inside_dir(directory, OWN_WEIGHTS, "ELMo weight file")
     state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
     return ModelData(opts, state_dict, str(weights_path), policy, table, warm_state)
 
 
-def save_bilm(model: Union[ElmoEmbedder, BiLM], directory: Union[str, Path], state: Optional[StatePolicy] = None) -> Path:
-    """Save in this project's format: `bilm.json` + `weights.pt` (+ `char_table.json`), each file written
-    whole, `bilm.json` last; the warm state is computed if needed (unless the model has no warm-up text: then
-    `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm` applies (default: the
-    embedder's current one, "warm" for a bare network)."""
+def save_bilm(
+    model: Union[ElmoEmbedder, BiLM],
+    directory: Union[str, Path],
+    state: Optional[StatePolicy] = None,
+) -> Path:
+    """Save in this project's format: `bilm.json` + `weights.pt` (+ `char_table.json`), each file
+    written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
+    warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
+    applies (default: the embedder's current one, "warm" for a bare network)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     network = model.network if isinstance(model, ElmoEmbedder) else model
     if network.warmup is not None:
         network.warm_state(1)  # computed unless current
     policy = state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
-    config = {"format": OWN_FORMAT, "version": OWN_VERSION, "options": network.options.to_dict(),
-              "state": check_state_policy(policy).value}
+    config = {
+        "format": OWN_FORMAT,
+        "version": OWN_VERSION,
+        "options": network.options.to_dict(),
+        "state": check_state_policy(policy).value,
+    }
     if not network.has_warm_state:
         config["warm_state"] = False
     state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-    with atomic_path(directory / OWN_WEIGHTS) as tmp, open(tmp, "wb") as f:  # each file whole, never half written
-        torch.save(state_dict, f)  # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
+    with (
+        atomic_path(directory / OWN_WEIGHTS) as tmp,
+        open(tmp, "wb") as f,
+    ):  # each file whole, never half written
+        torch.save(
+            state_dict, f
+        )  # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
     table = network.token_encoder.token_ids
     if isinstance(table, CharTable):
         write_atomic(directory / OWN_TABLE, table.to_json())

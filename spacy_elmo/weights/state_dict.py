@@ -1,6 +1,8 @@
-"""Torch state dicts read without unpickling code: a `torch.save` zip archive (torch's format since 1.6) or, where
-asked, torch's format before it (`legacy_torch`), each checked for the bytes it declares before torch reads it.
-This project's format (`own`) and ELMoForManyLangs' (`efml`) store their weights so."""
+"""Torch state dicts read without unpickling code: a `torch.save` zip archive (torch's format since
+1.6) or, where asked, torch's format before it (`legacy_torch`), each checked for the bytes it
+declares before torch reads it. This project's format (`own`) and ELMoForManyLangs' (`efml`) store
+their weights so."""
+
 from __future__ import annotations
 
 import re
@@ -17,57 +19,91 @@ from .memory import check_memory
 
 
 def check_archive(file: BinaryIO, source: str) -> int:
-    """The bytes of tensor data a `torch.save` zip archive declares, checked before anything is read: a zip
-    archive (torch's format since 1.6), its entries stored as they are (torch never compresses them, so a
-    small file cannot declare a large model). ElmoFileError naming `source` otherwise."""
+    """The bytes of tensor data a `torch.save` zip archive declares, checked before anything is
+    read: a zip archive (torch's format since 1.6), its entries stored as they are (torch never
+    compresses them, so a small file cannot declare a large model). ElmoFileError naming `source`
+    otherwise."""
     start = file.tell()
     try:
         with zipfile.ZipFile(file) as archive:
             entries = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as err:
-        raise ElmoFileError(f"{source}: not a torch zip archive (torch.save's format since torch 1.6; truncated "
-                            f"or corrupt?): {err}") from None
+        raise ElmoFileError(
+            f"{source}: not a torch zip archive (torch.save's format since torch 1.6; truncated "
+            f"or corrupt?): {err}"
+        ) from None
     finally:
         file.seek(start)
     for entry in entries:
         if entry.compress_type != zipfile.ZIP_STORED:
-            raise ElmoFileError(f"{source}: entry '{entry.filename}' is compressed ({entry.compress_size:,} bytes "
-                                f"declaring {entry.file_size:,}); torch.save stores entries as they are: crafted "
-                                "or not written by torch")
+            raise ElmoFileError(
+                f"{source}: entry '{entry.filename}' is compressed ({entry.compress_size:,} bytes "
+                f"declaring {entry.file_size:,}); torch.save stores entries as they are: crafted "
+                "or not written by torch"
+            )
     return sum(entry.file_size for entry in entries)
 
 
-def read_state_dict(file: Union[Path, BinaryIO], source: str, what: str = "torch state dict",
-                    legacy: bool = False) -> Dict[str, torch.Tensor]:
-    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code (`weights_only=True`)
-    from a file object or a path (a regular file: see `open_regular`), once `check_archive` (or with `legacy`,
-    for a file in torch's format before 1.6, `check_legacy`) has passed and the memory it needs (the tensors,
-    then the network they fill) is there. Anything else -> ElmoFileError (ElmoResourceError: memory) naming
-    `source`."""
+def read_state_dict(
+    file: Union[Path, BinaryIO], source: str, what: str = "torch state dict", legacy: bool = False
+) -> Dict[str, torch.Tensor]:
+    """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code
+    (`weights_only=True`) from a file object or a path (a regular file: see `open_regular`), once
+    `check_archive` (or with `legacy`, for a file in torch's format before 1.6, `check_legacy`) has
+    passed and the memory it needs (the tensors, then the network they fill) is there. Anything else
+    -> ElmoFileError (ElmoResourceError: memory) naming `source`."""
     if isinstance(file, Path):
         with open_regular(file, what) as opened:
             return read_state_dict(opened, source, legacy=legacy)
     start = file.tell()
     is_zip = file.read(4) == b"PK\x03\x04"
     file.seek(start)
-    check_memory(2 * (check_legacy(file, source) if legacy and not is_zip else check_archive(file, source)), source)
+    check_memory(
+        2 * (check_legacy(file, source) if legacy and not is_zip else check_archive(file, source)),
+        source,
+    )
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
-        # torch's message spans lines and suggests weights_only=False (never do that): keep its cause only
-        cause = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", str(err), re.S)
+    except (
+        Exception
+    ) as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
+        # torch's message spans lines and suggests weights_only=False (never do that): keep its
+        # cause only
+        cause = re.search(
+            r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)",
+            str(err),
+            re.S,
+        )
         detail = " ".join(cause.group(1).split()) if cause else str(err).strip().split("\n")[0]
         if "Unsupported global" in detail:
-            raise ElmoFileError(f"{source}: refused: it holds Python objects other than tensors, and this "
-                                  f"package never unpickles them ({detail})") from None
-        raise ElmoFileError(f"{source}: not a readable torch state dict ({type(err).__name__}: {detail})") from None
+            raise ElmoFileError(
+                f"{source}: refused: it holds Python objects other than tensors, and this "
+                f"package never unpickles them ({detail})"
+            ) from None
+        raise ElmoFileError(
+            f"{source}: not a readable torch state dict ({type(err).__name__}: {detail})"
+        ) from None
     if not isinstance(state_dict, dict):
-        raise ElmoFileError(f"{source}: expected a dict of tensors, got {type(state_dict).__name__}")
+        raise ElmoFileError(
+            f"{source}: expected a dict of tensors, got {type(state_dict).__name__}"
+        )
     for name, tensor in state_dict.items():
-        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
-            kind = f"{tensor.layout} tensor" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        if (
+            not isinstance(name, str)
+            or not isinstance(tensor, torch.Tensor)
+            or tensor.layout != torch.strided
+        ):
+            kind = (
+                f"{tensor.layout} tensor"
+                if isinstance(tensor, torch.Tensor)
+                else type(tensor).__name__
+            )
             raise ElmoFileError(f"{source}: entry {name!r} is a {kind}, not a named dense tensor")
-        if tensor.device.type != "cpu":  # map_location keeps a "meta" tensor (a shape without data) where it is
-            raise ElmoFileError(f"{source}: entry {name!r} is a tensor on device '{tensor.device.type}' without "
-                                "data in the file; weights are saved from the CPU")
+        if (
+            tensor.device.type != "cpu"
+        ):  # map_location keeps a "meta" tensor (a shape without data) where it is
+            raise ElmoFileError(
+                f"{source}: entry {name!r} is a tensor on device '{tensor.device.type}' without "
+                "data in the file; weights are saved from the CPU"
+            )
     return state_dict

@@ -1,9 +1,11 @@
-"""Random, untrained weights at a published model's sizes, in the published layout (a bilm-tf options JSON and
-hdf5 weights under the `elmo_<stem>_*` names): what `python -m spacy_elmo init-random` writes, so that every
-example runs without the network. Labelled: the options file's `untrained` entry, which the options keep through
-`convert` and `save_bilm`, `load_bilm` turns into an `ElmoUntrainedWarning` and `info` shows. The network is the
-one `pretrain` starts from (`BiLM(options)`), seeded.
+"""Random, untrained weights at a published model's sizes, in the published layout (a bilm-tf
+options JSON and hdf5 weights under the `elmo_<stem>_*` names): what `python -m spacy_elmo
+init-random` writes, so that every example runs without the network. Labelled: the options file's
+`untrained` entry, which the options keep through `convert` and `save_bilm`, `load_bilm` turns into
+an `ElmoUntrainedWarning` and `info` shows. The network is the one `pretrain` starts from
+(`BiLM(options)`), seeded.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -18,12 +20,16 @@ from ..errors import ElmoConfigError, ElmoUntrainedWarning
 from . import hub
 from .hdf5 import export_hdf5
 
-# The published models' sizes (DESIGN.md): LSTM cell, projection, highway layers; all share the char CNN.
+# The published models' sizes (DESIGN.md): LSTM cell, projection, highway layers; all share the char
+# CNN.
 SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
 FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 UNTRAINED_KEY = "untrained"
-UNTRAINED = ("random weights written by `python -m spacy_elmo init-random`, untrained: for trying the API and the "
-             "commands offline, its vectors mean nothing")
+UNTRAINED = (
+    "random weights written by `python -m spacy_elmo init-random`, untrained: for trying the API "
+    "and the "
+    "commands offline, its vectors mean nothing"
+)
 
 
 def published_options(size: str) -> Dict[str, Any]:
@@ -31,16 +37,35 @@ def published_options(size: str) -> Dict[str, Any]:
     if size not in SIZES:
         raise ElmoConfigError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
     dim, projection, highways = SIZES[size]
-    return {"lstm": {"use_skip_connections": True, "projection_dim": projection, "cell_clip": 3, "proj_clip": 3,
-                     "dim": dim, "n_layers": 2},
-            "char_cnn": {"activation": "relu", "filters": FILTERS, "n_highway": highways, "embedding": {"dim": 16},
-                         "n_characters": 262, "max_characters_per_token": 50}}
+    return {
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": projection,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": dim,
+            "n_layers": 2,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": FILTERS,
+            "n_highway": highways,
+            "embedding": {"dim": 16},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    }
 
 
-def write_untrained(directory: Union[str, Path], size: str = "small", seed: int = 0) -> Tuple[Path, Path]:
-    """Write random, untrained weights at the sizes of the published model `size` into `directory` under its
-    published file names; returns the options and weight files. The same `seed` writes the same weights."""
-    options = BiLMOptions.from_dict({**published_options(size), UNTRAINED_KEY: UNTRAINED}, source=f"--size {size}")
+def write_untrained(
+    directory: Union[str, Path], size: str = "small", seed: int = 0
+) -> Tuple[Path, Path]:
+    """Write random, untrained weights at the sizes of the published model `size` into `directory`
+    under its published file names; returns the options and weight files. The same `seed` writes the
+    same weights."""
+    options = BiLMOptions.from_dict(
+        {**published_options(size), UNTRAINED_KEY: UNTRAINED}, source=f"--size {size}"
+    )
     with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
         torch.manual_seed(seed)
         network = BiLM(options)
@@ -48,7 +73,8 @@ def write_untrained(directory: Union[str, Path], size: str = "small", seed: int 
 
 
 def untrained_note(options: BiLMOptions) -> Optional[str]:
-    """What the options say of weights that are not trained (`write_untrained`'s label), else None."""
+    """What the options say of weights that are not trained (`write_untrained`'s label), else
+    None."""
     note = options.extra.get(UNTRAINED_KEY)
     return note if isinstance(note, str) and note else None
 

@@ -1,5 +1,6 @@
-"""`python -m spacy_elmo download` and loading published models by name: the cache, its manifest and checksums,
-resumed and retried downloads; from a local HTTP server only (never the network)."""
+"""`python -m spacy_elmo download` and loading published models by name: the cache, its manifest and
+checksums, resumed and retried downloads; from a local HTTP server only (never the network)."""
+
 from __future__ import annotations
 
 import errno
@@ -29,10 +30,11 @@ from ..helpers import ENV, SENTS, one_error_line, run_cli, tmpfs
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Serves `server.files` ({url path: bytes}) with Range support; a path in `server.truncate_once`
-    is cut off halfway (after announcing its full length) the first time it is asked for; a path in
-    `server.trickle` ({path: seconds}) is sent one byte at a time, that many seconds apart; a path in
-    `server.extra` ({path: n}) gets n bytes more than its Content-Range says, counted in its Content-Length."""
+    """Serves `server.files` ({url path: bytes}) with Range support; a path in
+    `server.truncate_once` is cut off halfway (after announcing its full length) the first time it
+    is asked for; a path in `server.trickle` ({path: seconds}) is sent one byte at a time, that many
+    seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
+    says, counted in its Content-Length."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
@@ -40,7 +42,11 @@ class Handler(BaseHTTPRequestHandler):
         if data is None:
             self.send_error(404)
             return
-        start = int(self.headers["Range"].split("=")[1].split("-")[0]) if self.headers.get("Range") else 0
+        start = (
+            int(self.headers["Range"].split("=")[1].split("-")[0])
+            if self.headers.get("Range")
+            else 0
+        )
         if start >= len(data):
             self.send_error(416)
             return
@@ -58,7 +64,7 @@ class Handler(BaseHTTPRequestHandler):
             if not delay:
                 self.wfile.write(body)
             for i in range(len(body) if delay else 0):
-                self.wfile.write(body[i: i + 1])
+                self.wfile.write(body[i : i + 1])
                 time.sleep(delay)
         except OSError:  # the client hung up (a deadline, a refused size): nothing more to send
             pass
@@ -69,14 +75,17 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server(fixture_dir, tmp_path, monkeypatch):
-    """A local server holding the fixture under the published names of 'small'; the cache in tmp_path."""
+    """A local server holding the fixture under the published names of 'small'; the cache in
+    tmp_path."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra = [], set(), {}, {}
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
-    httpd.files = {urlparse(options_url).path: (fixture_dir / "options.json").read_bytes(),
-                   urlparse(weights_url).path: (fixture_dir / "lm_weights.hdf5").read_bytes()}
+    httpd.files = {
+        urlparse(options_url).path: (fixture_dir / "options.json").read_bytes(),
+        urlparse(weights_url).path: (fixture_dir / "lm_weights.hdf5").read_bytes(),
+    }
     httpd.options_path, httpd.weights_path = urlparse(options_url).path, urlparse(weights_url).path
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -98,7 +107,9 @@ def test_download_then_use_by_name(server, fixture_dir, fixture_bilm, tmp_path, 
     nlp.initialize()
     assert nlp("The cat sat .")._.elmo.shape == (4, 32)
     n_requests = len(server.log)
-    assert run_cli("download", "small", "--no-progress") == 0 and len(server.log) == n_requests  # cached
+    assert (
+        run_cli("download", "small", "--no-progress") == 0 and len(server.log) == n_requests
+    )  # cached
     assert run_cli("info", "small", "--json") == 0
     assert str(weights_file) in capsys.readouterr().out
 
@@ -146,7 +157,9 @@ def test_a_changed_cached_file_is_an_error_naming_it(server, tmp_path, capsys):
 
 def test_no_network_and_unknown_names(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # the discard port: refused
+    monkeypatch.setenv(
+        "SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo"
+    )  # the discard port: refused
     assert run_cli("download", "medium", "--no-progress") == 1
     err = capsys.readouterr().err
     assert "could not reach" in err and f"place them in {tmp_path / 'medium'}" in err
@@ -161,7 +174,9 @@ def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir
         load_bilm("original")
     assert str(tmp_path / "original") in str(err.value)
     assert "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5" in str(err.value)
-    with pytest.raises(ElmoFileError, match="spacy_elmo download original"):  # at add_pipe, before any use
+    with pytest.raises(
+        ElmoFileError, match="spacy_elmo download original"
+    ):  # at add_pipe, before any use
         spacy.blank("en").add_pipe("elmo", config={"weights": "original"})
 
 
@@ -180,10 +195,11 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, f
         load_bilm("small")
 
 
-# ---------------------------------------------------------------- bounded downloads (issue 34, item 5)
+# ---------------------------------------------------------------- bounded downloads (issue 34, item
+# 5)
 def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):
-    """A byte every 0.2 s (the options file would take 83 s): the per-file deadline ends it, once, not retried;
-    the part file stays for the next run to continue."""
+    """A byte every 0.2 s (the options file would take 83 s): the per-file deadline ends it, once,
+    not retried; the part file stays for the next run to continue."""
     server.trickle[server.options_path] = 0.2
     start = time.monotonic()
     assert run_cli("download", "small", "--no-progress", "--deadline", "1") == 1
@@ -196,15 +212,21 @@ def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):
 
 
 def test_the_deadline_is_derived_from_the_expected_size():
-    assert download_module.file_deadline(1000) == download_module.DEADLINE_BASE + 1000 / download_module.MIN_RATE
+    assert (
+        download_module.file_deadline(1000)
+        == download_module.DEADLINE_BASE + 1000 / download_module.MIN_RATE
+    )
     small_options, small_weights = hub.max_bytes("small")
-    assert download_module.file_deadline(small_options) < 2 * download_module.DEADLINE_BASE  # a few KB: ~a minute
+    assert (
+        download_module.file_deadline(small_options) < 2 * download_module.DEADLINE_BASE
+    )  # a few KB: ~a minute
     assert download_module.file_deadline(hub.max_bytes("original")[1]) < 4 * 3600
 
 
 def test_size_bounds_match_the_published_architectures(tmp_path):
-    """The registry's bounds hold the float32 parameters of each published architecture (counted without
-    allocating them), and a weights file written in the published layout at the small size."""
+    """The registry's bounds hold the float32 parameters of each published architecture (counted
+    without allocating them), and a weights file written in the published layout at the small
+    size."""
     for name in hub.PUBLISHED:
         options_bound, weights_bound = hub.max_bytes(name)
         size = "original" if name.startswith("original") else name
@@ -229,8 +251,8 @@ def test_an_oversized_file_is_refused_before_it_is_fetched(server, tmp_path, cap
 
 
 def test_bytes_beyond_the_announced_size_stop_the_download(server, fixture_dir, tmp_path, capsys):
-    """A server whose Content-Length (10 MB) exceeds its Content-Range (the 417-byte options file): the download
-    stops at the first byte too many and removes the part file."""
+    """A server whose Content-Length (10 MB) exceeds its Content-Range (the 417-byte options file):
+    the download stops at the first byte too many and removes the part file."""
     directory = tmp_path / "cache" / "small"
     directory.mkdir(parents=True)
     part = directory / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
@@ -262,8 +284,11 @@ class FullFile:
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
-def test_a_full_disk_is_one_error_that_removes_the_part(server, tmp_path, monkeypatch, capsys, code):
-    """ENOSPC / EDQUOT writing the weights (injected): one error naming the file, the part removed, no retry."""
+def test_a_full_disk_is_one_error_that_removes_the_part(
+    server, tmp_path, monkeypatch, capsys, code
+):
+    """ENOSPC / EDQUOT writing the weights (injected): one error naming the file, the part removed,
+    no retry."""
     real_open = open
 
     def open_full(path, mode="r", *args, **kwargs):
@@ -289,7 +314,8 @@ def test_a_real_full_disk(server, tmp_path, monkeypatch, capsys):
         assert not list((disk / "small").glob("*.part"))
 
 
-# ---------------------------------------------------------------- the cache location (issue 34, item 6)
+# ---------------------------------------------------------------- the cache location (issue 34,
+# item 6)
 CHILD = """
 import contextlib, io, json, sys, traceback
 from spacy_elmo import ElmoError, load_bilm
@@ -316,17 +342,20 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("setting, value, says", [
-    ("SPACY_ELMO_CACHE", "A_FILE", "not a directory"),
-    ("HOME", "/dev/null", "not a directory"),
-    ("HOME", "/proc", "HOME=/proc"),
-    ("HOME", "", "SPACY_ELMO_CACHE"),
-    ("HOME", None, "SPACY_ELMO_CACHE"),
-])
+@pytest.mark.parametrize(
+    "setting, value, says",
+    [
+        ("SPACY_ELMO_CACHE", "A_FILE", "not a directory"),
+        ("HOME", "/dev/null", "not a directory"),
+        ("HOME", "/proc", "HOME=/proc"),
+        ("HOME", "", "SPACY_ELMO_CACHE"),
+        ("HOME", None, "SPACY_ELMO_CACHE"),
+    ],
+)
 def test_a_bad_cache_location_is_one_error_naming_the_setting(tmp_path, setting, value, says):
-    """`download`, `info` and `load_bilm` of a published name, in a child with the setting: one error line naming
-    the setting (and, for an empty or unset HOME, SPACY_ELMO_CACHE as the way to set the cache), never a
-    traceback, and nothing written to `/.cache`."""
+    """`download`, `info` and `load_bilm` of a published name, in a child with the setting: one
+    error line naming the setting (and, for an empty or unset HOME, SPACY_ELMO_CACHE as the way to
+    set the cache), never a traceback, and nothing written to `/.cache`."""
     if value == "A_FILE":
         value = str(tmp_path / "a_file")
         (tmp_path / "a_file").write_text("not a directory\n")
@@ -335,12 +364,21 @@ def test_a_bad_cache_location_is_one_error_naming_the_setting(tmp_path, setting,
     if value is not None:
         env[setting] = value
     root_cache = os.path.lexists("/.cache/spacy_elmo")
-    child = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300,
-                           cwd=tmp_path)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert child.returncode == 0, child.stderr
     results = json.loads(child.stdout.splitlines()[-1])
     for command, (code, err) in results.items():
         assert code == 1, (command, code, err)
         line = one_error_line(err)
-        assert (f"{setting}=" in line or setting == "HOME" and not value) and says in line, (command, line)
+        assert (f"{setting}=" in line or setting == "HOME" and not value) and says in line, (
+            command,
+            line,
+        )
     assert os.path.lexists("/.cache/spacy_elmo") == root_cache

@@ -1,5 +1,7 @@
-"""Hostile, corrupt and mismatched ELMoForManyLangs directories (and this format's character table): each is
-refused with one ElmoFileError naming the file and the problem, before anything large is allocated."""
+"""Hostile, corrupt and mismatched ELMoForManyLangs directories (and this format's character table):
+each is refused with one ElmoFileError naming the file and the problem, before anything large is
+allocated."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +53,10 @@ def edit_json(path: Path, edit) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("name", ["config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl",
-                                  "cnn_tiny.json"])
+@pytest.mark.parametrize(
+    "name",
+    ["config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl", "cnn_tiny.json"],
+)
 def test_a_missing_file_is_named(copy, name):
     (copy / name).unlink()
     if name == "cnn_tiny.json":
@@ -65,29 +69,57 @@ def _set(section, key, value):
     return lambda arch: arch[section].update({key: value})
 
 
-@pytest.mark.parametrize("edit, fragments", [
-    (_set("token_embedder", "name", "lstm"), ["'lstm'", "not supported"]),
-    (_set("encoder", "name", "lstm"), ["encoder 'lstm'", "not supported"]),
-    (_set("token_embedder", "char_dim", 0), ["char_dim", "without characters"]),
-    (_set("encoder", "dim", 10**9), ["lstm.dim", "out of range"]),
-    (_set("token_embedder", "n_highway", 3), ["token_embedder.pkl", "missing", "highways._layers.2.weight"]),
-    (_set("token_embedder", "word_dim", 0), ["token_embedder.pkl", "unexpected", "word_emb_layer"]),
-    (_set("encoder", "projection_dim", 9), ["token_embedder.pkl", "projection.weight", "(8, 22)", "(9, 22)"]),
-])
+@pytest.mark.parametrize(
+    "edit, fragments",
+    [
+        (_set("token_embedder", "name", "lstm"), ["'lstm'", "not supported"]),
+        (_set("encoder", "name", "lstm"), ["encoder 'lstm'", "not supported"]),
+        (_set("token_embedder", "char_dim", 0), ["char_dim", "without characters"]),
+        (_set("encoder", "dim", 10**9), ["lstm.dim", "out of range"]),
+        (
+            _set("token_embedder", "n_highway", 3),
+            ["token_embedder.pkl", "missing", "highways._layers.2.weight"],
+        ),
+        (
+            _set("token_embedder", "word_dim", 0),
+            ["token_embedder.pkl", "unexpected", "word_emb_layer"],
+        ),
+        (
+            _set("encoder", "projection_dim", 9),
+            ["token_embedder.pkl", "projection.weight", "(8, 22)", "(9, 22)"],
+        ),
+    ],
+)
 def test_architecture_that_does_not_fit(copy, edit, fragments):
     edit_json(copy / "cnn_tiny.json", edit)
     refused(copy, "cnn_tiny.json", *fragments)
 
 
-@pytest.mark.parametrize("file, edit, fragments", [
-    ("encoder.pkl", lambda t: t.pop("backward_layer_1.state_projection.weight"), ["missing"]),
-    ("encoder.pkl", lambda t: t.update({"extra": torch.zeros(1)}), ["unexpected", "extra"]),
-    ("token_embedder.pkl", lambda t: t.update({"projection.bias": torch.zeros(9)}), ["projection.bias", "(9,)"]),
-    ("token_embedder.pkl", lambda t: t["convolutions.0.bias"].fill_(float("nan")), ["NaN"]),
-    ("encoder.pkl", lambda t: t.update({"forward_layer_0.state_linearity.bias": torch.zeros(48, dtype=torch.int64)}),
-     ["torch.int64", "must be float"]),
-    ("token_embedder.pkl", lambda t: t.pop("char_emb_layer.embedding.weight"), ["no 2-d tensor", "char"]),
-])
+@pytest.mark.parametrize(
+    "file, edit, fragments",
+    [
+        ("encoder.pkl", lambda t: t.pop("backward_layer_1.state_projection.weight"), ["missing"]),
+        ("encoder.pkl", lambda t: t.update({"extra": torch.zeros(1)}), ["unexpected", "extra"]),
+        (
+            "token_embedder.pkl",
+            lambda t: t.update({"projection.bias": torch.zeros(9)}),
+            ["projection.bias", "(9,)"],
+        ),
+        ("token_embedder.pkl", lambda t: t["convolutions.0.bias"].fill_(float("nan")), ["NaN"]),
+        (
+            "encoder.pkl",
+            lambda t: t.update(
+                {"forward_layer_0.state_linearity.bias": torch.zeros(48, dtype=torch.int64)}
+            ),
+            ["torch.int64", "must be float"],
+        ),
+        (
+            "token_embedder.pkl",
+            lambda t: t.pop("char_emb_layer.embedding.weight"),
+            ["no 2-d tensor", "char"],
+        ),
+    ],
+)
 def test_tensors_that_do_not_fit(copy, file, edit, fragments):
     edit_tensors(copy / file, edit)
     refused(copy, file, *fragments)
@@ -102,10 +134,16 @@ def test_a_pkl_that_holds_code_is_refused(copy, legacy):
 @pytest.mark.timeout(120)
 def test_huge_declared_legacy_storage_fails_fast_without_allocating(copy):
     tensors = torch.load(copy / "encoder.pkl", weights_only=True)
-    with mock.patch.object(torch.storage.TypedStorage, "_size", lambda self: 2**40):  # declares 4 TB per storage
+    with mock.patch.object(
+        torch.storage.TypedStorage, "_size", lambda self: 2**40
+    ):  # declares 4 TB per storage
         torch.save(tensors, copy / "encoder.pkl", _use_new_zipfile_serialization=False)
     seconds, message = load_in_3gb("bilm", copy)
-    assert seconds < 5 and "encoder.pkl" in message and "declares 1,099,511,627,776 elements" in message
+    assert (
+        seconds < 5
+        and "encoder.pkl" in message
+        and "declares 1,099,511,627,776 elements" in message
+    )
 
 
 def test_truncated_legacy_file(copy):
@@ -115,13 +153,20 @@ def test_truncated_legacy_file(copy):
     refused(copy, "encoder.pkl", "more than the file holds")
 
 
-@pytest.mark.parametrize("file, text, fragments", [
-    ("char.dic", "<bos>\t10**12\n", ["is not 'token<TAB>id'", "10**12"]),
-    ("char.dic", "a\tb\tc\n", ["is not 'token<TAB>id'", "b\\tc"]),
-    ("char.dic", "\n", ["is not 'token<TAB>id': ''"]),
-    ("word.dic", "Hund\t1000000000000\n", ["word.dic", "'Hund' has id 1,000,000,000,000", "outside"]),
-    ("char.dic", "D\t-1\n", ["char.dic", "id -1", "outside"]),
-])
+@pytest.mark.parametrize(
+    "file, text, fragments",
+    [
+        ("char.dic", "<bos>\t10**12\n", ["is not 'token<TAB>id'", "10**12"]),
+        ("char.dic", "a\tb\tc\n", ["is not 'token<TAB>id'", "b\\tc"]),
+        ("char.dic", "\n", ["is not 'token<TAB>id': ''"]),
+        (
+            "word.dic",
+            "Hund\t1000000000000\n",
+            ["word.dic", "'Hund' has id 1,000,000,000,000", "outside"],
+        ),
+        ("char.dic", "D\t-1\n", ["char.dic", "id -1", "outside"]),
+    ],
+)
 def test_dictionary_lines(copy, file, text, fragments):
     with open(copy / file, "a", encoding="utf-8") as f:
         f.write(text)
@@ -131,8 +176,15 @@ def test_dictionary_lines(copy, file, text, fragments):
 def test_dictionary_that_does_not_belong_to_the_weights(copy):
     lines = (copy / "char.dic").read_text(encoding="utf-8").splitlines()
     (copy / "char.dic").write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")
-    refused(copy, "char.dic", f"{len(lines) - 1} characters for the {len(lines)} rows", "do not belong together")
-    (copy / "char.dic").write_text("\n".join(line for line in lines if not line.startswith("<eow>")) + "\n")
+    refused(
+        copy,
+        "char.dic",
+        f"{len(lines) - 1} characters for the {len(lines)} rows",
+        "do not belong together",
+    )
+    (copy / "char.dic").write_text(
+        "\n".join(line for line in lines if not line.startswith("<eow>")) + "\n"
+    )
     refused(copy, "char.dic", "lacks <eow>")
 
 
@@ -168,11 +220,14 @@ def test_pipeline_without_its_character_table(model_dir, tmp_path):
     nlp.add_pipe("elmo", config={"weights": str(model_dir)})
     nlp.to_disk(tmp_path / "p")
     edit_pipeline_bilm(tmp_path / "p" / "elmo" / "model", lambda msg: msg.pop("char_table"))
-    with pytest.raises(ElmoFileError, match="elmo/model: the serialized model lacks its character table"):
+    with pytest.raises(
+        ElmoFileError, match="elmo/model: the serialized model lacks its character table"
+    ):
         spacy.load(tmp_path / "p")
 
 
-# ------------------------------------------------------------------ a model directory is read from itself only
+# ------------------------------------------------------------------ a model directory is read from
+# itself only
 SECRET = "root:x:0:0:secret-first-line:/root:/bin/bash"
 
 
@@ -185,8 +240,10 @@ def outside(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["char.dic", "word.dic", "config.json", "cnn_tiny.json", "encoder.pkl",
-                                  "token_embedder.pkl"])
+@pytest.mark.parametrize(
+    "name",
+    ["char.dic", "word.dic", "config.json", "cnn_tiny.json", "encoder.pkl", "token_embedder.pkl"],
+)
 def test_a_file_symlinked_outside_the_directory_is_refused(copy, outside, name):
     (copy / name).unlink()
     (copy / name).symlink_to(outside)
@@ -212,7 +269,8 @@ def test_a_symlink_inside_the_directory_is_read(copy):
 
 @pytest.mark.parametrize("config_path", ["OUTSIDE", "../cnn_tiny.json", "../../cnn_tiny.json"])
 def test_config_path_is_a_file_name_looked_up_inside(copy, outside, config_path):
-    """The architecture outside (same name, wrong sizes) never wins over the one inside, nor is it read."""
+    """The architecture outside (same name, wrong sizes) never wins over the one inside, nor is it
+    read."""
     arch = json.loads((copy / "cnn_tiny.json").read_text())
     arch["encoder"]["dim"] = 13
     for where in (outside.parent / "cnn_tiny.json", copy.parent / "cnn_tiny.json"):
@@ -232,29 +290,40 @@ def test_messages_quote_a_short_escaped_excerpt_only(copy):
     assert "x" * 41 not in message and len(message) < len(str(copy)) + 200
 
 
-# ------------------------------------------------------------------ sizes checked before anything large is allocated
+# ------------------------------------------------------------------ sizes checked before anything
+# large is allocated
 def test_an_expanded_tensor_is_refused_before_it_is_materialised(copy):
-    """A view of one row (stride 0) stores a few bytes and declares any number of rows: 11 KB declaring 256M
-    parameters. Refused on what it stores, before a dense copy is made."""
+    """A view of one row (stride 0) stores a few bytes and declares any number of rows: 11 KB
+    declaring 256M parameters. Refused on what it stores, before a dense copy is made."""
     rows = 200_000
-    edit_tensors(copy / "token_embedder.pkl",
-                 lambda t: t.update({"word_emb_layer.embedding.weight": torch.zeros(1, 6).expand(rows, 6)}))
+    edit_tensors(
+        copy / "token_embedder.pkl",
+        lambda t: t.update({"word_emb_layer.embedding.weight": torch.zeros(1, 6).expand(rows, 6)}),
+    )
     assert (copy / "token_embedder.pkl").stat().st_size < 20_000
     with open(copy / "word.dic", "a", encoding="utf-8") as f:
         f.write("".join(f"w{i}\t{i}\n" for i in range(27, rows)))
-    refused(copy, "token_embedder.pkl", "'word_emb_layer.embedding.weight'", "(200000, 6)",
-            "stores 6 of its 1,200,000 values")
+    refused(
+        copy,
+        "token_embedder.pkl",
+        "'word_emb_layer.embedding.weight'",
+        "(200000, 6)",
+        "stores 6 of its 1,200,000 values",
+    )
 
 
 def test_efml_memory_is_estimated_before_converting(copy, monkeypatch):
-    """float16 files hold half of what the float32 network needs: the need is checked before converting."""
+    """float16 files hold half of what the float32 network needs: the need is checked before
+    converting."""
     from spacy_elmo import ElmoResourceError
     from spacy_elmo.weights import memory
 
     for name in ("token_embedder.pkl", "encoder.pkl"):
         edit_tensors(copy / name, lambda t: t.update({k: v.half() for k, v in t.items()}))
     n_parameters = sum(p.numel() for p in load_bilm(copy).parameters())
-    available = 2 * max((copy / name).stat().st_size for name in ("token_embedder.pkl", "encoder.pkl")) + 1
+    available = (
+        2 * max((copy / name).stat().st_size for name in ("token_embedder.pkl", "encoder.pkl")) + 1
+    )
     assert available < 8 * n_parameters  # the files pass their own check
     monkeypatch.setattr(memory, "available_memory", lambda: available)
     with pytest.raises(ElmoResourceError) as err:

@@ -1,5 +1,6 @@
-"""Non-finite results are errors (issue 32 item 4): weights are checked after their cast to the dtype that computes,
-and what the biLM returns is checked once per batch, in every precision."""
+"""Non-finite results are errors (issue 32 item 4): weights are checked after their cast to the
+dtype that computes, and what the biLM returns is checked once per batch, in every precision."""
+
 from __future__ import annotations
 
 import shutil
@@ -36,8 +37,14 @@ def hdf5_copy(fixture_dir, directory, edit):
 
 def scaled(factor):
     def edit(f):
-        f.visititems(lambda name, obj: obj.write_direct(obj[...] * np.float32(factor))
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                obj.write_direct(obj[...] * np.float32(factor))
+                if isinstance(obj, h5py.Dataset)
+                else None
+            )
+        )
+
     return edit
 
 
@@ -50,16 +57,21 @@ def huge_z(f):
 
 def test_a_float64_weight_that_overflows_float32_is_refused_at_load(fixture_dir, tmp_path):
     directory = save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "m")
-    state = {k: v.double() for k, v in torch.load(directory / "weights.pt", weights_only=True).items()}
+    state = {
+        k: v.double() for k, v in torch.load(directory / "weights.pt", weights_only=True).items()
+    }
     state["lstm.layers.0.w_hidden"][1, 2, 3] = 1e300
     torch.save(state, directory / "weights.pt")
-    with pytest.raises(ElmoFileError, match="weights.pt.*lstm.layers.0.w_hidden.*float32.*NaN or infinite"):
+    with pytest.raises(
+        ElmoFileError, match="weights.pt.*lstm.layers.0.w_hidden.*float32.*NaN or infinite"
+    ):
         load_bilm(directory)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
-def test_weights_that_overflow_when_computed_are_one_error_in_every_precision(fixture_dir, tmp_path, precision,
-                                                                              native_bf16):
+def test_weights_that_overflow_when_computed_are_one_error_in_every_precision(
+    fixture_dir, tmp_path, precision, native_bf16
+):
     directory = hdf5_copy(fixture_dir, tmp_path / "m", scaled(1e30))
     with pytest.raises(ElmoFileError, match=r"weights.hdf5.*NaN or infinite"):
         bilm = load_bilm(directory, precision=precision)
@@ -67,7 +79,9 @@ def test_weights_that_overflow_when_computed_are_one_error_in_every_precision(fi
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
-def test_the_error_names_the_first_sentence_with_non_finite_vectors(fixture_dir, tmp_path, precision, native_bf16):
+def test_the_error_names_the_first_sentence_with_non_finite_vectors(
+    fixture_dir, tmp_path, precision, native_bf16
+):
     bilm = load_bilm(hdf5_copy(fixture_dir, tmp_path / "m", huge_z), precision=precision)
     assert all(np.isfinite(a).all() for a in bilm.embed(SENTENCES[:2]))
     with pytest.raises(ElmoFileError, match="sentence 2 ") as err:
@@ -80,7 +94,9 @@ def test_the_error_names_the_first_sentence_with_non_finite_vectors(fixture_dir,
 def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture_dir, tmp_path):
     def edit(f):
         w = f[W_0][...]
-        w[16:] = 3e37  # the hidden product: 16 inputs of up to proj_clip 3 -> 1.4e39, beyond float32
+        w[16:] = (
+            3e37  # the hidden product: 16 inputs of up to proj_clip 3 -> 1.4e39, beyond float32
+        )
         f[W_0][...] = w
 
     directory = hdf5_copy(fixture_dir, tmp_path / "m", edit)
@@ -102,7 +118,9 @@ def test_a_weight_that_overflows_bfloat16_is_refused_at_load(fixture_dir, tmp_pa
 
 def test_embed_names_the_line_and_writes_nothing(fixture_dir, tmp_path, capsys):
     directory = hdf5_copy(fixture_dir, tmp_path / "m", huge_z)
-    text = write_lines(tmp_path / "in.txt", ["The cat sat .", "Hello world", "a b c", "ZZZZZ run", "ok"])
+    text = write_lines(
+        tmp_path / "in.txt", ["The cat sat .", "Hello world", "a b c", "ZZZZZ run", "ok"]
+    )
     out = tmp_path / "out.hdf5"
     assert run_cli("embed", text, out, "-w", directory, "--whitespace", "--no-progress") == 1
     line = one_error_line(capsys.readouterr().err)
@@ -124,4 +142,3 @@ def test_a_mix_that_overflows_float32_is_refused_at_config_check(fixture_dir, mi
     nlp = spacy.blank("en")
     with pytest.raises(ElmoConfigError, match="mix"):
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
-

@@ -1,4 +1,5 @@
 """Edge cases of the input: empty, tiny, huge, long tokens, odd Unicode, wrong types."""
+
 import numpy as np
 import pytest
 
@@ -8,7 +9,9 @@ from spacy_elmo.bilm import batch_char_ids, word_char_ids
 from ..helpers import FLOAT32_ATOL
 from ..reference_bilm import ReferenceBiLM
 
-pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = (
+    pytest.mark.numeric
+)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,9 @@ def test_long_token_embeds_like_its_48_byte_cut(bilm):
     np.testing.assert_allclose(a, b, atol=FLOAT32_ATOL)
 
 
-@pytest.mark.parametrize("text", ["東京", "🙂👍🏽", "e\u0301\u0301", "tab\there\x00\x07", "\u200b", "ǅ"])
+@pytest.mark.parametrize(
+    "text", ["東京", "🙂👍🏽", "e\u0301\u0301", "tab\there\x00\x07", "\u200b", "ǅ"]
+)
 def test_unicode_char_ids_are_utf8_bytes(text):
     ids = word_char_ids(text)
     raw = list(text.encode("utf-8"))
@@ -121,16 +126,36 @@ def _ids_uncached(text: str, max_chars: int = 50) -> list:
 
 @pytest.mark.parametrize("max_chars", [50, 5, 6, 8])
 def test_char_ids_of_long_tokens_are_those_of_the_whole_text(max_chars):
-    """The char-id cache keys a token by a prefix that determines its ids: cuts inside a multibyte character,
-    characters that encode to nothing (lone surrogates) before the cut, and texts that begin like `<S>`."""
-    texts = ["a" * 47 + "é" + "x" * 100, "é" * 30, "🙂" * 20 + "tail", "\ud800" * 60 + "abc", "\ud800" * 3 + "<S>",
-             "<S>", "</S>", "<S>x", "</S>yz", "<S>" * 30, "a\ud800" * 40, "", "é", "x" * 48, "x" * 49]
+    """The char-id cache keys a token by a prefix that determines its ids: cuts inside a multibyte
+    character, characters that encode to nothing (lone surrogates) before the cut, and texts that
+    begin like `<S>`."""
+    texts = [
+        "a" * 47 + "é" + "x" * 100,
+        "é" * 30,
+        "🙂" * 20 + "tail",
+        "\ud800" * 60 + "abc",
+        "\ud800" * 3 + "<S>",
+        "<S>",
+        "</S>",
+        "<S>x",
+        "</S>yz",
+        "<S>" * 30,
+        "a\ud800" * 40,
+        "",
+        "é",
+        "x" * 48,
+        "x" * 49,
+    ]
     for text in texts + texts[::-1]:
-        assert list(word_char_ids(text, max_chars)) == _ids_uncached(text, max_chars), (text[:60], max_chars)
+        assert list(word_char_ids(text, max_chars)) == _ids_uncached(text, max_chars), (
+            text[:60],
+            max_chars,
+        )
 
 
 def test_the_char_id_cache_holds_no_long_token():
-    """3,000 tokens of 100 KB held 290 MB in the cache (issue 34 item 4): a key is at most as long as the ids."""
+    """3,000 tokens of 100 KB held 290 MB in the cache (issue 34 item 4): a key is at most as long
+    as the ids."""
     import tracemalloc
 
     word_char_ids("warm-up")
@@ -138,7 +163,9 @@ def test_the_char_id_cache_holds_no_long_token():
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(300):
-            word_char_ids(f"{i:04d}" + "y" * 100_000)  # 30 MB of token text, each dropped after its call
+            word_char_ids(
+                f"{i:04d}" + "y" * 100_000
+            )  # 30 MB of token text, each dropped after its call
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -146,12 +173,18 @@ def test_the_char_id_cache_holds_no_long_token():
 
 
 def test_efml_char_table_ids_of_a_long_token_are_those_of_its_48_character_cut():
-    """ELMoForManyLangs' ids cut a token at 48 characters (not bytes); they hold nothing between calls."""
+    """ELMoForManyLangs' ids cut a token at 48 characters (not bytes); they hold nothing between
+    calls."""
     import tracemalloc
 
     from spacy_elmo.bilm import CharTable
 
-    chars = {c: i for i, c in enumerate(["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>", "a", "é", "🙂"])}
+    chars = {
+        c: i
+        for i, c in enumerate(
+            ["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>", "a", "é", "🙂"]
+        )
+    }
     table = CharTable(chars, {"<oov>": 0, "<pad>": 1, "é" * 48: 2}, 50)
     long = "é" * 48 + "a" * 100_000
     np.testing.assert_array_equal(table.words_ids([long]), table.words_ids(["é" * 48]))

@@ -1,4 +1,5 @@
 """Exactness: the fixture's TensorFlow outputs, and the fast path against the numpy reference."""
+
 import json
 
 import h5py
@@ -12,7 +13,9 @@ from spacy_elmo.bilm import words_char_ids
 from ..helpers import FLOAT32_ATOL, FLOAT64_ATOL
 from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
-pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = (
+    pytest.mark.numeric
+)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
 
 SENTS = [
     "The quick brown fox jumps over the lazy dog .".split(),
@@ -57,7 +60,11 @@ def test_carried_state_matches_tensorflow(fixture_dir):
             expected = refs[k][str(i)][...]  # (2, n, 16): forward, backward top layer
             top = out[k][2]
             assert top.shape == (expected.shape[1], 32)
-            worst = max(worst, np.abs(top[:, :16] - expected[0]).max(), np.abs(top[:, 16:] - expected[1]).max())
+            worst = max(
+                worst,
+                np.abs(top[:, :16] - expected[0]).max(),
+                np.abs(top[:, 16:] - expected[1]).max(),
+            )
     assert worst <= FLOAT32_ATOL
 
 
@@ -165,7 +172,8 @@ def test_warm_and_carry_match_reference_with_state(tmp_path):
 
 
 def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
-    """Many rows of mixed lengths, with the input projection split into chunks of a few positions."""
+    """Many rows of mixed lengths, with the input projection split into chunks of a few
+    positions."""
     from spacy_elmo.bilm import lstm
 
     monkeypatch.setattr(lstm, "PACKED_CHUNK_ROWS", 5)
@@ -204,8 +212,17 @@ def test_shared_beginnings_endings_and_repeats_match_reference(threads, tmp_path
     path = write_random_weights(tmp_path, TINY_OPTIONS, seed=11)
     ref = _reference_pair(path)
     base = "the cat sat on the mat .".split()
-    sentences = [base, base[:3] + ["down", "."], ["a"] + base[1:], base, base[:1], ["."], base[:3],
-                 ["dogs"] + base[-2:], base[::-1]]
+    sentences = [
+        base,
+        base[:3] + ["down", "."],
+        ["a"] + base[1:],
+        base,
+        base[:1],
+        ["."],
+        base[:3],
+        ["dogs"] + base[-2:],
+        base[::-1],
+    ]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -220,12 +237,16 @@ def test_shared_beginnings_endings_and_repeats_match_reference(threads, tmp_path
 
 @pytest.mark.parametrize("source", ["fixture", "random"])
 def test_float64_fast_path_equals_the_reference_recurrence(source, fixture_dir, tmp_path):
-    """Where exactness is the point, float64: regrouping, packing, shared prefixes, the token cache, the
-    boundary steps computed once, the warm state and carried state equal the step-by-step reference."""
+    """Where exactness is the point, float64: regrouping, packing, shared prefixes, the token cache,
+    the boundary steps computed once, the warm state and carried state equal the step-by-step
+    reference."""
     from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
 
     if source == "fixture":
-        path, ref = fixture_dir, ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+        path, ref = (
+            fixture_dir,
+            ReferenceBiLM(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5"),
+        )
     else:
         path = write_random_weights(tmp_path, TINY_OPTIONS, seed=13)
         ref = _reference_pair(path)
@@ -249,15 +270,18 @@ def test_float64_fast_path_equals_the_reference_recurrence(source, fixture_dir, 
 @pytest.mark.numeric
 @pytest.mark.parametrize("state", ["zero", "warm"])
 def test_a_long_sentence_in_windows_equals_the_reference(state, tmp_path):
-    """A sentence longer than `256 * batch_size` tokens is computed in windows, the recurrence carried both
-    ways (memory bounded by batch_size, not by the sentence): in float64 the step-by-step reference's
-    layers; `embed_long` gives the same pieces, in order."""
+    """A sentence longer than `256 * batch_size` tokens is computed in windows, the recurrence
+    carried both ways (memory bounded by batch_size, not by the sentence): in float64 the
+    step-by-step reference's layers; `embed_long` gives the same pieces, in order."""
     from spacy_elmo.bilm.warmup import WARMUP_SENTENCES
 
     path = write_random_weights(tmp_path, TINY_OPTIONS, seed=17)
     ref = _reference_pair(path)
     rng = np.random.default_rng(3)
-    sentence = [str(w) for w in rng.choice(["the", "cat", "sat", "on", "a", "mat", ".", "x1", "über"], size=700)]
+    sentence = [
+        str(w)
+        for w in rng.choice(["the", "cat", "sat", "on", "a", "mat", ".", "x1", "über"], size=700)
+    ]
     start = None
     if state == "warm":
         for sent in WARMUP_SENTENCES:

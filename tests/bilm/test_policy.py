@@ -1,4 +1,6 @@
-"""The state policy object: parsed where it enters, equal to its name, and the one rule of what it allows."""
+"""The state policy object: parsed where it enters, equal to its name, and the one rule of what it
+allows."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +29,12 @@ def test_anything_else_is_refused_where_it_enters(bad):
 
 def test_carry_allows_no_reuse_regrouping_resume_or_pieces():
     for policy in StatePolicy:
-        allowed = {policy.allows_reuse, policy.allows_regrouping, policy.allows_resume, policy.allows_pieces}
+        allowed = {
+            policy.allows_reuse,
+            policy.allows_regrouping,
+            policy.allows_resume,
+            policy.allows_pieces,
+        }
         assert allowed == {policy is not StatePolicy.CARRY}
     assert [p.warm_start for p in StatePolicy] == [True, False, False]
 

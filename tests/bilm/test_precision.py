@@ -1,6 +1,8 @@
-"""The biLM's low-precision products: int8 and bfloat16 against float32 on the trained fixture (relative error
-per layer, `||low - fp32|| / ||fp32||`, over real sentences), "auto", the fallbacks and errors, and each route that
-takes a precision (load_bilm, the elmo component, embed --precision)."""
+"""The biLM's low-precision products: int8 and bfloat16 against float32 on the trained fixture
+(relative error per layer, `||low - fp32|| / ||fp32||`, over real sentences), "auto", the fallbacks
+and errors, and each route that takes a precision (load_bilm, the elmo component, embed
+--precision)."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +25,9 @@ BAR = {"bfloat16": 1e-2, "int8": 3e-2}
 
 @pytest.fixture(scope="module")
 def sentences():
-    return [s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 150)]
+    return [
+        s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 150)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +37,21 @@ def float32_layers(fixture_dir, sentences):
 
 def relative_errors(low, ref) -> list:
     """Per layer `||low - ref|| / ||ref||` over every token of every sentence."""
-    return [float(np.linalg.norm(np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref]))
-                  / np.linalg.norm(np.concatenate([x[k] for x in ref]))) for k in range(ref[0].shape[0])]
+    return [
+        float(
+            np.linalg.norm(
+                np.concatenate([x[k] for x in low]) - np.concatenate([x[k] for x in ref])
+            )
+            / np.linalg.norm(np.concatenate([x[k] for x in ref]))
+        )
+        for k in range(ref[0].shape[0])
+    ]
 
 
 @pytest.fixture()
 def native_bf16(monkeypatch):
-    """Run the bfloat16 products as a CPU with native bfloat16 would (emulated here, slower, same numbers)."""
+    """Run the bfloat16 products as a CPU with native bfloat16 would (emulated here, slower, same
+    numbers)."""
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
 
 
@@ -50,8 +62,9 @@ def no_native_bf16(monkeypatch):
 
 @pytest.mark.numeric
 @pytest.mark.parametrize("precision", ["int8", "bfloat16"])
-def test_low_precision_is_within_the_bar_per_layer_and_really_low(fixture_dir, sentences, float32_layers, precision,
-                                                                   monkeypatch):
+def test_low_precision_is_within_the_bar_per_layer_and_really_low(
+    fixture_dir, sentences, float32_layers, precision, monkeypatch
+):
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
     bilm = load_bilm(fixture_dir, precision=precision)
     assert bilm.precision == precision
@@ -65,16 +78,20 @@ def test_low_precision_is_within_the_bar_per_layer_and_really_low(fixture_dir, s
 
 
 @pytest.mark.parametrize("precision", ["int8", "bfloat16"])
-def test_a_sentence_gets_the_same_low_precision_vectors_in_any_batch(fixture_dir, sentences, precision, native_bf16):
-    """int8 inputs sit on a fixed grid (not one fitted to each call's range), so rows do not affect each other."""
+def test_a_sentence_gets_the_same_low_precision_vectors_in_any_batch(
+    fixture_dir, sentences, precision, native_bf16
+):
+    """int8 inputs sit on a fixed grid (not one fitted to each call's range), so rows do not affect
+    each other."""
     bilm = load_bilm(fixture_dir, precision=precision)
     together = bilm.embed(sentences[:40])
     for i in (0, 7, 39):
         np.testing.assert_array_equal(bilm.embed([sentences[i]])[0], together[i])
 
 
-def test_bfloat16_without_native_support_says_so_and_runs_float32(fixture_dir, sentences, float32_layers,
-                                                                  no_native_bf16):
+def test_bfloat16_without_native_support_says_so_and_runs_float32(
+    fixture_dir, sentences, float32_layers, no_native_bf16
+):
     with pytest.warns(RuntimeWarning, match="no native bfloat16"):
         bilm = load_bilm(fixture_dir, precision="bfloat16")
     assert bilm.precision == "float32"
@@ -94,7 +111,9 @@ def test_auto_takes_bfloat16_where_native_else_int8_else_float32(fixture_dir, mo
 
 
 def test_an_unknown_precision_is_one_error(fixture_dir):
-    with pytest.raises(ElmoConfigError, match="precision must be one of float32, bfloat16, int8, auto; got 'fp16'"):
+    with pytest.raises(
+        ElmoConfigError, match="precision must be one of float32, bfloat16, int8, auto; got 'fp16'"
+    ):
         load_bilm(fixture_dir, precision="fp16")
 
 
@@ -106,7 +125,10 @@ def test_int8_products_pickle_and_follow_new_weights(fixture_dir, sentences):
     for a, b in zip(copy.embed(sentences[:20]), before):
         np.testing.assert_array_equal(a, b)
     # new weights: the int8 copies are made again from them (not the old weights' products)
-    state = {k: v * 0.5 if k.startswith("lstm.") and v.dim() == 3 else v for k, v in bilm.network.state_dict().items()}
+    state = {
+        k: v * 0.5 if k.startswith("lstm.") and v.dim() == 3 else v
+        for k, v in bilm.network.state_dict().items()
+    }
     bilm.network.load_state_dict(state)
     fresh = load_bilm(fixture_dir, precision="int8")
     fresh.network.load_state_dict(state)
@@ -115,19 +137,24 @@ def test_int8_products_pickle_and_follow_new_weights(fixture_dir, sentences):
 
 
 def test_changing_the_precision_recomputes_the_token_layers(fixture_dir, sentences, native_bf16):
-    """bfloat16 runs the token encoder in bfloat16 too, so the token layers cached in another precision (and the
-    boundary states made from them) are dropped when the precision changes."""
+    """bfloat16 runs the token encoder in bfloat16 too, so the token layers cached in another
+    precision (and the boundary states made from them) are dropped when the precision changes."""
     bilm = load_bilm(fixture_dir)
     bilm.embed(sentences[:30])  # fills the token cache in float32
     bilm.precision = "bfloat16"
-    for a, b in zip(bilm.embed(sentences[:30]), load_bilm(fixture_dir, precision="bfloat16").embed(sentences[:30])):
+    for a, b in zip(
+        bilm.embed(sentences[:30]),
+        load_bilm(fixture_dir, precision="bfloat16").embed(sentences[:30]),
+    ):
         np.testing.assert_array_equal(a, b)
     bilm.precision = "float32"
     for a, b in zip(bilm.embed(sentences[:30]), load_bilm(fixture_dir).embed(sentences[:30])):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_elmo_component_takes_a_precision_and_keeps_it_through_spacy_load(fixture_dir, sentences, tmp_path):
+def test_the_elmo_component_takes_a_precision_and_keeps_it_through_spacy_load(
+    fixture_dir, sentences, tmp_path
+):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "model": {"precision": "int8"}})
     nlp.initialize()
@@ -137,29 +164,71 @@ def test_the_elmo_component_takes_a_precision_and_keeps_it_through_spacy_load(fi
     nlp.to_disk(tmp_path / "nlp")
     for doc, again in zip(docs, spacy.load(tmp_path / "nlp").pipe(texts)):
         np.testing.assert_array_equal(again._.elmo_layers, doc._.elmo_layers)
-    float32 = spacy.load(tmp_path / "nlp", config={"components": {"elmo": {"model": {"precision": "float32"}}}})
+    float32 = spacy.load(
+        tmp_path / "nlp", config={"components": {"elmo": {"model": {"precision": "float32"}}}}
+    )
     assert get_embedder(float32.get_pipe("elmo").model).precision == "float32"
-    errors = relative_errors([d._.elmo_layers for d in docs], [d._.elmo_layers for d in float32.pipe(texts)])
+    errors = relative_errors(
+        [d._.elmo_layers for d in docs], [d._.elmo_layers for d in float32.pipe(texts)]
+    )
     assert all(1e-5 < err <= BAR["int8"] for err in errors[1:]), errors
 
 
-def test_embed_cli_precision_is_used_recorded_and_checked_on_resume(fixture_dir, sentences, tmp_path, capsys):
+def test_embed_cli_precision_is_used_recorded_and_checked_on_resume(
+    fixture_dir, sentences, tmp_path, capsys
+):
     text = write_lines(tmp_path / "in.txt", [" ".join(s) for s in sentences[:12]])
     out = tmp_path / "out.hdf5"
-    assert run_cli("embed", text, out, "--weights", fixture_dir, "--whitespace", "--precision", "int8",
-                   "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            out,
+            "--weights",
+            fixture_dir,
+            "--whitespace",
+            "--precision",
+            "int8",
+            "--no-progress",
+        )
+        == 0
+    )
     arrays, _, attrs = read_output(out)
     expected = load_bilm(fixture_dir, precision="int8").embed([s for s in sentences[:12]])
     for i, layers in enumerate(expected):
         np.testing.assert_array_equal(arrays[str(i)], layers)
     assert json.loads(attrs["spacy_elmo.settings"])["precision"] == "int8"
     capsys.readouterr()
-    # continuing it in another precision would mix two precisions in one output: refused, naming the flag
-    assert run_cli("embed", text, out, "--weights", fixture_dir, "--whitespace", "--resume", "--no-progress") == 1
+    # continuing it in another precision would mix two precisions in one output: refused, naming the
+    # flag
+    assert (
+        run_cli(
+            "embed",
+            text,
+            out,
+            "--weights",
+            fixture_dir,
+            "--whitespace",
+            "--resume",
+            "--no-progress",
+        )
+        == 1
+    )
     assert "--precision int8" in one_error_line(capsys.readouterr().err)
     capsys.readouterr()
-    assert run_cli("embed", text, tmp_path / "bad.hdf5", "--weights", fixture_dir, "--precision", "fp8",
-                   "--no-progress") == 1
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "bad.hdf5",
+            "--weights",
+            fixture_dir,
+            "--precision",
+            "fp8",
+            "--no-progress",
+        )
+        == 1
+    )
     assert "precision must be one of" in one_error_line(capsys.readouterr().err)
 
 

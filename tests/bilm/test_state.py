@@ -1,4 +1,5 @@
 """State policies: "zero" and "warm" give a sentence the same vectors whatever surrounds it."""
+
 import numpy as np
 import pytest
 import torch
@@ -8,12 +9,17 @@ from spacy_elmo import load_bilm
 from ..helpers import FLOAT32_ATOL
 from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
-pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = (
+    pytest.mark.numeric
+)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
 
 TARGET = "The bank raised its rates on Tuesday .".split()
 OTHERS = [
     ["Short"],
-    "A much longer neighbour sentence that forces a lot of padding onto the target row in a batch .".split(),
+    (
+        "A much longer neighbour sentence that forces a lot of padding onto the target row in a "
+        "batch ."
+    ).split(),
     "Another one , of middling length .".split(),
     [],
     "x y z".split(),
@@ -40,7 +46,9 @@ def test_independent_of_batch_size_neighbours_order_padding(bilm):
         ([TARGET] + OTHERS * 20, 7),
     ]
     for batch, batch_size in cases:
-        np.testing.assert_allclose(_target_output(bilm, batch, batch_size), alone, atol=FLOAT32_ATOL, rtol=0)
+        np.testing.assert_allclose(
+            _target_output(bilm, batch, batch_size), alone, atol=FLOAT32_ATOL, rtol=0
+        )
     streamed = list(bilm.embed_iter(iter([*OTHERS, TARGET, *OTHERS]), batch_size=2))
     np.testing.assert_allclose(streamed[len(OTHERS)], alone, atol=FLOAT32_ATOL, rtol=0)
 
@@ -61,7 +69,8 @@ def test_warm_differs_from_zero_and_is_stored(fixture_dir):
 
 
 def test_carry_row_semantics(tmp_path):
-    """Row i continues from row i of the previous call; rows beyond a smaller batch keep their state."""
+    """Row i continues from row i of the previous call; rows beyond a smaller batch keep their
+    state."""
     path = write_random_weights(tmp_path, TINY_OPTIONS, seed=1)
     ref = ReferenceBiLM(path / "options.json", path / "weights.hdf5")
     bilm = load_bilm(path, state="carry")
@@ -120,7 +129,9 @@ def test_warm_state_and_fingerprint_do_not_depend_on_the_thread_count(fixture_di
         with torch_threads(threads):
             bilm = load_bilm(fixture_dir, state="warm")
             bilm.network.compute_warm_state()
-            states.append((bilm.network.warm_h.clone(), bilm.network.warm_c.clone(), bilm.fingerprint()))
+            states.append(
+                (bilm.network.warm_h.clone(), bilm.network.warm_c.clone(), bilm.fingerprint())
+            )
     assert torch.equal(states[0][0], states[1][0]) and torch.equal(states[0][1], states[1][1])
     assert states[0][2] == states[1][2]
 

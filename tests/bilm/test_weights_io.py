@@ -1,4 +1,5 @@
 """Weight files: exact export back to the bilm-tf layout, our own format, and clear errors."""
+
 import json
 import shutil
 
@@ -24,7 +25,9 @@ def test_export_reproduces_every_dataset(fixture_dir, tmp_path):
     for name, arr in original.items():
         assert exported[name].dtype == np.float32, name
         assert np.array_equal(exported[name], arr), name
-    assert json.loads(opts_path.read_text()) == json.loads((fixture_dir / "options.json").read_text())
+    assert json.loads(opts_path.read_text()) == json.loads(
+        (fixture_dir / "options.json").read_text()
+    )
 
 
 def test_published_file_names_and_explicit_pair(fixture_dir, tmp_path):
@@ -90,7 +93,10 @@ def test_mismatched_options_name_dataset_and_shapes(fixture_dir, tmp_path):
 
 def test_missing_dataset(fixture_dir, tmp_path):
     shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
-    with h5py.File(fixture_dir / "lm_weights.hdf5", "r") as src, h5py.File(tmp_path / "weights.hdf5", "w") as dst:
+    with (
+        h5py.File(fixture_dir / "lm_weights.hdf5", "r") as src,
+        h5py.File(tmp_path / "weights.hdf5", "w") as dst,
+    ):
         for name in ("char_embed", "CNN"):
             src.copy(name, dst)
     with pytest.raises(ElmoFileError, match="CNN_high_0/W_transform.*missing"):
@@ -154,7 +160,9 @@ def test_a_published_name_is_a_name_and_a_path_is_a_path(fixture_dir, tmp_path, 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "small")
-    with pytest.raises(ElmoFileError, match="not in the cache .* run `python -m spacy_elmo download small`"):
+    with pytest.raises(
+        ElmoFileError, match="not in the cache .* run `python -m spacy_elmo download small`"
+    ):
         load_bilm("small")
     for path in ("./small", "small/", str(tmp_path / "small"), Path("small")):
         assert load_bilm(path).state_policy == "zero", path

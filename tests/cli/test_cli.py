@@ -1,5 +1,6 @@
-"""`python -m spacy_elmo convert | info`, the entry points and every command's help, on the fixture and on
-random tiny weights (`embed`: tests/embed/; `download`: tests/bilm/test_download.py)."""
+"""`python -m spacy_elmo convert | info`, the entry points and every command's help, on the fixture
+and on random tiny weights (`embed`: tests/embed/; `download`: tests/bilm/test_download.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,21 +28,26 @@ def weights(request, fixture_dir, tmp_path_factory):
     return write_random_weights(tmp_path_factory.mktemp("random"), TINY_OPTIONS, seed=11)
 
 
-
-
-
-
-# ------------------------------------------------------------------------------------------------ info
+# ------------------------------------------------------------------------------------------------
+# info
 def test_info_json(weights, capsys):
     assert run_cli("info", weights, "--json") == 0
     info = json.loads(capsys.readouterr().out)
     bilm = load_bilm(weights)
-    assert info["parameters"] == sum(p.numel() for p in bilm.parameters()) == sum(info["parameters_by_part"].values())
+    assert (
+        info["parameters"]
+        == sum(p.numel() for p in bilm.parameters())
+        == sum(info["parameters_by_part"].values())
+    )
     n_layers = bilm.options.n_layers
     assert info["output_layers"] == n_layers + 1 and info["output_dim"] == bilm.output_dim
     assert [k for k in info["parameters_by_part"] if k.startswith("LSTM")] == [
-        f"LSTM layer {i} {d}" for i in range(n_layers) for d in ("forward", "backward")]
-    assert info["parameters_by_part"]["LSTM layer 0 forward"] == info["parameters_by_part"]["LSTM layer 0 backward"]
+        f"LSTM layer {i} {d}" for i in range(n_layers) for d in ("forward", "backward")
+    ]
+    assert (
+        info["parameters_by_part"]["LSTM layer 0 forward"]
+        == info["parameters_by_part"]["LSTM layer 0 backward"]
+    )
     assert info["widths"]["ELMo layers"] == bilm.output_dim and info["softmax_parameters"] is None
     for entry in info["files"]:
         with open(entry["path"], "rb") as f:
@@ -54,7 +60,12 @@ def test_info_table_and_softmax(fixture_dir, tmp_path, capsys):
     torch.save({"weight": torch.zeros(10, 16), "bias": torch.zeros(10)}, tmp_path / "lm_head.pt")
     assert run_cli("info", tmp_path) == 0
     out = capsys.readouterr().out
-    assert "LSTM layer 1 backward" in out and "highway 1" in out and "softmax (lm_head.pt)" in out and "170" in out
+    assert (
+        "LSTM layer 1 backward" in out
+        and "highway 1" in out
+        and "softmax (lm_head.pt)" in out
+        and "170" in out
+    )
     assert hub.sha256_file(tmp_path / "weights.pt") in out
 
 
@@ -66,8 +77,14 @@ def test_missing_model_is_a_clear_error(tmp_path, capsys):
 
 def test_module_entry_point_and_help(fixture_dir, capsys):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", str(fixture_dir), "--json"],
-                         capture_output=True, text=True, check=True, env=env, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "info", str(fixture_dir), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=REPO,
+    )
     assert json.loads(out.stdout)["output_dim"] == 32
     for command in ("embed", "convert", "info", "download", "init-config"):
         assert run_cli(command, "--help") == 0
@@ -76,19 +93,25 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
     assert "--section.key" in capsys.readouterr().out
 
 
-# --------------------------------------------------------------------------------------------- convert
+# ---------------------------------------------------------------------------------------------
+# convert
 
 
 def test_convert_round_trips_exactly(weights, tmp_path, capsys):
     assert run_cli("convert", weights, tmp_path / "own") == 0  # hdf5 -> own, detected
     assert (tmp_path / "own" / "bilm.json").is_file()
-    assert run_cli("convert", tmp_path / "own", tmp_path / "h5", "--stem", "tiny") == 0  # own -> hdf5, detected
+    assert (
+        run_cli("convert", tmp_path / "own", tmp_path / "h5", "--stem", "tiny") == 0
+    )  # own -> hdf5, detected
     assert (tmp_path / "h5" / "elmo_tiny_weights.hdf5").is_file()
     original = load_bilm(weights).embed(SENTS)
     for converted in (tmp_path / "own", tmp_path / "h5"):
         for a, b in zip(original, load_bilm(converted).embed(SENTS)):
             np.testing.assert_array_equal(a, b)
-    with h5py.File(next(weights.glob("*.hdf5"))) as a, h5py.File(tmp_path / "h5" / "elmo_tiny_weights.hdf5") as b:
+    with (
+        h5py.File(next(weights.glob("*.hdf5"))) as a,
+        h5py.File(tmp_path / "h5" / "elmo_tiny_weights.hdf5") as b,
+    ):
         names = []
         a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
         for name in names:
@@ -97,17 +120,24 @@ def test_convert_round_trips_exactly(weights, tmp_path, capsys):
     assert "not an empty directory" in capsys.readouterr().err
 
 
-def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(fixture_dir, tmp_path, capsys):
-    """lm_head.pt and vocab.txt (written by `pretrain`) travel both ways, so `--init-from` keeps them."""
+def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(
+    fixture_dir, tmp_path, capsys
+):
+    """lm_head.pt and vocab.txt (written by `pretrain`) travel both ways, so `--init-from` keeps
+    them."""
     save_bilm(load_bilm(fixture_dir), tmp_path / "own")
-    torch.save({"weight": torch.randn(4, 16), "bias": torch.randn(4)}, tmp_path / "own" / "lm_head.pt")
+    torch.save(
+        {"weight": torch.randn(4, 16), "bias": torch.randn(4)}, tmp_path / "own" / "lm_head.pt"
+    )
     (tmp_path / "own" / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
     assert run_cli("convert", tmp_path / "own", tmp_path / "h5") == 0
     assert run_cli("convert", tmp_path / "h5", tmp_path / "back") == 0
     assert "lm_head.pt" in capsys.readouterr().out
     for name in ("lm_head.pt", "vocab.txt"):
         for converted in ("h5", "back"):
-            assert (tmp_path / converted / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
+            assert (tmp_path / converted / name).read_bytes() == (
+                tmp_path / "own" / name
+            ).read_bytes()
     assert run_cli("info", tmp_path / "h5") == 0
     assert "softmax (lm_head.pt)" in capsys.readouterr().out
 
@@ -115,27 +145,43 @@ def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(fixtur
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("to", ["hdf5", "own"])
 def test_convert_on_a_full_disk_leaves_nothing(fixture_dir, tmp_path, to):
-    """A real full disk (a 300 KB tmpfs; the fixture's weights take 450 KB): one line, exit 1, nothing
-    left on the disk (HDF5 itself never meets the full disk: it would crash); with space freed the
-    same command succeeds."""
+    """A real full disk (a 300 KB tmpfs; the fixture's weights take 450 KB): one line, exit 1,
+    nothing left on the disk (HDF5 itself never meets the full disk: it would crash); with space
+    freed the same command succeeds."""
     with tmpfs(tmp_path / "disk", "300k") as disk:
-        command = [sys.executable, "-m", "spacy_elmo", "convert", str(fixture_dir), str(disk / "out"), "--to", to]
-        done = subprocess.run(command, env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        command = [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "convert",
+            str(fixture_dir),
+            str(disk / "out"),
+            "--to",
+            to,
+        ]
+        done = subprocess.run(
+            command, env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == 1 and one_error_line(done.stderr) == (
-            f"error: disk full while writing {disk / 'out'}: free space and run again"), done.stderr[-2000:]
+            f"error: disk full while writing {disk / 'out'}: free space and run again"
+        ), done.stderr[-2000:]
         assert list(disk.iterdir()) == []
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
         assert run_cli("convert", fixture_dir, disk / "out", "--to", to) == 0
 
 
 def test_convert_meeting_a_full_disk_in_torch_save(fixture_dir, tmp_path, capsys, monkeypatch):
-    """The same, ENOSPC injected (no root needed): into an existing empty directory, which stays empty."""
+    """The same, ENOSPC injected (no root needed): into an existing empty directory, which stays
+    empty."""
     (tmp_path / "out").mkdir()
     full_disk_in_torch_save(monkeypatch, "weights.pt")
     assert run_cli("convert", fixture_dir, tmp_path / "out", "--to", "own") == 1
-    assert one_error_line(capsys.readouterr().err) == (f"error: disk full while writing {tmp_path / 'out'}: "
-                                                       "free space and run again")
-    assert list(tmp_path.iterdir()) == [tmp_path / "out"] and list((tmp_path / "out").iterdir()) == []
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: disk full while writing {tmp_path / 'out'}: free space and run again"
+    )
+    assert (
+        list(tmp_path.iterdir()) == [tmp_path / "out"] and list((tmp_path / "out").iterdir()) == []
+    )
     monkeypatch.undo()
     assert run_cli("convert", fixture_dir, tmp_path / "out", "--to", "own") == 0
 
@@ -144,5 +190,8 @@ def test_convert_notes_a_policy_the_hdf5_layout_cannot_hold(fixture_dir, tmp_pat
     save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "own")
     assert run_cli("convert", tmp_path / "own", tmp_path / "h5", "--to", "hdf5") == 0
     assert "state='zero'" in capsys.readouterr().err
-    for a, b in zip(load_bilm(tmp_path / "own").embed(SENTS), load_bilm(tmp_path / "h5", state="zero").embed(SENTS)):
+    for a, b in zip(
+        load_bilm(tmp_path / "own").embed(SENTS),
+        load_bilm(tmp_path / "h5", state="zero").embed(SENTS),
+    ):
         np.testing.assert_array_equal(a, b)

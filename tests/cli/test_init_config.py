@@ -1,5 +1,6 @@
-"""`python -m spacy_elmo init-config`: the config it writes trains with `spacy train`, every component
-learns its own ELMo mix, spaCy validates it, and bad input ends with one error line."""
+"""`python -m spacy_elmo init-config`: the config it writes trains with `spacy train`, every
+component learns its own ELMo mix, spaCy validates it, and bad input ends with one error line."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,9 +25,11 @@ from ..helpers import ENV, REPO, data_path, one_error_line, run_cli
 
 @pytest.fixture(scope="module")
 def ud():
-    """60 UD EWT sentences, one a Doc, with every annotation a supported component learns: tags, POS,
-    morphs and trees from UD, entities on proper nouns, categories by length."""
-    with gzip.open(data_path("ud_english_ewt") / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8") as f:
+    """60 UD EWT sentences, one a Doc, with every annotation a supported component learns: tags,
+    POS, morphs and trees from UD, entities on proper nouns, categories by length."""
+    with gzip.open(
+        data_path("ud_english_ewt") / "en_ewt-ud-train.conllu.gz", "rt", encoding="utf-8"
+    ) as f:
         text = "\n\n".join(f.read().split("\n\n")[:60]) + "\n"
     docs = list(conllu_to_docs(text, n_sents=1, no_print=True))
     for doc in docs:
@@ -41,8 +44,11 @@ def examples(nlp, docs):
 
 def mixes(nlp) -> dict:
     """`{component: [s of each elmo_mix in its model]}`."""
-    return {name: [node.get_param("s") for node in proc.model.walk() if node.name == "elmo_mix"]
-            for name, proc in nlp.pipeline if name != "elmo"}
+    return {
+        name: [node.get_param("s") for node in proc.model.walk() if node.name == "elmo_mix"]
+        for name, proc in nlp.pipeline
+        if name != "elmo"
+    }
 
 
 def write(tmp_path, *args) -> Config:
@@ -51,46 +57,95 @@ def write(tmp_path, *args) -> Config:
     return spacy.util.load_config(path)
 
 
-# ------------------------------------------------------------------------------ spacy train on the config
+# ------------------------------------------------------------------------------ spacy train on the
+# config
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("optimize,readers", [("efficiency", {"tok2vec"}), ("accuracy", {"tagger", "ner"})])
-def test_spacy_train_on_the_written_config_learns_ELMo_mixes(fixture_dir, ud, tmp_path, optimize, readers):
-    """init-config, then the real `python -m spacy train`: no warning, and the components that read ELMo
-    (the shared tok2vec, or each component its own) end with learned mix weights."""
+@pytest.mark.parametrize(
+    "optimize,readers", [("efficiency", {"tok2vec"}), ("accuracy", {"tagger", "ner"})]
+)
+def test_spacy_train_on_the_written_config_learns_ELMo_mixes(
+    fixture_dir, ud, tmp_path, optimize, readers
+):
+    """init-config, then the real `python -m spacy train`: no warning, and the components that read
+    ELMo (the shared tok2vec, or each component its own) end with learned mix weights."""
     for name, part in (("train", ud[:24]), ("dev", ud[24:36])):
         DocBin(docs=part).to_disk(tmp_path / f"{name}.spacy")
     config = tmp_path / "config.cfg"
-    assert run_cli("init-config", config, "--pipeline", "tagger,ner", "--weights", fixture_dir,
-                   "--optimize", optimize) == 0
+    assert (
+        run_cli(
+            "init-config",
+            config,
+            "--pipeline",
+            "tagger,ner",
+            "--weights",
+            fixture_dir,
+            "--optimize",
+            optimize,
+        )
+        == 0
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
-         "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "dev.spacy"),
-         "--training.max_steps", "4", "--training.eval_frequency", "2"],
-        capture_output=True, text=True, timeout=150, env={**ENV, "CUDA_VISIBLE_DEVICES": ""}, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(config),
+            "--output",
+            str(tmp_path / "out"),
+            "--paths.train",
+            str(tmp_path / "train.spacy"),
+            "--paths.dev",
+            str(tmp_path / "dev.spacy"),
+            "--training.max_steps",
+            "4",
+            "--training.eval_frequency",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**ENV, "CUDA_VISIBLE_DEVICES": ""},
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "ElmoUnusedWarning" not in result.stderr and "no component reads it" not in result.stderr
     trained = spacy.load(tmp_path / "out" / "model-last")
     learned = {name: s for name, s in mixes(trained).items() if s}
     assert set(learned) == readers
     for name, (s,) in learned.items():
-        assert np.abs(s).max() > 1e-4, (name, s)  # the mix logits start at 0: ELMo was read and trained
+        assert np.abs(s).max() > 1e-4, (
+            name,
+            s,
+        )  # the mix logits start at 0: ELMo was read and trained
     doc = trained("The cat sat on the mat .")
     assert doc._.elmo.shape == (7, 32) and all(t.tag_ for t in doc)
 
 
-# ------------------------------------------------------------------------------ every component, validated
+# ------------------------------------------------------------------------------ every component,
+# validated
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("optimize", ["efficiency", pytest.param("accuracy", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "optimize", ["efficiency", pytest.param("accuracy", marks=pytest.mark.slow)]
+)
 def test_every_supported_component_reads_ELMo(fixture_dir, ud, tmp_path, optimize):
-    """All supported components in one config: `spacy debug config` accepts it, spaCy's auto-fill has
-    nothing to add, and after a few updates every component's ELMo mix (or the shared one) has moved."""
+    """All supported components in one config: `spacy debug config` accepts it, spaCy's auto-fill
+    has nothing to add, and after a few updates every component's ELMo mix (or the shared one) has
+    moved."""
     DocBin(docs=ud[:4]).to_disk(tmp_path / "tiny.spacy")
     config = write(tmp_path, "-p", ",".join(SUPPORTED), "-w", fixture_dir, "-o", optimize)
     tiny = str(tmp_path / "tiny.spacy")
     debug_config(tmp_path / "config.cfg", overrides={"paths.train": tiny, "paths.dev": tiny})
     nlp = spacy.util.load_model_from_config(config, auto_fill=False, validate=True)
-    assert nlp.config.to_str() == spacy.util.load_model_from_config(config, auto_fill=True).config.to_str()
-    assert nlp.pipe_names == ["elmo", *(["tok2vec"] if optimize == "efficiency" else []), *SUPPORTED]
+    assert (
+        nlp.config.to_str()
+        == spacy.util.load_model_from_config(config, auto_fill=True).config.to_str()
+    )
+    assert nlp.pipe_names == [
+        "elmo",
+        *(["tok2vec"] if optimize == "efficiency" else []),
+        *SUPPORTED,
+    ]
     assert config["training"]["annotating_components"] == ["elmo"]
     train = examples(nlp, ud[:8])
     with warnings.catch_warnings():
@@ -107,23 +162,43 @@ def test_every_supported_component_reads_ELMo(fixture_dir, ud, tmp_path, optimiz
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("elmo_at,optimize,expected", [
-    ("output", "efficiency", {"tagger": [3], "ner": [3]}),  # the shared tok2vec reads no ELMo; each head its own
-    ("both", "efficiency", {"tok2vec": [3], "tagger": [3], "ner": [3]}),
-    ("both", "accuracy", {"tagger": [3, 3], "ner": [3, 3]}),  # each component: input and output, two mixes
-])
-def test_elmo_at_the_output_gives_each_component_its_own_mix(fixture_dir, ud, tmp_path, elmo_at, optimize, expected):
-    """`--elmo-at output|both` wraps each component's tok2vec in ElmoAtOutput.v1 ([h_k; ELMo_k]); the config
-    initializes without the unused-ELMo warning and every mix learns."""
-    config = write(tmp_path, "-p", "tagger,ner", "-w", fixture_dir, "-o", optimize, "--elmo-at", elmo_at)
+@pytest.mark.parametrize(
+    "elmo_at,optimize,expected",
+    [
+        (
+            "output",
+            "efficiency",
+            {"tagger": [3], "ner": [3]},
+        ),  # the shared tok2vec reads no ELMo; each head its own
+        ("both", "efficiency", {"tok2vec": [3], "tagger": [3], "ner": [3]}),
+        (
+            "both",
+            "accuracy",
+            {"tagger": [3, 3], "ner": [3, 3]},
+        ),  # each component: input and output, two mixes
+    ],
+)
+def test_elmo_at_the_output_gives_each_component_its_own_mix(
+    fixture_dir, ud, tmp_path, elmo_at, optimize, expected
+):
+    """`--elmo-at output|both` wraps each component's tok2vec in ElmoAtOutput.v1 ([h_k; ELMo_k]);
+    the config initializes without the unused-ELMo warning and every mix learns."""
+    config = write(
+        tmp_path, "-p", "tagger,ner", "-w", fixture_dir, "-o", optimize, "--elmo-at", elmo_at
+    )
     for name in ("tagger", "ner"):
-        assert config["components"][name]["model"]["tok2vec"]["@architectures"] == "spacy_elmo.ElmoAtOutput.v1"
+        assert (
+            config["components"][name]["model"]["tok2vec"]["@architectures"]
+            == "spacy_elmo.ElmoAtOutput.v1"
+        )
     nlp = spacy.util.load_model_from_config(config, auto_fill=False, validate=True)
     train = examples(nlp, ud[:8])
     with warnings.catch_warnings():
         warnings.simplefilter("error", ElmoUnusedWarning)
         optimizer = nlp.initialize(lambda: train)
-    for _ in range(3):  # the heads' output layers start at zero: the encoder's gradient arrives from the 2nd
+    for _ in range(
+        3
+    ):  # the heads' output layers start at zero: the encoder's gradient arrives from the 2nd
         nlp.update(train, sgd=optimizer, annotates=["elmo"])
     found = {name: sorted(len(s) for s in found) for name, found in mixes(nlp).items() if found}
     assert found == expected
@@ -132,9 +207,19 @@ def test_elmo_at_the_output_gives_each_component_its_own_mix(fixture_dir, ud, tm
 
 @pytest.mark.timeout(120)
 def test_elmo_layers_go_to_every_mix(fixture_dir, ud, tmp_path):
-    """`--elmo-layers 0,1` (Reimers and Gurevych 2019): every mix the config writes reads layers 0 and 1 only,
-    and learns."""
-    config = write(tmp_path, "-p", "tagger,ner", "-w", fixture_dir, "--elmo-at", "both", "--elmo-layers", "0, 1")
+    """`--elmo-layers 0,1` (Reimers and Gurevych 2019): every mix the config writes reads layers 0
+    and 1 only, and learns."""
+    config = write(
+        tmp_path,
+        "-p",
+        "tagger,ner",
+        "-w",
+        fixture_dir,
+        "--elmo-at",
+        "both",
+        "--elmo-layers",
+        "0, 1",
+    )
     assert config["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] == [0, 1]
     for name in ("tagger", "ner"):
         assert config["components"][name]["model"]["tok2vec"]["elmo"]["layers"] == [0, 1]
@@ -148,41 +233,65 @@ def test_elmo_layers_go_to_every_mix(fixture_dir, ud, tmp_path):
     for name, (s,) in found.items():
         assert s.shape == (2,) and np.abs(s).max() > 0, (name, s)
     edited = write(tmp_path, "-p", "tagger", "-w", fixture_dir, "--elmo-layers", "0,1", "--force")
-    edited["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] = [0, 3]  # by hand: init-config refuses 0,3
+    edited["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] = [
+        0,
+        3,
+    ]  # by hand: init-config refuses 0,3
     beyond = spacy.util.load_model_from_config(edited, auto_fill=False)
-    with pytest.raises(ElmoConfigError, match=r"layers = \[0, 3\], but the biLM has layers 0 to 2 .*: set "
-                                              r"--components\.tok2vec\.model\.embed\.elmo\.layers to indices below 3"):
-        beyond.initialize(lambda: examples(beyond, ud[:2]))  # checked against the biLM when training starts
+    with pytest.raises(
+        ElmoConfigError,
+        match=r"layers = \[0, 3\], but the biLM has layers 0 to 2 .*: set "
+        r"--components\.tok2vec\.model\.embed\.elmo\.layers to indices below 3",
+    ):
+        beyond.initialize(
+            lambda: examples(beyond, ud[:2])
+        )  # checked against the biLM when training starts
 
 
 def test_options(fixture_dir, tmp_path, capsys):
-    """--lang, --gpu (spacy-transformers' convention), the weights as given in [paths] elmo, and - for stdout."""
+    """--lang, --gpu (spacy-transformers' convention), the weights as given in [paths] elmo, and -
+    for stdout."""
     config = write(tmp_path, "-p", "ner", "-w", fixture_dir, "--lang", "de", "--gpu")
     assert config["nlp"]["lang"] == "de" and config["system"]["gpu_allocator"] == "pytorch"
     assert config["paths"]["elmo"] == str(fixture_dir)
     assert config.interpolate()["components"]["elmo"]["weights"] == str(fixture_dir)
     assert config["nlp"]["pipeline"] == ["elmo", "tok2vec", "ner"]
     assert "spacy train" in capsys.readouterr().out
-    assert run_cli("init-config", "-", "-p", "elmo,tok2vec,tagger", "-w", fixture_dir) == 0  # elmo, tok2vec: added
+    assert (
+        run_cli("init-config", "-", "-p", "elmo,tok2vec,tagger", "-w", fixture_dir) == 0
+    )  # elmo, tok2vec: added
     out = capsys.readouterr().out
     printed = Config().from_str(out, interpolate=False)
-    assert printed["nlp"]["pipeline"] == ["elmo", "tok2vec", "tagger"] and printed["system"]["gpu_allocator"] is None
+    assert (
+        printed["nlp"]["pipeline"] == ["elmo", "tok2vec", "tagger"]
+        and printed["system"]["gpu_allocator"] is None
+    )
     assert out.startswith("[paths]")
 
 
-# ------------------------------------------------------------------------------ bad input: one error line
-@pytest.mark.parametrize("args,expected", [
-    (["-p", "tagger,srl"], "unsupported component 'srl'; supported: " + ", ".join(SUPPORTED)),
-    (["-p", "elmo"], "no component"),
-    (["-p", "tagger,tagger"], "a component named twice"),
-    (["-o", "fast"], "--optimize must be efficiency or accuracy, got 'fast'"),
-    (["--elmo-at", "middle"], "--elmo-at must be input, output or both, got 'middle'"),
-    (["--elmo-layers", "0,x"], "--elmo-layers '0,x': give distinct layer indices from 0, comma-separated, e.g. 0,1"),
-    (["--elmo-layers", "1,1"], "--elmo-layers '1,1': give distinct layer indices from 0"),
-    (["--elmo-layers", "1,-1"], "--elmo-layers '1,-1': give distinct layer indices from 0"),
-    (["--elmo-layers", "0,5"], "--elmo-layers '0,5': the biLM has layers 0 to 2 (0: the token layer)"),
-    (["--lang", "xx_nope"], "--lang 'xx_nope': spaCy has no such language"),
-])
+# ------------------------------------------------------------------------------ bad input: one
+# error line
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["-p", "tagger,srl"], "unsupported component 'srl'; supported: " + ", ".join(SUPPORTED)),
+        (["-p", "elmo"], "no component"),
+        (["-p", "tagger,tagger"], "a component named twice"),
+        (["-o", "fast"], "--optimize must be efficiency or accuracy, got 'fast'"),
+        (["--elmo-at", "middle"], "--elmo-at must be input, output or both, got 'middle'"),
+        (
+            ["--elmo-layers", "0,x"],
+            "--elmo-layers '0,x': give distinct layer indices from 0, comma-separated, e.g. 0,1",
+        ),
+        (["--elmo-layers", "1,1"], "--elmo-layers '1,1': give distinct layer indices from 0"),
+        (["--elmo-layers", "1,-1"], "--elmo-layers '1,-1': give distinct layer indices from 0"),
+        (
+            ["--elmo-layers", "0,5"],
+            "--elmo-layers '0,5': the biLM has layers 0 to 2 (0: the token layer)",
+        ),
+        (["--lang", "xx_nope"], "--lang 'xx_nope': spaCy has no such language"),
+    ],
+)
 def test_bad_settings_are_one_error_line(fixture_dir, tmp_path, capsys, args, expected):
     assert run_cli("init-config", tmp_path / "config.cfg", "-w", fixture_dir, *args) == 1
     assert expected in one_error_line(capsys.readouterr().err)
@@ -190,7 +299,10 @@ def test_bad_settings_are_one_error_line(fixture_dir, tmp_path, capsys, args, ex
 
 
 def test_unknown_weights_fail_at_config_time(tmp_path, capsys):
-    assert run_cli("init-config", tmp_path / "config.cfg", "-p", "tagger", "-w", tmp_path / "typo") == 1
+    assert (
+        run_cli("init-config", tmp_path / "config.cfg", "-p", "tagger", "-w", tmp_path / "typo")
+        == 1
+    )
     line = one_error_line(capsys.readouterr().err)
     assert "--weights" in line and "not found" in line and str(tmp_path / "typo") in line
     assert not (tmp_path / "config.cfg").exists()
@@ -200,7 +312,9 @@ def test_an_existing_output_is_kept_unless_forced(fixture_dir, tmp_path, capsys)
     output = tmp_path / "config.cfg"
     output.write_text("mine\n", encoding="utf-8")
     assert run_cli("init-config", output, "-p", "tagger", "-w", fixture_dir) == 1
-    assert f"{output} exists: pass --force to overwrite it" in one_error_line(capsys.readouterr().err)
+    assert f"{output} exists: pass --force to overwrite it" in one_error_line(
+        capsys.readouterr().err
+    )
     assert output.read_text(encoding="utf-8") == "mine\n"
     assert run_cli("init-config", output, "-p", "tagger", "-w", fixture_dir, "--force") == 0
     assert spacy.util.load_config(output)["nlp"]["pipeline"] == ["elmo", "tok2vec", "tagger"]

@@ -1,6 +1,7 @@
-"""The offline route of the quick start: `python -m spacy_elmo init-random DIR --size small` writes random, untrained
-weights in the published layout, labelled so (the options file, a warning at load, `info`), and the README's
-examples run with DIR where they say "small" (issue 34 item 8)."""
+"""The offline route of the quick start: `python -m spacy_elmo init-random DIR --size small` writes
+random, untrained weights in the published layout, labelled so (the options file, a warning at load,
+`info`), and the README's examples run with DIR where they say "small" (issue 34 item 8)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,15 @@ from ..test_readme import README, readme_blocks
 def random_small(tmp_path_factory):
     """What a user without network runs first, as the README gives it."""
     root = tmp_path_factory.mktemp("offline")
-    done = subprocess.run([sys.executable, "-m", "spacy_elmo", "init-random", "my_elmo", "--size", "small"], cwd=root,
-                          env=ENV, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "init-random", "my_elmo", "--size", "small"],
+        cwd=root,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "untrained" in done.stdout + done.stderr
     return root / "my_elmo"
@@ -30,7 +38,10 @@ def random_small(tmp_path_factory):
 
 def test_the_published_layout_labelled_untrained(random_small):
     stem = hub.PUBLISHED["small"]
-    assert sorted(p.name for p in random_small.iterdir()) == [f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5"]
+    assert sorted(p.name for p in random_small.iterdir()) == [
+        f"elmo_{stem}_options.json",
+        f"elmo_{stem}_weights.hdf5",
+    ]
     options = json.loads((random_small / f"elmo_{stem}_options.json").read_text(encoding="utf-8"))
     assert "untrained" in options["untrained"]
     assert options["lstm"]["dim"] == 1024 and options["lstm"]["projection_dim"] == 128
@@ -58,23 +69,56 @@ def test_init_random_refuses_a_directory_in_use(random_small, tmp_path, capsys):
 @pytest.mark.timeout(600)
 def test_the_quick_start_runs_offline_with_it(random_small):
     """The README's quick start block, with the random model where it says "small"."""
-    block = next(b for b in readme_blocks(README.read_text(encoding="utf-8"))
-                 if b.lang == "python" and 'load_bilm("small")' in b.code)
+    block = next(
+        b
+        for b in readme_blocks(README.read_text(encoding="utf-8"))
+        if b.lang == "python" and 'load_bilm("small")' in b.code
+    )
     code = block.code.replace('"small"', '"my_elmo"')
     root = random_small.parent
     write_lines(root / "corpus.txt", ["The cat sat on the mat .", "Hello !"])
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env={**ENV, "SPACY_ELMO_CACHE": str(root / "none")},
-                          capture_output=True, text=True, timeout=500, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**ENV, "SPACY_ELMO_CACHE": str(root / "none")},
+        capture_output=True,
+        text=True,
+        timeout=500,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "untrained" in done.stderr  # the warning
 
 
 @pytest.mark.timeout(300)
 def test_pretraining_from_it_drops_the_label(random_small, tmp_path):
-    """`pretrain --init-from` the random model trains it: the model it saves is not labelled untrained."""
+    """`pretrain --init-from` the random model trains it: the model it saves is not labelled
+    untrained."""
     train = write_lines(tmp_path / "train.txt", ["the cat sat .", "a dog ran far ."] * 10)
-    assert run_cli("pretrain", tmp_path / "out", "--no-progress", "--init-from", random_small, "--train", train,
-                   "--whitespace", "--training.max_steps", "1", "--softmax.type", "full", "--training.batch_tokens",
-                   "80", "--training.window", "10", "--training.eval_every", "null", "--vocab.size", "null") == 0
+    assert (
+        run_cli(
+            "pretrain",
+            tmp_path / "out",
+            "--no-progress",
+            "--init-from",
+            random_small,
+            "--train",
+            train,
+            "--whitespace",
+            "--training.max_steps",
+            "1",
+            "--softmax.type",
+            "full",
+            "--training.batch_tokens",
+            "80",
+            "--training.window",
+            "10",
+            "--training.eval_every",
+            "null",
+            "--vocab.size",
+            "null",
+        )
+        == 0
+    )
     saved = json.loads((tmp_path / "out" / "model" / "bilm.json").read_text(encoding="utf-8"))
     assert "untrained" not in saved["options"]

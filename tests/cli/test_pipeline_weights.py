@@ -1,6 +1,7 @@
-"""A trained spaCy pipeline directory (`nlp.to_disk`, `spacy train`'s model-best) wherever weights are asked for:
-`info`, `convert` and `embed --weights` (and `load_bilm`) use its `elmo` component's biLM and say which; a pipeline
-with no or two `elmo` components is one error (issue 34 item 9)."""
+"""A trained spaCy pipeline directory (`nlp.to_disk`, `spacy train`'s model-best) wherever weights
+are asked for: `info`, `convert` and `embed --weights` (and `load_bilm`) use its `elmo` component's
+biLM and say which; a pipeline with no or two `elmo` components is one error (issue 34 item 9)."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,8 @@ from ..helpers import SENTS, one_error_line, read_output, run_cli, write_lines
 
 @pytest.fixture(scope="module")
 def pipeline_dir(fixture_dir, tmp_path_factory):
-    """A pipeline of a sentencizer and an `elmo` component (named `elmo`) on the fixture's weights, as saved."""
+    """A pipeline of a sentencizer and an `elmo` component (named `elmo`) on the fixture's weights,
+    as saved."""
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "model": {"state": "zero"}})
@@ -39,7 +41,10 @@ def test_info_of_a_pipeline_names_the_component(pipeline_dir, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["source"] == f"biLM of component 'elmo' in {pipeline_dir}"
     assert report["output_dim"] == 32 and report["state_policy"] == "zero"
-    assert {f["path"] for f in report["files"]} == {str(pipeline_dir / "config.cfg"), str(pipeline_dir / "elmo" / "model")}
+    assert {f["path"] for f in report["files"]} == {
+        str(pipeline_dir / "config.cfg"),
+        str(pipeline_dir / "elmo" / "model"),
+    }
     assert run_cli("info", pipeline_dir) == 0
     assert f"biLM of component 'elmo' in {pipeline_dir}" in capsys.readouterr().out
 
@@ -54,8 +59,18 @@ def test_convert_of_a_pipeline(pipeline_dir, tmp_path, capsys):
 
 def test_embed_with_a_pipeline_as_weights(pipeline_dir, tmp_path, capsys):
     corpus = write_lines(tmp_path / "corpus.txt", [" ".join(s) for s in SENTS])
-    assert run_cli("embed", corpus, tmp_path / "out.hdf5", "--weights", pipeline_dir, "--whitespace",
-                   "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            corpus,
+            tmp_path / "out.hdf5",
+            "--weights",
+            pipeline_dir,
+            "--whitespace",
+            "--no-progress",
+        )
+        == 0
+    )
     assert f"biLM of component 'elmo' in {pipeline_dir}" in capsys.readouterr().err
     arrays, _, _ = read_output(tmp_path / "out.hdf5")
     for i, expected in enumerate(load_bilm(pipeline_dir).embed(SENTS)):
@@ -70,12 +85,26 @@ def test_a_pipeline_without_one_elmo_component_is_one_error(fixture_dir, tmp_pat
         nlp.add_pipe("elmo", name=name, config={"weights": str(fixture_dir)})
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipe")
-    for command in (["info", tmp_path / "pipe"], ["convert", tmp_path / "pipe", tmp_path / "out"],
-                    ["embed", write_lines(tmp_path / "c.txt", ["a b"]), tmp_path / "o.hdf5", "--weights",
-                     tmp_path / "pipe", "--whitespace", "--no-progress"]):
+    for command in (
+        ["info", tmp_path / "pipe"],
+        ["convert", tmp_path / "pipe", tmp_path / "out"],
+        [
+            "embed",
+            write_lines(tmp_path / "c.txt", ["a b"]),
+            tmp_path / "o.hdf5",
+            "--weights",
+            tmp_path / "pipe",
+            "--whitespace",
+            "--no-progress",
+        ],
+    ):
         assert run_cli(*command) == 1
         line = one_error_line(capsys.readouterr().err)
         assert str(tmp_path / "pipe") in line and "spaCy pipeline" in line
-        assert ("no elmo component" in line) if n_elmo == 0 else ("2 elmo components (elmo, elmo_b)" in line)
+        assert (
+            ("no elmo component" in line)
+            if n_elmo == 0
+            else ("2 elmo components (elmo, elmo_b)" in line)
+        )
     with pytest.raises(ElmoFileError):
         load_bilm(tmp_path / "pipe")

@@ -1,5 +1,7 @@
-"""The README's claim "bad input ends with one `error:` line and exit code 1" holds for the command line's own
-argument errors too (typer and click answer them with exit 2 inside a box otherwise): issue 34 item 11."""
+"""The README's claim "bad input ends with one `error:` line and exit code 1" holds for the command
+line's own argument errors too (typer and click answer them with exit 2 inside a box otherwise):
+issue 34 item 11."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,7 +15,10 @@ USAGE_ERRORS = [
     (["info", "--bogus", "x"], "no such option: --bogus"),
     (["info"], "missing argument 'MODEL'"),
     (["embed", "in.txt", "out.hdf5"], "missing option '--weights'"),
-    (["embed", "in.txt", "out.hdf5", "--weights", "small", "--batch-size", "abc"], "invalid value for '--batch-size'"),
+    (
+        ["embed", "in.txt", "out.hdf5", "--weights", "small", "--batch-size", "abc"],
+        "invalid value for '--batch-size'",
+    ),
     (["embed", "in.txt", "out.hdf5", "--weights", "small", "--batch-size", "0"], "--batch-size"),
     (["no-such-command"], "no such command 'no-such-command'"),
     (["convert", "a", "b", "c"], "unexpected extra argument(s) (c)"),
@@ -30,8 +35,15 @@ def test_a_usage_error_is_one_error_line_and_exit_1(args, says, capsys):
 
 
 def test_a_usage_error_in_a_child_process():
-    done = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", "--bogus"], env=ENV, cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "info", "--bogus"],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert one_error_line(done.stderr).startswith("error: No such option: --bogus")
 
@@ -46,8 +58,8 @@ def test_help_and_no_arguments_still_print_the_usage(capsys):
 
 
 def test_an_unexpected_error_keeps_its_own_traceback(monkeypatch, tmp_path):
-    """A bug is not an expected failure: it reaches the caller as itself (it was an AttributeError of the
-    error handling)."""
+    """A bug is not an expected failure: it reaches the caller as itself (it was an AttributeError
+    of the error handling)."""
     from spacy_elmo.cli import info
 
     def broken(*args, **kwargs):

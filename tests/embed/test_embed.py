@@ -1,5 +1,6 @@
 """`python -m spacy_elmo embed`: output equal to the API, the AllenNLP layout, tokenizers, bad
 input, resume after an interruption or a kill (crash safety in depth: test_safety.py)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,16 @@ from spacy.tokens import DocBin
 
 from spacy_elmo import load_bilm
 
-from ..helpers import ENV, FLOAT32_ATOL, LINES, REPO, interrupt_embed_at_line, read_output, run_cli, write_lines
+from ..helpers import (
+    ENV,
+    FLOAT32_ATOL,
+    LINES,
+    REPO,
+    interrupt_embed_at_line,
+    read_output,
+    run_cli,
+    write_lines,
+)
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
@@ -29,8 +39,22 @@ def weights(request, fixture_dir, tmp_path_factory):
 @pytest.mark.parametrize("layer", ["all", "top", "average", "1"])
 def test_embed_equals_the_api(weights, tmp_path, layer):
     text = write_lines(tmp_path / "in.txt", LINES)
-    assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", weights, "--whitespace",
-                   "--layer", layer, "--batch-size", 2, "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "out.hdf5",
+            "--weights",
+            weights,
+            "--whitespace",
+            "--layer",
+            layer,
+            "--batch-size",
+            2,
+            "--no-progress",
+        )
+        == 0
+    )
     arrays, index, _ = read_output(tmp_path / "out.hdf5")
     expected = load_bilm(weights).embed([line.split() for line in LINES])
     assert sorted(arrays, key=int) == [str(i) for i in range(len(LINES))]
@@ -39,15 +63,32 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
         assert arrays[str(i)].dtype == np.float32
         np.testing.assert_array_equal(arrays[str(i)], want)
     assert arrays["1"].shape == ((3, 0, full.shape[-1]) if layer == "all" else (0, full.shape[-1]))
-    assert index == {"The cat sat on the mat .": "3", "": "1", "Hello world": "2", "a b c d e f g h i j k l": "4"}
+    assert index == {
+        "The cat sat on the mat .": "3",
+        "": "1",
+        "Hello world": "2",
+        "a b c d e f g h i j k l": "4",
+    }
 
 
 def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
-    """sentence_to_index is ASCII JSON (non-ASCII escaped), written without a copy as one fixed-length
-    string; a repeated line maps to its last index, as AllenNLP's did. The file is in HDF5 1.8's format."""
-    lines = ["Straße 是 😀 café", "a \\ \" quote", "Straße 是 😀 café", "x"]
+    """sentence_to_index is ASCII JSON (non-ASCII escaped), written without a copy as one
+    fixed-length string; a repeated line maps to its last index, as AllenNLP's did. The file is in
+    HDF5 1.8's format."""
+    lines = ["Straße 是 😀 café", 'a \\ " quote', "Straße 是 😀 café", "x"]
     text = write_lines(tmp_path / "in.txt", lines)
-    assert run_cli("embed", text, tmp_path / "out.hdf5", "--weights", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "out.hdf5",
+            "--weights",
+            fixture_dir,
+            "--whitespace",
+            "--no-progress",
+        )
+        == 0
+    )
     _, index, _ = read_output(tmp_path / "out.hdf5")
     assert index == {"Straße 是 😀 café": "2", 'a \\ " quote': "1", "x": "3"}
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
@@ -57,13 +98,24 @@ def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
 
 
 def test_embed_bounds_the_kernel_cache(fixture_dir, tmp_path, monkeypatch):
-    """embed keeps oneDNN's kernel cache small (flat memory over long files), unless the user set it."""
+    """embed keeps oneDNN's kernel cache small (flat memory over long files), unless the user set
+    it."""
     text = write_lines(tmp_path / "in.txt", LINES)
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    assert run_cli("embed", text, tmp_path / "a.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed", text, tmp_path / "a.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress"
+        )
+        == 0
+    )
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
-    assert run_cli("embed", text, tmp_path / "b.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed", text, tmp_path / "b.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress"
+        )
+        == 0
+    )
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
 
 
@@ -76,7 +128,12 @@ def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
     DocBin(docs=[nlp(line) for line in lines]).to_disk(tmp_path / "in.spacy")
     for source in ("in.txt", "in.spacy"):
         out = tmp_path / f"{source}.hdf5"
-        assert run_cli("embed", tmp_path / source, out, "-w", fixture_dir, "--lang", "en", "--no-progress") == 0
+        assert (
+            run_cli(
+                "embed", tmp_path / source, out, "-w", fixture_dir, "--lang", "en", "--no-progress"
+            )
+            == 0
+        )
         arrays, index, _ = read_output(out)
         assert index == {"Hello, world!": "0", "It's  fine.": "1"}
         for i, arr in enumerate(expected):
@@ -86,22 +143,51 @@ def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
 def test_embed_bad_input(fixture_dir, tmp_path, capsys):
     text = write_lines(tmp_path / "in.txt", LINES)
     cases = [
-        (["embed", tmp_path / "nope.txt", tmp_path / "o.hdf5", "-w", fixture_dir], "input not found"),
+        (
+            ["embed", tmp_path / "nope.txt", tmp_path / "o.hdf5", "-w", fixture_dir],
+            "input not found",
+        ),
         (["embed", text, tmp_path / "o.hdf5", "-w", tmp_path / "nowhere"], "not found"),
         (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--layer", "3"], "--layer"),
         (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--lang", "zz"], "zz"),
-        (["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--state", "carry", "--resume"], "deterministic"),
+        (
+            ["embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--state", "carry", "--resume"],
+            "deterministic",
+        ),
     ]
     for args, expect in cases:
         assert run_cli(*args, "--no-progress") == 1
         err = capsys.readouterr().err
         assert err.startswith("error:") and expect in err and "Traceback" not in err, err
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress"
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 1
+    assert (
+        run_cli(
+            "embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress"
+        )
+        == 1
+    )
     assert "--resume" in capsys.readouterr().err  # an existing output is never overwritten
-    assert run_cli("embed", text, tmp_path / "o.hdf5", "-w", fixture_dir, "--layer", "top", "--whitespace",
-                   "--resume", "--no-progress") == 1
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "o.hdf5",
+            "-w",
+            fixture_dir,
+            "--layer",
+            "top",
+            "--whitespace",
+            "--resume",
+            "--no-progress",
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "other settings" in err and "layer: 'all' then, 'top' now" in err
 
@@ -116,7 +202,16 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
     """Interrupted while making dataset 32 (parts of 5 lines): parts 0-5 (lines up to 30) are
     complete and kept; part 6, half written, left nothing; the output does not exist yet."""
     text = write_lines(tmp_path / "in.txt", many_lines(57))
-    args = ["--weights", weights, "--whitespace", "--batch-size", 2, "--flush-every", 5, "--no-progress"]
+    args = [
+        "--weights",
+        weights,
+        "--whitespace",
+        "--batch-size",
+        2,
+        "--flush-every",
+        5,
+        "--no-progress",
+    ]
     assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
     interrupt_embed_at_line(monkeypatch, 33)
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args) == 130
@@ -127,7 +222,16 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
     with h5py.File(work / "part-00005.hdf5", "r") as f:
         assert sorted(f) == ["25", "26", "27", "28", "29", "sentence_to_index"]
     monkeypatch.undo()  # no more Ctrl-C
-    assert run_cli("embed", text, tmp_path / "part.hdf5", *[a for a in args if a != "--no-progress"], "--resume") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "part.hdf5",
+            *[a for a in args if a != "--no-progress"],
+            "--resume",
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "27 in this run" in err
     assert "100%" in err and "57/57" in err, err[-500:]  # the bar counts the lines kept from before
@@ -139,9 +243,19 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
 
 
 def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
-    """A process killed (SIGKILL, no cleanup) in the middle of the file resumes to the same output."""
+    """A process killed (SIGKILL, no cleanup) in the middle of the file resumes to the same
+    output."""
     text = write_lines(tmp_path / "in.txt", many_lines(90))
-    args = ["--weights", str(fixture_dir), "--whitespace", "--batch-size", "2", "--flush-every", "7", "--no-progress"]
+    args = [
+        "--weights",
+        str(fixture_dir),
+        "--whitespace",
+        "--batch-size",
+        "2",
+        "--flush-every",
+        "7",
+        "--no-progress",
+    ]
     script = (
         "import os, signal, sys\n"
         "import spacy_elmo.embed.job as ef\n"
@@ -156,8 +270,14 @@ def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
         "main(sys.argv[1:])\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, "-c", script, "embed", str(text), str(tmp_path / "part.hdf5"), *args],
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    killed = subprocess.run(
+        [sys.executable, "-c", script, "embed", str(text), str(tmp_path / "part.hdf5"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args, "--resume") == 0
     assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
@@ -183,7 +303,11 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
     from spacy_elmo import ElmoConfigError, ElmoFileError, ElmoResumeError
     from spacy_elmo.embed import EmbedOptions, run
 
-    text, out, weights = write_lines(tmp_path / "in.txt", ["a b", "", "c"]), tmp_path / "o.hdf5", str(fixture_dir)
+    text, out, weights = (
+        write_lines(tmp_path / "in.txt", ["a b", "", "c"]),
+        tmp_path / "o.hdf5",
+        str(fixture_dir),
+    )
     with pytest.raises(ElmoConfigError, match="--dtype"):
         run(EmbedOptions(text, out, weights, dtype="float64"))
     with pytest.raises(ElmoConfigError, match="go with --engine ray"):
@@ -205,23 +329,51 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
 
 
 def test_a_long_line_is_written_in_pieces(fixture_dir, fixture_bilm, tmp_path):
-    """A line of more than 256 x --batch-size tokens is computed and written in pieces (the recurrence
-    carried across them): the arrays of the whole line, within float32 rounding, in every layer choice."""
+    """A line of more than 256 x --batch-size tokens is computed and written in pieces (the
+    recurrence carried across them): the arrays of the whole line, within float32 rounding, in every
+    layer choice."""
     rng = np.random.default_rng(1)
     long = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", ".", "über"], size=1500))
     text = write_lines(tmp_path / "in.txt", ["A short one .", long, "", "and another"])
-    expected = fixture_bilm.embed([line.split() for line in ["A short one .", long, "", "and another"]])
+    expected = fixture_bilm.embed(
+        [line.split() for line in ["A short one .", long, "", "and another"]]
+    )
     for layer in ("all", "top", "1"):
         out = tmp_path / f"{layer}.hdf5"
-        assert run_cli("embed", text, out, "-w", fixture_dir, "--whitespace", "--batch-size", "2",
-                       "--layer", layer, "--no-progress") == 0
+        assert (
+            run_cli(
+                "embed",
+                text,
+                out,
+                "-w",
+                fixture_dir,
+                "--whitespace",
+                "--batch-size",
+                "2",
+                "--layer",
+                layer,
+                "--no-progress",
+            )
+            == 0
+        )
         arrays, _, _ = read_output(out)
         for i, want in enumerate(expected):
             want = want if layer == "all" else want[-1 if layer == "top" else int(layer)]
             assert arrays[str(i)].shape == want.shape
             np.testing.assert_allclose(arrays[str(i)], want, atol=FLOAT32_ATOL, rtol=0)
-    state = run_cli("embed", text, tmp_path / "carry.hdf5", "-w", fixture_dir, "--whitespace", "--batch-size", "2",
-                    "--state", "carry", "--no-progress")
+    state = run_cli(
+        "embed",
+        text,
+        tmp_path / "carry.hdf5",
+        "-w",
+        fixture_dir,
+        "--whitespace",
+        "--batch-size",
+        "2",
+        "--state",
+        "carry",
+        "--no-progress",
+    )
     assert state == 1 and not (tmp_path / "carry.hdf5").exists()
 
 
@@ -235,16 +387,39 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_memory_is_bounded_by_the_batch_settings_not_the_line(fixture_dir, tmp_path):
-    """A 120,000-token line peaks within 60 MB of a 10-token one (before, memory grew with the line: 98 MB
-    more at 120,000 tokens, 255 MB at 200,000, and a 400k-token line of a larger model exhausted a few GB)."""
+    """A 120,000-token line peaks within 60 MB of a 10-token one (before, memory grew with the line:
+    98 MB more at 120,000 tokens, 255 MB at 200,000, and a 400k-token line of a larger model
+    exhausted a few GB)."""
     rng = np.random.default_rng(2)
     peaks = []
     for n in (10, 120_000):
-        text = write_lines(tmp_path / f"{n}.txt", [" ".join(rng.choice(["the", "cat", "sat", ".", "x"], size=n))])
-        command = [sys.executable, "-m", "spacy_elmo", "embed", str(text), str(tmp_path / f"{n}.hdf5"), "-w",
-                   str(fixture_dir), "--whitespace", "--batch-size", "4", "--layer", "all", "--no-progress"]
-        done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True,
-                              timeout=280, env={**ENV}, check=False)
+        text = write_lines(
+            tmp_path / f"{n}.txt", [" ".join(rng.choice(["the", "cat", "sat", ".", "x"], size=n))]
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "embed",
+            str(text),
+            str(tmp_path / f"{n}.hdf5"),
+            "-w",
+            str(fixture_dir),
+            "--whitespace",
+            "--batch-size",
+            "4",
+            "--layer",
+            "all",
+            "--no-progress",
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE, *command],
+            capture_output=True,
+            text=True,
+            timeout=280,
+            env={**ENV},
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         peaks.append(int(done.stdout.split()[-1]) / 1024)  # MB
     with h5py.File(tmp_path / "120000.hdf5", "r") as f:
@@ -257,8 +432,20 @@ def test_embed_threads_beyond_any_machine_is_one_error(fixture_dir, tmp_path, ca
     from ..helpers import one_error_line
 
     text = write_lines(tmp_path / "in.txt", ["The cat sat ."])
-    assert run_cli("embed", text, tmp_path / "out.hdf5", "-w", fixture_dir, "--whitespace", "--threads", "100000",
-                   "--no-progress") == 1
+    assert (
+        run_cli(
+            "embed",
+            text,
+            tmp_path / "out.hdf5",
+            "-w",
+            fixture_dir,
+            "--whitespace",
+            "--threads",
+            "100000",
+            "--no-progress",
+        )
+        == 1
+    )
     assert "threads" in one_error_line(capsys.readouterr().err)
 
 
@@ -267,13 +454,23 @@ def _long_token_lines(path, n, size=100_000):
 
 
 def test_memory_of_lines_of_one_long_token_is_bounded_by_the_block(fixture_dir, tmp_path):
-    """Lines of one 100 KB token each (issue 34 item 4: 50 MB of input peaked at 474 MB): neither the char-id
-    cache nor the output's `sentence_to_index` holds the whole input; a block (`--flush-every`) of lines is held."""
+    """Lines of one 100 KB token each (issue 34 item 4: 50 MB of input peaked at 474 MB): neither
+    the char-id cache nor the output's `sentence_to_index` holds the whole input; a block
+    (`--flush-every`) of lines is held."""
     import tracemalloc
 
     text = _long_token_lines(tmp_path / "in.txt", 200)  # 20 MB
-    args = ["embed", text, tmp_path / "out.hdf5", "-w", fixture_dir, "--whitespace", "--flush-every", 10,
-            "--no-progress"]
+    args = [
+        "embed",
+        text,
+        tmp_path / "out.hdf5",
+        "-w",
+        fixture_dir,
+        "--whitespace",
+        "--flush-every",
+        10,
+        "--no-progress",
+    ]
     tracemalloc.start()
     try:
         assert run_cli(*args) == 0
@@ -286,7 +483,8 @@ def test_memory_of_lines_of_one_long_token_is_bounded_by_the_block(fixture_dir, 
 
 
 def test_a_large_index_is_written_in_pieces_to_the_same_bytes(fixture_dir, tmp_path, monkeypatch):
-    """`sentence_to_index` of an assembled output is written a part at a time, byte for byte as written whole."""
+    """`sentence_to_index` of an assembled output is written a part at a time, byte for byte as
+    written whole."""
     from spacy_elmo.embed import h5writer
 
     text = _long_token_lines(tmp_path / "in.txt", 30, size=1000)

@@ -1,7 +1,8 @@
-"""`embed --engine ray` (spacy_elmo.embed.ray_engine) on a local Ray: actor pools of 1 and 2 give the
-arrays of `bilm.embed`, bit for bit, and the files of the single-process `--shards` path; float16 is
-float32 rounded; a worker killed mid-shard is redone; a rerun redoes only missing shards; changed
-input or weights and bad input are one error line."""
+"""`embed --engine ray` (spacy_elmo.embed.ray_engine) on a local Ray: actor pools of 1 and 2 give
+the arrays of `bilm.embed`, bit for bit, and the files of the single-process `--shards` path;
+float16 is float32 rounded; a worker killed mid-shard is redone; a rerun redoes only missing shards;
+changed input or weights and bad input are one error line."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,12 @@ def local_ray():
     `die_on_first_try_at_shard_1`, which does nothing unless a test sets `$DIE_AT` for its actors
     (sent by value: the workers cannot import the tests)."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-             runtime_env={"worker_process_setup_hook": die_on_first_try_at_shard_1})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        runtime_env={"worker_process_setup_hook": die_on_first_try_at_shard_1},
+    )
     yield
     ray.shutdown()
 
@@ -71,10 +76,28 @@ def corpus(fixture_dir, tmp_path_factory):
         expected = []
         for start in range(0, len(tokens), FLUSH):
             bilm.token_cache.clear()
-            expected += bilm.embed(tokens[start:start + FLUSH], batch_size=BATCH)
+            expected += bilm.embed(tokens[start : start + FLUSH], batch_size=BATCH)
     local = tmp / "local"
-    assert run_cli("embed", text, local, "-w", fixture_dir, "--whitespace", "--flush-every", FLUSH, "--batch-size",
-                   BATCH, "--shards", SHARDS, "--threads", 1, "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed",
+            text,
+            local,
+            "-w",
+            fixture_dir,
+            "--whitespace",
+            "--flush-every",
+            FLUSH,
+            "--batch-size",
+            BATCH,
+            "--shards",
+            SHARDS,
+            "--threads",
+            1,
+            "--no-progress",
+        )
+        == 0
+    )
     return text, expected, local
 
 
@@ -88,18 +111,24 @@ def assert_arrays(out, expected, dtype="float32"):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("workers", [1, 2])
-def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(local_ray, corpus, fixture_dir, tmp_path,
-                                                                    workers):
+def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(
+    local_ray, corpus, fixture_dir, tmp_path, workers
+):
     text, expected, local = corpus
     out = tmp_path / "ray"
     job = embed_with_ray_run(text, out, str(fixture_dir), workers=workers, **SETTINGS)
     assert (job.lines_done, job.lines_run) == (0, 300)
     assert_arrays(out, expected)
-    assert sorted(p.name for p in out.glob("*.hdf5")) == sorted(p.name for p in local.glob("*.hdf5"))
+    assert sorted(p.name for p in out.glob("*.hdf5")) == sorted(
+        p.name for p in local.glob("*.hdf5")
+    )
     for shard in local.glob("*.hdf5"):
         assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name
     assert (out / "manifest.json").read_text() == (local / "manifest.json").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(SHARDS))]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        *(f"shard-{i:05d}.hdf5" for i in range(SHARDS)),
+    ]
 
 
 def die_on_first_try_at_shard_1():
@@ -112,12 +141,14 @@ def die_on_first_try_at_shard_1():
 
     def write_piece(path, first, count, lines, *args, **kwargs):
         if path.name == "shard-00001.hdf5" and not marker.exists():
+
             def halfway(source):
                 for n, line in enumerate(source):
                     if n == count // 2:
                         marker.write_text(str(path.with_name(path.name + ".tmp").stat().st_size))
                         os.kill(os.getpid(), signal.SIGKILL)
                     yield line
+
             lines = halfway(lines)
         return real(path, first, count, lines, *args, **kwargs)
 
@@ -125,16 +156,28 @@ def die_on_first_try_at_shard_1():
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, corpus, fixture_dir, tmp_path):
+def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(
+    local_ray, corpus, fixture_dir, tmp_path
+):
     """float16 output, with the actor writing shard 1 killed halfway on its first try: Ray
     restarts it and shard 1 is written whole; float16 equals float32 rounded. Then a rerun after
     a lost shard (and a temporary file left behind) writes that shard only."""
     text, expected, _ = corpus
     out, marker = tmp_path / "ray16", tmp_path / "died"
-    job = embed_with_ray_run(text, out, str(fixture_dir), workers=2, dtype="float16",
-                             runtime_env={"env_vars": {DIE_AT: str(marker)}}, **SETTINGS)
+    job = embed_with_ray_run(
+        text,
+        out,
+        str(fixture_dir),
+        workers=2,
+        dtype="float16",
+        runtime_env={"env_vars": {DIE_AT: str(marker)}},
+        **SETTINGS,
+    )
     assert int(marker.read_text()) > 0, "the actor was not killed mid-write"
-    assert job.lines_run == 300 and json.loads((out / "manifest.json").read_text())["complete"] == [True] * SHARDS
+    assert (
+        job.lines_run == 300
+        and json.loads((out / "manifest.json").read_text())["complete"] == [True] * SHARDS
+    )
     assert not list(out.glob("*.tmp"))
     assert_arrays(out, expected, "float16")
 
@@ -147,20 +190,28 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(local_ray, 
     assert not list(out.glob("*.tmp"))
     assert_arrays(out, expected, "float16")
     with pytest.deprecated_call():  # the name before `spacy_elmo.embed.run`
-        job = embed_with_ray(text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS)
+        job = embed_with_ray(
+            text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS
+        )
     assert (job.lines_done, job.lines_run) == (300, 0)  # complete: nothing to do
 
 
 @pytest.mark.timeout(300)
-def test_a_gpu_job_on_a_cluster_without_gpus_is_one_error_not_a_wait(local_ray, corpus, fixture_dir, tmp_path):
-    """Ray would wait forever for GPUs the cluster lacks: the engine looks first. (The job is made on
-    the CPU, then marked as a cuda one, as a driver with a GPU would make it.)"""
+def test_a_gpu_job_on_a_cluster_without_gpus_is_one_error_not_a_wait(
+    local_ray, corpus, fixture_dir, tmp_path
+):
+    """Ray would wait forever for GPUs the cluster lacks: the engine looks first. (The job is made
+    on the CPU, then marked as a cuda one, as a driver with a GPU would make it.)"""
     text, _, _ = corpus
-    options = EmbedOptions(text, tmp_path / "o", str(fixture_dir), shards=SHARDS, engine="ray", **SETTINGS)
+    options = EmbedOptions(
+        text, tmp_path / "o", str(fixture_dir), shards=SHARDS, engine="ray", **SETTINGS
+    )
     with torch_threads(1):
         _, job = spacy_elmo.embed.job.new_job(options.check())
     gpu_job = replace(job, settings={**job.settings, "device": "cuda"})
-    with pytest.raises(ElmoResourceError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPU\(s\)"):
+    with pytest.raises(
+        ElmoResourceError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPU\(s\)"
+    ):
         embed_job(gpu_job, str(fixture_dir), gpus_per_worker=1.0)
     assert not list((tmp_path / "o").glob("*.hdf5"))
 
@@ -179,7 +230,9 @@ def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_
     write_random_weights(other, TINY_OPTIONS, seed=3)
     with pytest.raises(ElmoFileError, match="other settings .*weights"):
         embed_with_ray_run(text, out, str(other), **SETTINGS)
-    with pytest.raises(ElmoFileError, match="other settings .*dtype: 'float32' then, 'float16' now"):
+    with pytest.raises(
+        ElmoFileError, match="other settings .*dtype: 'float32' then, 'float16' now"
+    ):
         embed_with_ray_run(text, out, str(fixture_dir), **{**SETTINGS, "dtype": "float16"})
     changed = tmp_path / "in.txt"
     changed.write_text(text.read_text(encoding="utf-8").replace("cat", "dog"), encoding="utf-8")
@@ -190,8 +243,22 @@ def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_
 
 
 def cli(text, out, fixture_dir, *extra):
-    return ["embed", str(text), str(out), "-w", str(fixture_dir), "--whitespace", "--flush-every", str(FLUSH),
-            "--no-progress", "--shards", str(SHARDS), "--engine", "ray", *map(str, extra)]
+    return [
+        "embed",
+        str(text),
+        str(out),
+        "-w",
+        str(fixture_dir),
+        "--whitespace",
+        "--flush-every",
+        str(FLUSH),
+        "--no-progress",
+        "--shards",
+        str(SHARDS),
+        "--engine",
+        "ray",
+        *map(str, extra),
+    ]
 
 
 def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
@@ -200,16 +267,30 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
     cases = [
         (cli(tmp_path / "missing.txt", tmp_path / "o", fixture_dir), "input not found"),
         (cli(text, tmp_path / "file", fixture_dir), "is not a sharded output"),
-        (cli(text, tmp_path / "o", fixture_dir, "--shard", "0/4"), "give --shards N (and not --shard I/N)"),
-        (cli(text, tmp_path / "o", fixture_dir, "--state", "carry"), "needs a deterministic state policy"),
+        (
+            cli(text, tmp_path / "o", fixture_dir, "--shard", "0/4"),
+            "give --shards N (and not --shard I/N)",
+        ),
+        (
+            cli(text, tmp_path / "o", fixture_dir, "--state", "carry"),
+            "needs a deterministic state policy",
+        ),
         (cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--workers", "2"], "go with --engine ray"),
-        (cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--gpus-per-worker", "1"], "go with --engine ray"),
+        (
+            cli(text, tmp_path / "o", fixture_dir)[:-4] + ["--gpus-per-worker", "1"],
+            "go with --engine ray",
+        ),
         (cli(text, tmp_path / "o", fixture_dir, "--gpus-per-worker", "1"), "needs --device cuda"),
-        (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda", "--gpus-per-worker", "0"), "a number above 0"),
+        (
+            cli(text, tmp_path / "o", fixture_dir, "--device", "cuda", "--gpus-per-worker", "0"),
+            "a number above 0",
+        ),
         (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda:1"), "--device is cpu or cuda"),
     ]
     if not torch.cuda.is_available():
-        cases.append((cli(text, tmp_path / "o", fixture_dir, "--device", "cuda"), "sees no CUDA device"))
+        cases.append(
+            (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda"), "sees no CUDA device")
+        )
     for args, words in cases:
         assert run_cli(*args) == 1, args
         assert words in one_error_line(capsys.readouterr().err)
@@ -219,38 +300,72 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
         assert "read-only" in one_error_line(capsys.readouterr().err)
 
 
-NO_RAY = "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import main; main(sys.argv[1:])"
+NO_RAY = (
+    "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import main; main(sys.argv[1:])"
+)
 
 
 @pytest.mark.timeout(300)
 def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
     """In fresh processes: the package imports without Ray, and `--engine ray` says what to install;
-    an address where no cluster listens is one line, at once (Ray itself would retry for minutes)."""
+    an address where no cluster listens is one line, at once (Ray itself would retry for
+    minutes)."""
     text, _, _ = corpus
-    for code, extra, words in ((NO_RAY, [], 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
-                               ("from spacy_elmo.cli import main; import sys; main(sys.argv[1:])",
-                                ["--address", "127.0.0.1:1"], "error: no Ray cluster at 127.0.0.1:1")):
-        done = subprocess.run([sys.executable, "-c", code, *cli(text, tmp_path / "o", fixture_dir, *extra)], env=ENV,
-                              cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    for code, extra, words in (
+        (NO_RAY, [], 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
+        (
+            "from spacy_elmo.cli import main; import sys; main(sys.argv[1:])",
+            ["--address", "127.0.0.1:1"],
+            "error: no Ray cluster at 127.0.0.1:1",
+        ),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *cli(text, tmp_path / "o", fixture_dir, *extra)],
+            env=ENV,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 1, done.stderr
         assert one_error_line(done.stderr).startswith(words), done.stderr
 
 
 @pytest.mark.timeout(300)
-def test_a_normal_run_prints_only_its_own_lines_and_the_help_says_when_ray_pays_off(corpus, fixture_dir, tmp_path):
-    """A fresh process starting its own Ray (issue 34 item 7): no auth-token warning, no `core_worker.cc` line, no
-    actor output; the Ray engine's lock files gone. `--engine`'s help says when Ray pays off (it starts in seconds)."""
+def test_a_normal_run_prints_only_its_own_lines_and_the_help_says_when_ray_pays_off(
+    corpus, fixture_dir, tmp_path
+):
+    """A fresh process starting its own Ray (issue 34 item 7): no auth-token warning, no
+    `core_worker.cc` line, no actor output; the Ray engine's lock files gone. `--engine`'s help says
+    when Ray pays off (it starts in seconds)."""
     import typer.main
 
     from spacy_elmo.cli import app
 
     text, _, _ = corpus
-    done = subprocess.run([sys.executable, "-m", "spacy_elmo", *cli(text, tmp_path / "o", fixture_dir, "--workers", 2)],
-                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=280, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            *cli(text, tmp_path / "o", fixture_dir, "--workers", 2),
+        ],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"wrote {tmp_path / 'o'}: 300 lines"), lines
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["manifest.json",
-                                                                  *(f"shard-{i:05d}.hdf5" for i in range(SHARDS))]
-    engine = next(p for p in typer.main.get_command(app).commands["embed"].params if p.name == "engine")
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "manifest.json",
+        *(f"shard-{i:05d}.hdf5" for i in range(SHARDS)),
+    ]
+    engine = next(
+        p for p in typer.main.get_command(app).commands["embed"].params if p.name == "engine"
+    )
     assert "pays off" in engine.help, engine.help

@@ -1,7 +1,8 @@
-"""`spacy_elmo.embed.run`, the one library entry of `embed` (issue 33 item 6): single, sharded and one-shard
-runs give the command line's files bit for bit, report progress and a result; the settings are checked once;
-the HDF5 writer is one implementation of a small writer interface; the input and output modules are named by
-what they read."""
+"""`spacy_elmo.embed.run`, the one library entry of `embed` (issue 33 item 6): single, sharded and
+one-shard runs give the command line's files bit for bit, report progress and a result; the settings
+are checked once; the HDF5 writer is one implementation of a small writer interface; the input and
+output modules are named by what they read."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,28 +26,51 @@ def test_run_writes_what_the_command_line_writes(corpus, fixture_dir, tmp_path):
     assert run_cli("embed", corpus, tmp_path / "cli.hdf5", *flags) == 0
     assert run_cli("embed", corpus, tmp_path / "cli", *flags, "--shards", 2) == 0
     calls = []
-    options = EmbedOptions(corpus, tmp_path / "lib.hdf5", str(fixture_dir), whitespace=True, flush_every=10)
+    options = EmbedOptions(
+        corpus, tmp_path / "lib.hdf5", str(fixture_dir), whitespace=True, flush_every=10
+    )
     result = run(options, progress=lambda done, total: calls.append((done, total)))
     assert isinstance(result, EmbedResult) and result.wrote
-    assert (result.output, result.lines, result.lines_done, result.lines_run) == (tmp_path / "lib.hdf5", 40, 0, 40)
+    assert (result.output, result.lines, result.lines_done, result.lines_run) == (
+        tmp_path / "lib.hdf5",
+        40,
+        0,
+        40,
+    )
     assert result.tokens > 0 and result.seconds > 0
-    assert calls[-1] == (40, 40) and [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert calls[-1] == (40, 40) and [done for done, _ in calls] == sorted(
+        done for done, _ in calls
+    )
     assert (tmp_path / "lib.hdf5").read_bytes() == (tmp_path / "cli.hdf5").read_bytes()
 
-    again = run(EmbedOptions(corpus, tmp_path / "lib.hdf5", str(fixture_dir), whitespace=True, flush_every=10,
-                             resume=True))
+    again = run(
+        EmbedOptions(
+            corpus,
+            tmp_path / "lib.hdf5",
+            str(fixture_dir),
+            whitespace=True,
+            flush_every=10,
+            resume=True,
+        )
+    )
     assert not again.wrote and (again.lines_done, again.lines_run) == (40, 0)
 
-    sharded = EmbedOptions(corpus, tmp_path / "lib", str(fixture_dir), whitespace=True, flush_every=10, shards=2)
+    sharded = EmbedOptions(
+        corpus, tmp_path / "lib", str(fixture_dir), whitespace=True, flush_every=10, shards=2
+    )
     first = run(EmbedOptions(**{**vars(sharded), "shards": None, "shard": "1/2"}))
     assert (first.lines_done, first.lines_run) == (0, 20)
     rest = run(sharded)
     assert (rest.lines_done, rest.lines_run) == (20, 20)
     for name in ("shard-00000.hdf5", "shard-00001.hdf5", "manifest.json"):
-        assert (tmp_path / "lib" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+        assert (tmp_path / "lib" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), (
+            name
+        )
 
 
-def test_run_raises_elmo_errors_and_checks_the_settings_once(corpus, fixture_dir, tmp_path, monkeypatch):
+def test_run_raises_elmo_errors_and_checks_the_settings_once(
+    corpus, fixture_dir, tmp_path, monkeypatch
+):
     from spacy_elmo.embed import EmbedOptions, run
 
     weights = str(fixture_dir)
@@ -59,7 +83,12 @@ def test_run_raises_elmo_errors_and_checks_the_settings_once(corpus, fixture_dir
     checks = []
     real = EmbedOptions.check
     monkeypatch.setattr(EmbedOptions, "check", lambda self: checks.append(1) or real(self))
-    assert run_cli("embed", corpus, tmp_path / "o.hdf5", "-w", weights, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli(
+            "embed", corpus, tmp_path / "o.hdf5", "-w", weights, "--whitespace", "--no-progress"
+        )
+        == 0
+    )
     assert len(checks) == 1
     with pytest.raises(ElmoResumeError, match="exists: pass --resume"):
         run(EmbedOptions(corpus, tmp_path / "o.hdf5", weights, whitespace=True))
@@ -71,7 +100,11 @@ def test_an_interrupted_run_says_where_to_resume(corpus, fixture_dir, tmp_path, 
 
     interrupt_embed_at_line(monkeypatch, 25)
     with pytest.raises(EmbedInterrupted) as err:
-        run(EmbedOptions(corpus, tmp_path / "o.hdf5", str(fixture_dir), whitespace=True, flush_every=10))
+        run(
+            EmbedOptions(
+                corpus, tmp_path / "o.hdf5", str(fixture_dir), whitespace=True, flush_every=10
+            )
+        )
     assert isinstance(err.value, KeyboardInterrupt) and err.value.resume_from == 20
 
 

@@ -2,6 +2,7 @@
 gives the output of an uninterrupted run, bit for bit; a full disk, a read-only or locked output,
 an input edited in place, invalid UTF-8 each end in one `error: ...` line; lines split as `wc -l`
 counts them."""
+
 from __future__ import annotations
 
 import errno
@@ -45,13 +46,31 @@ def assert_same_output(a, b):
 
 
 def embed_args(text, out, fixture_dir, *extra):
-    return ["embed", str(text), str(out), "-w", str(fixture_dir), "--whitespace", "--batch-size", "16",
-            "--flush-every", "500", "--no-progress", *map(str, extra)]
+    return [
+        "embed",
+        str(text),
+        str(out),
+        "-w",
+        str(fixture_dir),
+        "--whitespace",
+        "--batch-size",
+        "16",
+        "--flush-every",
+        "500",
+        "--no-progress",
+        *map(str, extra),
+    ]
 
 
 def spawn(args, script=None):
-    command = [sys.executable, "-m", "spacy_elmo", *args] if script is None else [sys.executable, "-c", script, *args]
-    return subprocess.Popen(command, env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = (
+        [sys.executable, "-m", "spacy_elmo", *args]
+        if script is None
+        else [sys.executable, "-c", script, *args]
+    )
+    return subprocess.Popen(
+        command, env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def started(out: Path) -> bool:
@@ -72,20 +91,26 @@ def wait_until_writing(out: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.005)
 
 
-
-
 @pytest.fixture(scope="module")
 def reference(fixture_dir, tmp_path_factory):
     """An uninterrupted run on 3,000 generated lines: `(input, output)`."""
     tmp = tmp_path_factory.mktemp("reference")
     text = generated(tmp / "in.txt", 3000)
-    done = subprocess.run([sys.executable, "-m", "spacy_elmo", *embed_args(text, tmp / "full.hdf5", fixture_dir)],
-                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", *embed_args(text, tmp / "full.hdf5", fixture_dir)],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return text, tmp / "full.hdf5"
 
 
-# ------------------------------------------------------------------------------------------- crashes
+# -------------------------------------------------------------------------------------------
+# crashes
 @pytest.mark.timeout(180)
 def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
     """Five kill -9s at random moments of one output's runs (while embedding, renaming a part or
@@ -104,12 +129,11 @@ def test_kill_at_random_moments_then_resume(reference, fixture_dir, tmp_path):
     assert_same_output(full, out)
 
 
-
-
 @pytest.mark.timeout(120)
 def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_path):
     """The kill is injected: os.replace of part 2 kills the process, so part 2 lies complete under
-    its temporary name, never renamed. `--resume` ignores it, redoes part 2, and gets the same output."""
+    its temporary name, never renamed. `--resume` ignores it, redoes part 2, and gets the same
+    output."""
     text, full = reference
     out = tmp_path / "out.hdf5"
     proc = spawn(embed_args(text, out, fixture_dir), script=kill_at_rename("part-00002.hdf5"))
@@ -117,7 +141,9 @@ def test_kill_between_a_part_write_and_its_rename(reference, fixture_dir, tmp_pa
     assert proc.returncode == -signal.SIGKILL, err
     work = tmp_path / "out.hdf5.partial"
     names = sorted(p.name for p in work.iterdir())
-    assert "part-00000.hdf5" in names and "part-00001.hdf5" in names and "part-00002.hdf5" not in names
+    assert (
+        "part-00000.hdf5" in names and "part-00001.hdf5" in names and "part-00002.hdf5" not in names
+    )
     assert any(n.startswith("part-00002.hdf5") and n != "part-00002.hdf5" for n in names), names
     assert not out.exists()
     assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
@@ -150,8 +176,14 @@ def test_kill_during_assembly_keeps_the_parts(reference, fixture_dir, tmp_path, 
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL, err
     work = tmp_path / "out.hdf5.partial"
-    assert sorted(p.name for p in work.glob("part-*.hdf5")) == [f"part-{i:05d}.hdf5" for i in range(6)]
-    assert not out.exists() and (work / "out.hdf5.tmp").is_file() and sorted(tmp_path.iterdir()) == [work]
+    assert sorted(p.name for p in work.glob("part-*.hdf5")) == [
+        f"part-{i:05d}.hdf5" for i in range(6)
+    ]
+    assert (
+        not out.exists()
+        and (work / "out.hdf5.tmp").is_file()
+        and sorted(tmp_path.iterdir()) == [work]
+    )
     assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
     assert "(0 in this run)" in capsys.readouterr().err
     assert_same_output(full, out)
@@ -182,14 +214,27 @@ def test_full_disk_is_one_line_and_resumable(reference, fixture_dir, tmp_path):
     text, full = reference
     with tmpfs(tmp_path / "disk", "3m") as disk:
         out = disk / "out.hdf5"
-        done = subprocess.run([sys.executable, "-m", "spacy_elmo", *embed_args(text, out, fixture_dir)],
-                              env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "spacy_elmo", *embed_args(text, out, fixture_dir)],
+            env=ENV,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 1, done.stderr[-2000:]
         line = one_error_line(done.stderr)
-        assert "disk full while writing" in line and line.endswith("free space and run again with --resume"), line
+        assert "disk full while writing" in line and line.endswith(
+            "free space and run again with --resume"
+        ), line
         kept = sorted(p.name for p in (disk / "out.hdf5.partial").iterdir())
         parts = len(kept) - 2  # complete parts, in order; nothing half written
-        assert 1 <= parts < 6 and kept == ["lock", "manifest.json", *(f"part-{i:05d}.hdf5" for i in range(parts))], kept
+        assert 1 <= parts < 6 and kept == [
+            "lock",
+            "manifest.json",
+            *(f"part-{i:05d}.hdf5" for i in range(parts)),
+        ], kept
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 0
         assert_same_output(full, out)
@@ -197,8 +242,8 @@ def test_full_disk_is_one_line_and_resumable(reference, fixture_dir, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_full_disk_injected(fixture_dir, tmp_path, monkeypatch, capsys):
-    """ENOSPC injected in-process at the 40th dataset write (h5py's create_dataset raises it): one line,
-    exit 1; `--resume` then finishes to the uninterrupted output."""
+    """ENOSPC injected in-process at the 40th dataset write (h5py's create_dataset raises it): one
+    line, exit 1; `--resume` then finishes to the uninterrupted output."""
     text = generated(tmp_path / "in.txt", 300, seed=1)
     assert run_cli(*embed_args(text, tmp_path / "full.hdf5", fixture_dir)) == 0
     real, calls = h5py.Group.create_dataset, []
@@ -213,7 +258,9 @@ def test_full_disk_injected(fixture_dir, tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 1
     line = one_error_line(capsys.readouterr().err)
-    assert "disk full while writing" in line and line.endswith("free space and run again with --resume"), line
+    assert "disk full while writing" in line and line.endswith(
+        "free space and run again with --resume"
+    ), line
     monkeypatch.setattr(h5py.Group, "create_dataset", real)
     assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir, "--resume")) == 0
     assert_same_output(tmp_path / "full.hdf5", tmp_path / "out.hdf5")
@@ -259,7 +306,8 @@ main(sys.argv[1:])
 
 @pytest.mark.timeout(120)
 def test_locked_output_is_reported_as_locked(reference, fixture_dir, tmp_path):
-    """A second run on an output that another process is writing says so (and does not suggest removing it)."""
+    """A second run on an output that another process is writing says so (and does not suggest
+    removing it)."""
     text, _ = reference
     out = tmp_path / "out.hdf5"
     proc = spawn(embed_args(text, out, fixture_dir), script=SLOW)
@@ -267,9 +315,15 @@ def test_locked_output_is_reported_as_locked(reference, fixture_dir, tmp_path):
     while not started(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
-        again = subprocess.run([sys.executable, "-m", "spacy_elmo",
-                                *embed_args(text, out, fixture_dir, "--resume")],
-                               env=ENV, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        again = subprocess.run(
+            [sys.executable, "-m", "spacy_elmo", *embed_args(text, out, fixture_dir, "--resume")],
+            env=ENV,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         proc.kill()
         proc.communicate(timeout=60)
@@ -309,31 +363,54 @@ main(sys.argv[1:])
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("sharded", [False, True])
-def test_a_run_started_beside_a_live_one_says_another_run_holds_it(fixture_dir, tmp_path, capsys, sharded):
-    """Two runs at once into one output (issue 34 item 7): the second is told that another run, by its pid, is
-    writing it, not to pass --resume; the first finishes, and a finished shard directory holds no lock files."""
+def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
+    fixture_dir, tmp_path, capsys, sharded
+):
+    """Two runs at once into one output (issue 34 item 7): the second is told that another run, by
+    its pid, is writing it, not to pass --resume; the first finishes, and a finished shard directory
+    holds no lock files."""
     text = generated(tmp_path / "in.txt", 60, seed=5)
     out, marker = tmp_path / ("out" if sharded else "out.hdf5"), tmp_path / "first"
     extra = ["--shards", 2, "--flush-every", 30] if sharded else []
-    proc = subprocess.Popen([sys.executable, "-c", PAUSED, str(marker), *embed_args(text, out, fixture_dir, *extra)],
-                            env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED, str(marker), *embed_args(text, out, fixture_dir, *extra)],
+        env=ENV,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
-        while not marker.with_suffix(".started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            not marker.with_suffix(".started").exists()
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
-        assert marker.with_suffix(".started").exists(), proc.stderr.read() if proc.poll() is not None else "late"
+        assert marker.with_suffix(".started").exists(), (
+            proc.stderr.read() if proc.poll() is not None else "late"
+        )
         for again in ([], ["--resume"])[: 1 if sharded else 2]:
             capsys.readouterr()
             assert run_cli(*embed_args(text, out, fixture_dir, *extra, *again)) == 1
             line = one_error_line(capsys.readouterr().err)
-            assert "another process" in line and f"pid {proc.pid}" in line and "pass --resume" not in line, line
+            assert (
+                "another process" in line
+                and f"pid {proc.pid}" in line
+                and "pass --resume" not in line
+            ), line
     finally:
         marker.with_suffix(".go").write_text("")
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     if sharded:
         assert run_cli(*embed_args(text, out, fixture_dir, *extra)) == 0  # complete already
-        assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shard-00000.hdf5", "shard-00001.hdf5"]
+        assert sorted(p.name for p in out.iterdir()) == [
+            "manifest.json",
+            "shard-00000.hdf5",
+            "shard-00001.hdf5",
+        ]
 
 
 @pytest.mark.timeout(60)
@@ -356,11 +433,17 @@ def test_read_only_output_is_reported_as_read_only(fixture_dir, tmp_path, monkey
 def test_lines_split_as_wc_counts_them(fixture_dir, tmp_path):
     """Only \\n ends a line: CRLF, a lone \\r, U+2028 and a NUL byte inside a line keep every later
     dataset index equal to its line number; every text round-trips through sentence_to_index."""
-    raw = (b"the cat\r\n" b"a\rb c\n" + "dog\u2028ran far\n".encode() + b"x\x00y z\n" b"\n"
-           + "über .\u0085 a\n".encode() + b"last line")
+    raw = (
+        b"the cat\r\n"
+        b"a\rb c\n" + "dog\u2028ran far\n".encode() + b"x\x00y z\n"
+        b"\n" + "über .\u0085 a\n".encode() + b"last line"
+    )
     text = tmp_path / "in.txt"
     text.write_bytes(raw)
-    assert int(subprocess.run(["wc", "-l"], input=raw, capture_output=True, check=True).stdout) + 1 == 7
+    assert (
+        int(subprocess.run(["wc", "-l"], input=raw, capture_output=True, check=True).stdout) + 1
+        == 7
+    )
     lines = [line.decode("utf-8").strip() for line in raw.split(b"\n")]
     assert run_cli(*embed_args(text, tmp_path / "out.hdf5", fixture_dir)) == 0
     arrays, index, _ = read_output(tmp_path / "out.hdf5")
@@ -372,9 +455,10 @@ def test_lines_split_as_wc_counts_them(fixture_dir, tmp_path):
 
 
 def test_a_docbin_bomb_is_refused_while_it_is_decompressed(fixture_dir, tmp_path, capsys):
-    """A `.spacy` input is decompressed against a bound (--max-docbin-bytes): 200 KB of zlib'd zeros that
-    inflate to 200 MB are refused once past it, in one error naming the file and the option, at a memory peak far
-    below what they inflate to (the whole was decompressed before "not a DocBin")."""
+    """A `.spacy` input is decompressed against a bound (--max-docbin-bytes): 200 KB of zlib'd zeros
+    that inflate to 200 MB are refused once past it, in one error naming the file and the option, at
+    a memory peak far below what they inflate to (the whole was decompressed before "not a
+    DocBin")."""
     import tracemalloc
     import zlib
 
@@ -382,20 +466,30 @@ def test_a_docbin_bomb_is_refused_while_it_is_decompressed(fixture_dir, tmp_path
     bomb.write_bytes(zlib.compress(bytes(200 << 20), 9))
     tracemalloc.start()
     try:
-        code = run_cli("embed", bomb, tmp_path / "out.hdf5", "-w", fixture_dir, "--max-docbin-bytes", 10 << 20,
-                       "--no-progress")
+        code = run_cli(
+            "embed",
+            bomb,
+            tmp_path / "out.hdf5",
+            "-w",
+            fixture_dir,
+            "--max-docbin-bytes",
+            10 << 20,
+            "--no-progress",
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert code == 1
     line = one_error_line(capsys.readouterr().err)
-    assert str(bomb) in line and "more than 10,485,760 bytes" in line and "--max-docbin-bytes" in line, line
+    assert (
+        str(bomb) in line and "more than 10,485,760 bytes" in line and "--max-docbin-bytes" in line
+    ), line
     assert peak < 50 << 20, peak
 
 
 def test_a_byte_order_mark_is_not_text(fixture_dir, tmp_path):
-    """A UTF-8 byte order mark at the start of the input (Windows editors write one) is no part of the first
-    line: neither in its first token nor in sentence_to_index, with either tokenizer."""
+    """A UTF-8 byte order mark at the start of the input (Windows editors write one) is no part of
+    the first line: neither in its first token nor in sentence_to_index, with either tokenizer."""
     text = tmp_path / "in.txt"
     text.write_bytes(b"\xef\xbb\xbfThe cat sat\nHello world\n")
     expected = load_bilm(fixture_dir).embed([["The", "cat", "sat"], ["Hello", "world"]])
@@ -417,13 +511,17 @@ def test_invalid_utf8_names_line_and_byte_offset(fixture_dir, tmp_path, capsys):
     assert str(text) in line and "line 2002" in line and f"byte {offset}" in line, line
 
 
-# ------------------------------------------------------------------------------------------- hostile outputs
+# -------------------------------------------------------------------------------------------
+# hostile outputs
 @pytest.fixture(scope="module")
 def small_output(fixture_dir, tmp_path_factory):
     """The output of LINES (line 0: 7 tokens, 3 layers of 32)."""
     tmp = tmp_path_factory.mktemp("small")
     text = write_lines(tmp / "in.txt", LINES)
-    assert run_cli("embed", text, tmp / "out.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress") == 0
+    assert (
+        run_cli("embed", text, tmp / "out.hdf5", "-w", fixture_dir, "--whitespace", "--no-progress")
+        == 0
+    )
     return tmp / "out.hdf5"
 
 
@@ -464,6 +562,7 @@ def _replaced(data):
     def edit(f, tmp):
         del f["0"]
         f["0"] = data
+
     return edit
 
 
@@ -472,24 +571,30 @@ def _group(f, tmp):
     f.create_group("0")
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (_external_storage, "outside the file"),
-    (_external_link, "ExternalLink"),
-    (_virtual, "outside the file"),
-    (_dangling, "SoftLink"),
-    (_soft_link, "SoftLink"),
-    (_group, "not a dataset"),
-    (_replaced(np.ones((3, 7, 32), dtype=np.uint8)), "dtype uint8"),
-    (_replaced(np.ones((3, 7, 32), dtype=np.complex64)), "dtype complex64"),
-    (_replaced(np.ones(7, dtype=np.float32)), "shape (7,)"),
-    (_replaced(np.ones((2, 3, 7, 32), dtype=np.float32)), "shape (2, 3, 7, 32)"),
-    (_replaced(np.ones((7, 32), dtype=np.float32)), "shape (7, 32)"),  # --layer all writes (layers, tokens, dim)
-    (_replaced(np.ones((3, 7, 32), dtype=np.float64)), "dtype float64"),  # written as float32
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (_external_storage, "outside the file"),
+        (_external_link, "ExternalLink"),
+        (_virtual, "outside the file"),
+        (_dangling, "SoftLink"),
+        (_soft_link, "SoftLink"),
+        (_group, "not a dataset"),
+        (_replaced(np.ones((3, 7, 32), dtype=np.uint8)), "dtype uint8"),
+        (_replaced(np.ones((3, 7, 32), dtype=np.complex64)), "dtype complex64"),
+        (_replaced(np.ones(7, dtype=np.float32)), "shape (7,)"),
+        (_replaced(np.ones((2, 3, 7, 32), dtype=np.float32)), "shape (2, 3, 7, 32)"),
+        (
+            _replaced(np.ones((7, 32), dtype=np.float32)),
+            "shape (7, 32)",
+        ),  # --layer all writes (layers, tokens, dim)
+        (_replaced(np.ones((3, 7, 32), dtype=np.float64)), "dtype float64"),  # written as float32
+    ],
+)
 def test_an_output_reads_nothing_outside_itself(small_output, tmp_path, edit, problem):
     """External storage, external or soft links, virtual datasets and arrays that are not the float
-    `(layers, tokens, dim)` of the output's settings are one ElmoFileError naming the file and the line;
-    the other lines still read."""
+    `(layers, tokens, dim)` of the output's settings are one ElmoFileError naming the file and the
+    line; the other lines still read."""
     out = tmp_path / "out.hdf5"
     out.write_bytes(small_output.read_bytes())
     with h5py.File(out, "r+") as f:
@@ -503,10 +608,12 @@ def test_an_output_reads_nothing_outside_itself(small_output, tmp_path, edit, pr
 
 
 def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
-    """Another hdf5 file (a weight file, an output without its index or with unreadable settings) is one
-    ElmoFileError saying it is not an embed output, never a KeyError."""
+    """Another hdf5 file (a weight file, an output without its index or with unreadable settings) is
+    one ElmoFileError saying it is not an embed output, never a KeyError."""
     weights = fixture_dir / "lm_weights.hdf5"
-    with pytest.raises(ElmoFileError, match=f"{weights}: not an output of `python -m spacy_elmo embed`"):
+    with pytest.raises(
+        ElmoFileError, match=f"{weights}: not an output of `python -m spacy_elmo embed`"
+    ):
         open_embeddings(weights)
     out = tmp_path / "out.hdf5"
     out.write_bytes(small_output.read_bytes())

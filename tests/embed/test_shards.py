@@ -1,7 +1,8 @@
 """`embed --shards N`, `--shard I/N`, `--dtype`, `--compression` and `spacy_elmo.open_embeddings`:
-the same arrays as a single-file run, bit for bit with the same blocks (else within float32 rounding);
-`--shards N` fits any input of N lines or more; a killed shard is redone and the others kept; a
-changed input or weights is refused."""
+the same arrays as a single-file run, bit for bit with the same blocks (else within float32
+rounding); `--shards N` fits any input of N lines or more; a killed shard is redone and the others
+kept; a changed input or weights is refused."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,14 +19,34 @@ import torch
 
 from spacy_elmo import ElmoFileError, open_embeddings
 
-from ..helpers import ENV, FLOAT32_ATOL, REPO, generated, kill_at_rename, one_error_line, read_output, run_cli
+from ..helpers import (
+    ENV,
+    FLOAT32_ATOL,
+    REPO,
+    generated,
+    kill_at_rename,
+    one_error_line,
+    read_output,
+    run_cli,
+)
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 
 def args(text, out, weights, *extra, flush_every=50):
     block = [] if flush_every is None else ["--flush-every", str(flush_every)]
-    return ["embed", str(text), str(out), "-w", str(weights), "--whitespace", "--batch-size", "8", *block,
-            "--no-progress", *map(str, extra)]
+    return [
+        "embed",
+        str(text),
+        str(out),
+        "-w",
+        str(weights),
+        "--whitespace",
+        "--batch-size",
+        "8",
+        *block,
+        "--no-progress",
+        *map(str, extra),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +73,18 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["ranges"] == [[0, 150], [150, 300], [300, 450], [450, 600]]
     assert manifest["complete"] == [True] * 4 and manifest["settings"]["input_sha256"]
-    assert sorted(p.name for p in out.glob("shard-*.hdf5")) == [f"shard-{i:05d}.hdf5" for i in range(4)]
+    assert sorted(p.name for p in out.glob("shard-*.hdf5")) == [
+        f"shard-{i:05d}.hdf5" for i in range(4)
+    ]
     assert_same_lines(one, out)
-    # each shard is readable with h5py alone, in the per-line layout: its lines by their number in the input
+    # each shard is readable with h5py alone, in the per-line layout: its lines by their number in
+    # the input
     arrays, index, _ = read_output(one)
     for start, stop in manifest["ranges"]:
         with h5py.File(out / f"shard-{start // 150:05d}.hdf5", "r") as f:
-            assert sorted((k for k in f if k != "sentence_to_index"), key=int) == [str(i) for i in range(start, stop)]
+            assert sorted((k for k in f if k != "sentence_to_index"), key=int) == [
+                str(i) for i in range(start, stop)
+            ]
             np.testing.assert_array_equal(f[str(start)][...], arrays[str(start)])
             shard_index = json.loads(f["sentence_to_index"][0])
             assert all(start <= int(v) < stop for v in shard_index.values())
@@ -67,21 +93,31 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
         with pytest.raises(IndexError):
             reader[600]
     assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0  # complete: nothing to do
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(4))]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        *(f"shard-{i:05d}.hdf5" for i in range(4)),
+    ]
 
 
 def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, capsys):
-    """`--shards 3` on 303 lines, no --flush-every: blocks of 101 lines, one per shard (it refused: one block of
-    the default 10,000 lines). Lines computed in other blocks than a single file's agree within float32 rounding;
-    `--shard I/N` runs choose the same blocks. Fewer lines than shards is one error line."""
+    """`--shards 3` on 303 lines, no --flush-every: blocks of 101 lines, one per shard (it refused:
+    one block of the default 10,000 lines). Lines computed in other blocks than a single file's
+    agree within float32 rounding; `--shard I/N` runs choose the same blocks. Fewer lines than
+    shards is one error line."""
     text = generated(tmp_path / "in.txt", 303, seed=7)
     assert run_cli(*args(text, tmp_path / "one.hdf5", fixture_dir, flush_every=None)) == 0
     out = tmp_path / "sharded"
     assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3", flush_every=None)) == 0
     assert run_cli(*args(text, out, fixture_dir, "--shards", 3, flush_every=None)) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", *(f"shard-{i:05d}.hdf5" for i in range(3))]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        *(f"shard-{i:05d}.hdf5" for i in range(3)),
+    ]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["ranges"] == [[0, 101], [101, 202], [202, 303]] and manifest["settings"]["flush_every"] == 101
+    assert (
+        manifest["ranges"] == [[0, 101], [101, 202], [202, 303]]
+        and manifest["settings"]["flush_every"] == 101
+    )
     with open_embeddings(tmp_path / "one.hdf5") as x, open_embeddings(out) as y:
         assert len(x) == len(y) == 303
         for u, v in zip(x, y):
@@ -104,13 +140,16 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
     assert "400 in this run" in capsys.readouterr().err
     assert_same_lines(one, out)
-    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1  # other shard count: refused
+    assert (
+        run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1
+    )  # other shard count: refused
     assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
 
 
 def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path, capsys):
-    """The thread count changes float32 bits, so it is recorded: a shard or a resume on another count is refused,
-    saying what differs and how to go on (shards of 1 and 2 threads were mixed silently into one output)."""
+    """The thread count changes float32 bits, so it is recorded: a shard or a resume on another
+    count is refused, saying what differs and how to go on (shards of 1 and 2 threads were mixed
+    silently into one output)."""
     text, _ = single
     out = tmp_path / "sharded"
     threads = torch.get_num_threads()
@@ -119,7 +158,10 @@ def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path
         capsys.readouterr()
         assert run_cli(*args(text, out, fixture_dir, "--shard", "1/2", "--threads", 2)) == 1
         line = one_error_line(capsys.readouterr().err)
-        assert "threads: 1 then, 2 now" in line and "continue it with the same ones (--threads 1)" in line
+        assert (
+            "threads: 1 then, 2 now" in line
+            and "continue it with the same ones (--threads 1)" in line
+        )
         assert run_cli(*args(text, out, fixture_dir, "--shard", "1/2", "--threads", 1)) == 0
     finally:
         torch.set_num_threads(threads)
@@ -128,15 +170,20 @@ def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path
     assert manifest["settings"]["spacy_elmo"] and manifest["settings"]["torch"] == torch.__version__
 
 
-
-
 @pytest.mark.timeout(120)
 def test_a_killed_shard_is_redone_and_the_others_kept(single, fixture_dir, tmp_path):
     text, one = single
     out = tmp_path / "sharded"
     script = kill_at_rename("shard-00002.hdf5")
-    killed = subprocess.run([sys.executable, "-c", script, *args(text, out, fixture_dir, "--shards", 4)], env=ENV,
-                            cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    killed = subprocess.run(
+        [sys.executable, "-c", script, *args(text, out, fixture_dir, "--shards", 4)],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (out / "shard-00002.hdf5.tmp").is_file() and not (out / "shard-00002.hdf5").exists()
     kept = {i: (out / f"shard-{i:05d}.hdf5").stat().st_ino for i in (0, 1)}
@@ -172,15 +219,27 @@ def test_changed_input_or_weights_are_refused(single, fixture_dir, tmp_path, cap
 def test_float16_is_float32_rounded(single, fixture_dir, tmp_path, layer):
     text, _ = single
     assert run_cli(*args(text, tmp_path / "32.hdf5", fixture_dir, "--layer", layer)) == 0
-    assert run_cli(*args(text, tmp_path / "16.hdf5", fixture_dir, "--layer", layer, "--dtype", "float16")) == 0
-    (a32, index32, _), (a16, index16, _) = read_output(tmp_path / "32.hdf5"), read_output(tmp_path / "16.hdf5")
+    assert (
+        run_cli(
+            *args(text, tmp_path / "16.hdf5", fixture_dir, "--layer", layer, "--dtype", "float16")
+        )
+        == 0
+    )
+    (a32, index32, _), (a16, index16, _) = (
+        read_output(tmp_path / "32.hdf5"),
+        read_output(tmp_path / "16.hdf5"),
+    )
     assert index16 == index32 and sorted(a16) == sorted(a32)
     for key, arr in a32.items():
         assert a16[key].dtype == np.float16
         np.testing.assert_array_equal(a16[key], arr.astype(np.float16))
     with h5py.File(tmp_path / "16.hdf5", "r") as f:
         settings = json.loads(f.attrs["spacy_elmo.settings"])
-    assert settings["dtype"] == "float16" and settings["layer"] == layer and settings["tokenizer"] == "whitespace"
+    assert (
+        settings["dtype"] == "float16"
+        and settings["layer"] == layer
+        and settings["tokenizer"] == "whitespace"
+    )
     assert len(settings["weights_fingerprint"]) == 64 and settings["state"] == "warm"
 
 
@@ -191,7 +250,9 @@ def test_compression_keeps_every_value(single, fixture_dir, tmp_path, compressio
     assert run_cli(*args(text, out, fixture_dir, "--compression", compression)) == 0
     assert_same_lines(one, out)
     with h5py.File(out, "r") as f:
-        assert f["0"].compression == compression and f["0"].shuffle and f["0"].chunks == f["0"].shape
+        assert (
+            f["0"].compression == compression and f["0"].shuffle and f["0"].chunks == f["0"].shape
+        )
     assert out.stat().st_size < 0.9 * one.stat().st_size
 
 
@@ -207,7 +268,9 @@ def test_open_embeddings_of_a_single_file(single):
             reader[-601]
 
 
-def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun(single, fixture_dir, tmp_path):
+def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun(
+    single, fixture_dir, tmp_path
+):
     """Killed after the last shard's rename and before the manifest records it: the same command
     again records it (nothing to embed), and the directory reads."""
     text, one = single
@@ -220,7 +283,8 @@ def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun
     assert_same_lines(one, out)
 
 
-# ------------------------------------------------------------------------------------ a manifest checked, not trusted
+# ------------------------------------------------------------------------------------ a manifest
+# checked, not trusted
 @pytest.fixture(scope="module")
 def sharded(single, fixture_dir, tmp_path_factory):
     """The 600 lines of `single` in 4 shards of 150 lines."""
@@ -235,6 +299,7 @@ def _edit_manifest(edit):
         manifest = json.loads((out / "manifest.json").read_text())
         edit(manifest)
         (out / "manifest.json").write_text(json.dumps(manifest))
+
     return change
 
 
@@ -260,26 +325,46 @@ def _flip_a_value(out):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("edit, shard, on_open", [
-    (_edit_manifest(lambda m: m["ranges"].__setitem__(0, [0, 160])), 0, True),  # overlaps the next
-    (_edit_manifest(lambda m: m["ranges"].__setitem__(3, [450, 550])), 3, True),  # the last range shortened
-    (_swap, 1, True),
-    (_truncate, 2, True),
-    (_flip_a_value, 1, False),  # found by its sha256: a rerun, or open_embeddings(..., verify=True)
-])
-def test_a_shard_that_disagrees_with_the_manifest_is_named(sharded, fixture_dir, tmp_path, capsys, edit, shard,
-                                                           on_open):
-    """Overlapping or shortened ranges, swapped or truncated shards, a changed value: open_embeddings and a
-    rerun each raise one error naming the shard (they gave KeyErrors, 9,500 of 10,000 lines, and "complete
-    already")."""
+@pytest.mark.parametrize(
+    "edit, shard, on_open",
+    [
+        (
+            _edit_manifest(lambda m: m["ranges"].__setitem__(0, [0, 160])),
+            0,
+            True,
+        ),  # overlaps the next
+        (
+            _edit_manifest(lambda m: m["ranges"].__setitem__(3, [450, 550])),
+            3,
+            True,
+        ),  # the last range shortened
+        (_swap, 1, True),
+        (_truncate, 2, True),
+        (
+            _flip_a_value,
+            1,
+            False,
+        ),  # found by its sha256: a rerun, or open_embeddings(..., verify=True)
+    ],
+)
+def test_a_shard_that_disagrees_with_the_manifest_is_named(
+    sharded, fixture_dir, tmp_path, capsys, edit, shard, on_open
+):
+    """Overlapping or shortened ranges, swapped or truncated shards, a changed value:
+    open_embeddings and a rerun each raise one error naming the shard (they gave KeyErrors, 9,500 of
+    10,000 lines, and "complete already")."""
     text, source = sharded
     out = tmp_path / "out"
     shutil.copytree(source, out)
     manifest = json.loads((out / "manifest.json").read_text())
     for i, record in enumerate(manifest["shards"]):
         file = out / f"shard-{i:05d}.hdf5"
-        assert record == {"range": manifest["ranges"][i], "lines": 150, "bytes": file.stat().st_size,
-                          "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+        assert record == {
+            "range": manifest["ranges"][i],
+            "lines": 150,
+            "bytes": file.stat().st_size,
+            "sha256": hashlib.sha256(file.read_bytes()).hexdigest(),
+        }
     edit(out)
     name = f"shard-{shard:05d}.hdf5"
     for verify in (True, False) if on_open else (True,):
@@ -292,9 +377,11 @@ def test_a_shard_that_disagrees_with_the_manifest_is_named(sharded, fixture_dir,
     assert name in one_error_line(capsys.readouterr().err)
 
 
-def test_a_manifest_without_shard_records_gets_them_on_a_rerun(sharded, fixture_dir, tmp_path, capsys):
-    """A manifest of an earlier version (no per-shard records): open_embeddings says to run the command again,
-    which records each shard's size and sha256; then it reads."""
+def test_a_manifest_without_shard_records_gets_them_on_a_rerun(
+    sharded, fixture_dir, tmp_path, capsys
+):
+    """A manifest of an earlier version (no per-shard records): open_embeddings says to run the
+    command again, which records each shard's size and sha256; then it reads."""
     text, source = sharded
     out = tmp_path / "out"
     shutil.copytree(source, out)

@@ -1,4 +1,5 @@
 """ElmoFeatures.v1 and ElmoMultiHashEmbed.v1: values, gradients, shapes and errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,11 @@ def docs_with_layers(lengths, seed=0, dtype=np.float32):
     docs = []
     for n in lengths:
         doc = Doc(nlp.vocab, words=["w%d" % i for i in range(n)])
-        doc._.elmo_data = ElmoDocData(layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype), mixed=None,
-                                      mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"))
+        doc._.elmo_data = ElmoDocData(
+            layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype),
+            mixed=None,
+            mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"),
+        )
         docs.append(doc)
     return docs
 
@@ -43,7 +47,9 @@ def test_mix_values():
     Y = model.predict(docs)
     assert [y.shape for y in Y] == [(4, WIDTH), (0, WIDTH), (6, WIDTH)]
     for doc, y in zip(docs, Y):
-        np.testing.assert_allclose(y, 2.0 * np.tensordot(w, doc._.elmo_data.layers, 1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            y, 2.0 * np.tensordot(w, doc._.elmo_data.layers, 1), rtol=1e-5, atol=1e-6
+        )
     np.testing.assert_allclose(learned_mix(model), w, rtol=1e-6)
 
 
@@ -52,8 +58,9 @@ def loss_and_grads(model, docs, target):
     dY = [y - t for y, t in zip(Y, target)]
     backprop(dY)
     mix = mix_layer(model)
-    loss = (sum(float(((y - t) ** 2).sum()) / 2 for y, t in zip(Y, target))
-            + mix.attrs["l2"] * float((mix.get_param("s") ** 2).sum()))
+    loss = sum(float(((y - t) ** 2).sum()) / 2 for y, t in zip(Y, target)) + mix.attrs[
+        "l2"
+    ] * float((mix.get_param("s") ** 2).sum())
     return loss, mix.get_grad("s").copy(), mix.get_grad("gamma").copy()
 
 
@@ -125,15 +132,22 @@ def test_wrong_sizes_and_mix_only_raise():
     model.initialize()
     with pytest.raises(ValueError, match="n_layers=3, width=16"):
         model.predict(docs)
-    docs[0]._.elmo_data = ElmoDocData(layers=None, mixed=np.zeros((3, WIDTH), "f"), mix_weights=np.ones(3, "f") / 3)
+    docs[0]._.elmo_data = ElmoDocData(
+        layers=None, mixed=np.zeros((3, WIDTH), "f"), mix_weights=np.ones(3, "f") / 3
+    )
     with pytest.raises(ValueError, match="keep_layers = true"):
         ElmoFeatures(N_LAYERS, WIDTH).predict(docs)
 
 
 def test_multihash_embed_concatenates_and_reduces():
     docs = docs_with_layers([4, 7])
-    model = ElmoMultiHashEmbed(width=16, attrs=["NORM", "SHAPE"], rows=[100, 50], include_static_vectors=False,
-                               elmo=ElmoFeatures(N_LAYERS, WIDTH, projection=6))
+    model = ElmoMultiHashEmbed(
+        width=16,
+        attrs=["NORM", "SHAPE"],
+        rows=[100, 50],
+        include_static_vectors=False,
+        elmo=ElmoFeatures(N_LAYERS, WIDTH, projection=6),
+    )
     model.initialize(X=docs)
     Y, backprop = model.begin_update(docs)
     assert [y.shape for y in Y] == [(4, 16), (7, 16)]
@@ -178,9 +192,15 @@ maxout_pieces = 2
 @pytest.mark.parametrize("projection,dropout", [(None, 0.0), (None, 0.2), (5, 0.0)])
 def test_null_sizes_are_taken_from_the_docs_layers(projection, dropout):
     docs = docs_with_layers([4, 3])
-    model = ElmoMultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False,
-                               elmo=registry.get("architectures", "spacy_elmo.ElmoFeatures.v1")(
-                                   None, None, projection=projection, dropout=dropout))
+    model = ElmoMultiHashEmbed(
+        width=16,
+        attrs=["NORM"],
+        rows=[100],
+        include_static_vectors=False,
+        elmo=registry.get("architectures", "spacy_elmo.ElmoFeatures.v1")(
+            None, None, projection=projection, dropout=dropout
+        ),
+    )
     model.initialize(X=docs)
     mix = mix_layer(model)
     assert (mix.get_dim("nL"), mix.get_dim("nO")) == (N_LAYERS, WIDTH)
@@ -189,7 +209,9 @@ def test_null_sizes_are_taken_from_the_docs_layers(projection, dropout):
 
 def test_set_sizes_that_disagree_fail_at_initialize():
     model = ElmoFeatures(N_LAYERS + 1, WIDTH * 2)
-    with pytest.raises(ValueError, match=r"n_layers = 4, width = 16, but .* has n_layers 3, width 8"):
+    with pytest.raises(
+        ValueError, match=r"n_layers = 4, width = 16, but .* has n_layers 3, width 8"
+    ):
         model.initialize(X=docs_with_layers([2]))
 
 
@@ -212,7 +234,11 @@ width = 8
     filled = registry.fill(config)
     assert {k: filled["v1"][k] for k in ("dropout", "l2")} == {"dropout": 0.0, "l2": 0.0}
     assert {k: filled["v2"][k] for k in ("n_layers", "width", "dropout", "l2")} == {
-        "n_layers": None, "width": None, "dropout": 0.2, "l2": 0.001}
+        "n_layers": None,
+        "width": None,
+        "dropout": 0.2,
+        "l2": 0.001,
+    }
     v2 = registry.resolve(config)["v2"]
     assert any(node.name == "dropout" for node in v2.walk())
     assert mix_layer(v2).attrs["l2"] == 0.001

@@ -1,5 +1,6 @@
 """Training with task-specific ELMo features: the features matter, the wiring is checked, and
 `spacy train` runs the shipped tagger config."""
+
 from __future__ import annotations
 
 import random
@@ -21,13 +22,16 @@ from ..helpers import CONFIGS, data_path, fixture_config, read_conllu, tagged_ex
 def ud(fixture_dir):
 
     folder = data_path("ud_english_ewt")
-    return tuple([(s.words, s.tags) for s in read_conllu(folder / name, limit)]
-                 for name, limit in (("en_ewt-ud-train.conllu.gz", 300), ("en_ewt-ud-dev.conllu.gz", 100)))
+    return tuple(
+        [(s.words, s.tags) for s in read_conllu(folder / name, limit)]
+        for name, limit in (("en_ewt-ud-train.conllu.gz", 300), ("en_ewt-ud-dev.conllu.gz", 100))
+    )
 
 
 def build(fixture_dir, **overrides):
-    return spacy.util.load_model_from_config(fixture_config("tagger_elmo.cfg", fixture_dir, **overrides),
-                                             auto_fill=True, validate=True)
+    return spacy.util.load_model_from_config(
+        fixture_config("tagger_elmo.cfg", fixture_dir, **overrides), auto_fill=True, validate=True
+    )
 
 
 def mix_param(nlp, name):
@@ -36,12 +40,15 @@ def mix_param(nlp, name):
 
 
 def tag_accuracy(nlp, sentences, change_layers=None):
-    """Tag accuracy on gold sentences; `change_layers(layers) -> layers` alters each Doc's ELMo layers first."""
+    """Tag accuracy on gold sentences; `change_layers(layers) -> layers` alters each Doc's ELMo
+    layers first."""
     docs = list(nlp.get_pipe("elmo").pipe(Doc(nlp.vocab, words=w) for w, _ in sentences))
     if change_layers is not None:
         for doc in docs:
             data = doc._.elmo_data
-            doc._.elmo_data = ElmoDocData(layers=change_layers(data.layers), mixed=None, mix_weights=data.mix_weights)
+            doc._.elmo_data = ElmoDocData(
+                layers=change_layers(data.layers), mixed=None, mix_weights=data.mix_weights
+            )
     for name in ("tok2vec", "tagger"):
         docs = list(nlp.get_pipe(name).pipe(docs))
     pairs = [(t.tag_, g) for doc, (_, tags) in zip(docs, sentences) for t, g in zip(doc, tags)]
@@ -49,12 +56,18 @@ def tag_accuracy(nlp, sentences, change_layers=None):
 
 
 def test_features_matter(fixture_dir, ud):
-    """The fixture biLM is tiny, so the hash embedding is cut to NORM alone: the tagger has to lean on ELMo."""
+    """The fixture biLM is tiny, so the hash embedding is cut to NORM alone: the tagger has to lean
+    on ELMo."""
     train, dev = ud
     spacy.util.fix_random_seed(0)
-    nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.003,
-                                "components.tok2vec.model.embed.attrs": ["NORM"],
-                                "components.tok2vec.model.embed.rows": [1000]})
+    nlp = build(
+        fixture_dir,
+        **{
+            "training.optimizer.learn_rate": 0.003,
+            "components.tok2vec.model.embed.attrs": ["NORM"],
+            "components.tok2vec.model.embed.rows": [1000],
+        },
+    )
     examples = tagged_examples(nlp, train)
     optimizer = nlp.initialize(lambda: examples)
     s0 = mix_param(nlp, "s")
@@ -67,7 +80,10 @@ def test_features_matter(fixture_dir, ud):
     zeroed = tag_accuracy(nlp, dev, np.zeros_like)
     perm = np.random.default_rng(0)
     shuffled = tag_accuracy(nlp, dev, lambda layers: layers[:, perm.permutation(layers.shape[1])])
-    print(f"tag accuracy {acc:.3f}, layers zeroed {zeroed:.3f}, shuffled {shuffled:.3f}; s {mix_param(nlp, 's')}")
+    print(
+        f"tag accuracy {acc:.3f}, layers zeroed {zeroed:.3f}, shuffled {shuffled:.3f}; s "
+        f"{mix_param(nlp, 's')}"
+    )
     assert acc > 0.75
     assert zeroed < acc - 0.03 and shuffled < acc - 0.03
     assert np.abs(mix_param(nlp, "s") - s0).max() > 0.05
@@ -82,7 +98,8 @@ def test_training_without_elmo_annotating_raises(fixture_dir, ud):
 
 
 class Probe(Pipe):
-    """Records the ELMo layers that a Doc has when the next component trains on it and when it is evaluated."""
+    """Records the ELMo layers that a Doc has when the next component trains on it and when it is
+    evaluated."""
 
     def __init__(self, name):
         self.name, self.train_seen, self.eval_seen = name, {}, {}
@@ -115,7 +132,9 @@ def test_features_are_the_same_in_training_and_evaluation(fixture_dir, ud):
     for group in groups:
         words = [w for ws, _ in group for w in ws]
         tags = [t for _, ts in group for t in ts]
-        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags)))
+        examples.append(
+            Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags))
+        )
     optimizer = nlp.initialize(lambda: examples)
     nlp.update(examples, sgd=optimizer, annotates=["elmo"])
     nlp.evaluate(examples)
@@ -144,9 +163,13 @@ def test_spacy_train_with_shipped_config(fixture_dir, ud, tmp_path, frozen):
     config = fixture_config("tagger_elmo.cfg", fixture_dir)
     config_path = tmp_path / "config.cfg"
     config.to_disk(config_path)
-    overrides = {"paths.train": str(tmp_path / "train.spacy"), "paths.dev": str(tmp_path / "dev.spacy"),
-                 "training.max_steps": 12, "training.eval_frequency": 6,
-                 "training.frozen_components": ["elmo"] if frozen else []}
+    overrides = {
+        "paths.train": str(tmp_path / "train.spacy"),
+        "paths.dev": str(tmp_path / "dev.spacy"),
+        "training.max_steps": 12,
+        "training.eval_frequency": 6,
+        "training.frozen_components": ["elmo"] if frozen else [],
+    }
     spacy_train(config_path, tmp_path / "out", overrides=overrides)
     trained = spacy.load(tmp_path / "out" / "model-last")
     doc = trained("The cat sat on the mat .")
@@ -157,31 +180,49 @@ def test_tagger_and_ner_learn_their_own_mix(fixture_dir, ud):
     """Two components in one pipeline, each with its own ElmoFeatures: their mixes move apart."""
     nlp = build(fixture_dir, **{"training.optimizer.learn_rate": 0.01})
     tok2vec = nlp.config.interpolate()["components"]["tok2vec"]["model"]
-    nlp.add_pipe("ner", config={"model": {
-        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
-        "hidden_width": 32, "maxout_pieces": 2, "use_upper": True, "nO": None, "tok2vec": tok2vec}})
+    nlp.add_pipe(
+        "ner",
+        config={
+            "model": {
+                "@architectures": "spacy.TransitionBasedParser.v2",
+                "state_type": "ner",
+                "extra_state_tokens": False,
+                "hidden_width": 32,
+                "maxout_pieces": 2,
+                "use_upper": True,
+                "nO": None,
+                "tok2vec": tok2vec,
+            }
+        },
+    )
     examples = []
     for words, tags in ud[0][:60]:
         ents = ["B-NAME" if t == "PROPN" else "O" for t in tags]
-        examples.append(Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags, ents=ents)))
+        examples.append(
+            Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab, words=words, tags=tags, ents=ents))
+        )
     optimizer = nlp.initialize(lambda: examples)
     for _ in range(3):
         for batch in spacy.util.minibatch(examples, 8):
             nlp.update(batch, sgd=optimizer, annotates=["elmo"])
-    mixes = [n.get_param("s") for name in ("tok2vec", "ner") for n in nlp.get_pipe(name).model.walk()
-             if n.name == "elmo_mix"]
+    mixes = [
+        n.get_param("s")
+        for name in ("tok2vec", "ner")
+        for n in nlp.get_pipe(name).model.walk()
+        if n.name == "elmo_mix"
+    ]
     assert len(mixes) == 2
     assert np.abs(mixes[0]).max() > 0.01 and np.abs(mixes[1]).max() > 0.01
     assert not np.allclose(mixes[0], mixes[1], atol=1e-3)
 
 
-@pytest.mark.parametrize("name,frozen",
-                         [("tagger_elmo.cfg", False), ("ner_elmo.cfg", False), ("tagger_elmo.cfg", True)])
+@pytest.mark.parametrize(
+    "name,frozen", [("tagger_elmo.cfg", False), ("ner_elmo.cfg", False), ("tagger_elmo.cfg", True)]
+)
 def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, frozen):
-    """The shipped configs as they are (n_layers and width null) on the fixture biLM (3 layers of 32);
-    with `elmo` frozen, `nlp.initialize` skips it and ElmoFeatures loads its weights."""
+    """The shipped configs as they are (n_layers and width null) on the fixture biLM (3 layers of
+    32); with `elmo` frozen, `nlp.initialize` skips it and ElmoFeatures loads its weights."""
     from thinc.api import Config
-
 
     config = Config().from_disk(CONFIGS / name, interpolate=False)
     config["paths"]["elmo"] = str(fixture_dir)
@@ -190,8 +231,12 @@ def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, fro
     config["corpora"] = {}
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     ents = {"ner_elmo.cfg": lambda tags: ["B-PER" if t == "PROPN" else "O" for t in tags]}.get(name)
-    examples = [Example(Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t, ents=ents(t) if ents else None))
-                for w, t in ud[0][:8]]
+    examples = [
+        Example(
+            Doc(nlp.vocab, words=w), Doc(nlp.vocab, words=w, tags=t, ents=ents(t) if ents else None)
+        )
+        for w, t in ud[0][:8]
+    ]
     with nlp.select_pipes(disable=config["training"]["frozen_components"]):
         optimizer = nlp.initialize(lambda: examples)
     node = next(n for n in nlp.get_pipe("tok2vec").model.walk() if n.name == "elmo_mix")
@@ -200,15 +245,34 @@ def test_shipped_configs_take_the_sizes_from_the_biLM(fixture_dir, ud, name, fro
 
 
 def test_size_that_disagrees_names_its_override(fixture_dir, ud):
-    """A tagger with its own tok2vec: the error names that component's setting, as `spacy train` takes it."""
+    """A tagger with its own tok2vec: the error names that component's setting, as `spacy train`
+    takes it."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
-    embed = {"@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1", "width": 32, "attrs": ["NORM"], "rows": [500],
-             "include_static_vectors": False, "elmo": {"@architectures": "spacy_elmo.ElmoFeatures.v2", "width": 64}}
-    encode = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 32, "depth": 1, "window_size": 1,
-              "maxout_pieces": 2}
-    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": {
-        "@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": encode}}})
+    embed = {
+        "@architectures": "spacy_elmo.ElmoMultiHashEmbed.v1",
+        "width": 32,
+        "attrs": ["NORM"],
+        "rows": [500],
+        "include_static_vectors": False,
+        "elmo": {"@architectures": "spacy_elmo.ElmoFeatures.v2", "width": 64},
+    }
+    encode = {
+        "@architectures": "spacy.MaxoutWindowEncoder.v2",
+        "width": 32,
+        "depth": 1,
+        "window_size": 1,
+        "maxout_pieces": 2,
+    }
+    nlp.add_pipe(
+        "tagger",
+        config={
+            "model": {
+                "@architectures": "spacy.Tagger.v2",
+                "tok2vec": {"@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": encode},
+            }
+        },
+    )
     examples = tagged_examples(nlp, ud[0][:4])
     with pytest.raises(ValueError) as err:
         nlp.initialize(lambda: examples)

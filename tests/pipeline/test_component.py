@@ -1,4 +1,5 @@
 """The `elmo` component: annotations, segmentation, batching, caching, options and errors."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
 
 from ..helpers import FLOAT32_ATOL
 
-pytestmark = pytest.mark.numeric  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = (
+    pytest.mark.numeric
+)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
 
 SENTENCES = [
     "The quick brown fox jumped over the lazy dog .".split(),
@@ -26,8 +29,6 @@ SENTENCES = [
     "Is this the third one ?".split(),
     "Yes".split(),
 ]
-
-
 
 
 @pytest.fixture()
@@ -59,13 +60,17 @@ def test_mix_options(fixture_dir, fixture_bilm):
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
         doc = nlp(words_doc(nlp, SENTENCES[1]))
-        np.testing.assert_allclose(doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=FLOAT32_ATOL)
+        np.testing.assert_allclose(
+            doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=FLOAT32_ATOL
+        )
 
 
 def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
     expected = fixture_bilm.embed([SENTENCES[0]])[0]
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "keep_layers": False})
+    nlp.add_pipe(
+        "elmo", config={"weights": str(fixture_dir), "store": "float16", "keep_layers": False}
+    )
     doc = nlp(words_doc(nlp, SENTENCES[0]))
     assert doc._.elmo_data.layers is None and doc._.elmo_data.mixed.dtype == np.float16
     assert doc._.elmo_layers is None
@@ -73,7 +78,9 @@ def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
     np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=2e-3, rtol=2e-3)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16"})
-    doc = nlp(words_doc(nlp, SENTENCES[0]))  # the views the README names: float16, the layers float32
+    doc = nlp(
+        words_doc(nlp, SENTENCES[0])
+    )  # the views the README names: float16, the layers float32
     assert doc._.elmo.dtype == doc[0]._.elmo.dtype == doc[0:3]._.elmo.dtype == np.float16
     assert doc._.elmo_data.layers.dtype == np.float16 and doc._.elmo_layers.dtype == np.float32
 
@@ -127,10 +134,19 @@ def test_windows_cover_long_sentences_once():
 
 
 def test_long_doc_in_windows(fixture_dir):
-    """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token embedded."""
+    """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token
+    embedded."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16", "max_length": 64,
-                                 "cache_at_inference": True, "model": {"batch_size": 32}})
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "weights": str(fixture_dir),
+            "store": "float16",
+            "max_length": 64,
+            "cache_at_inference": True,
+            "model": {"batch_size": 32},
+        },
+    )
     rng = random.Random(0)
     vocab = ["w%d" % i for i in range(5000)]
     doc = nlp(Doc(nlp.vocab, words=[rng.choice(vocab) for _ in range(100_000)]))
@@ -164,7 +180,9 @@ def test_cached_features_equal_fresh_ones(fixture_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
     texts = [" ".join(s) for s in SENTENCES]
-    nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts])  # training: the cache is on
+    nlp.initialize(
+        lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts]
+    )  # training: the cache is on
     fresh_nlp = spacy.blank("en")
     fresh_nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0})
     fresh_nlp.initialize(lambda: [Example.from_dict(fresh_nlp.make_doc(t), {}) for t in texts])
@@ -189,9 +207,10 @@ def test_feature_cache_is_bounded_lru():
 
 
 def test_inference_is_not_answered_from_the_cache(nlp, fixture_dir, tmp_path):
-    """At inference (a pipeline added or loaded, not initialized for training) every call computes: repeated
-    texts are not answered from memory, so `spacy benchmark speed`, which repeats its Docs, measures the biLM.
-    With training examples, `initialize` turns the cache on; `cache_at_inference` keeps it on after loading."""
+    """At inference (a pipeline added or loaded, not initialized for training) every call computes:
+    repeated texts are not answered from memory, so `spacy benchmark speed`, which repeats its Docs,
+    measures the biLM. With training examples, `initialize` turns the cache on; `cache_at_inference`
+    keeps it on after loading."""
     texts = [" ".join(s) for s in SENTENCES]
     elmo = nlp.get_pipe("elmo")
     for _ in range(2):
@@ -206,7 +225,9 @@ def test_inference_is_not_answered_from_the_cache(nlp, fixture_dir, tmp_path):
     for _ in range(2):
         list(nlp.pipe(texts))
     assert elmo.cache.hits == len(texts)
-    kept = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"cache_at_inference": True}}})
+    kept = spacy.load(
+        tmp_path / "pipeline", config={"components": {"elmo": {"cache_at_inference": True}}}
+    )
     for _ in range(2):
         list(kept.pipe(texts))
     assert kept.get_pipe("elmo").cache.hits == len(texts)
@@ -245,7 +266,9 @@ def test_memory_zone_keeps_memory_flat(fixture_dir):
     n_strings = len(nlp.vocab.strings)
     for _ in range(3):
         with nlp.memory_zone():
-            texts = [" ".join("x%d" % rng.randrange(10**9) for _ in range(12)) + " ." for _ in range(50)]
+            texts = [
+                " ".join("x%d" % rng.randrange(10**9) for _ in range(12)) + " ." for _ in range(50)
+            ]
             for doc in nlp.pipe(texts):
                 assert doc._.elmo.shape == (13, 32)
     assert len(nlp.vocab.strings) == n_strings
@@ -274,13 +297,24 @@ def test_clear_errors(fixture_dir):
         nlp("no weights")
     with pytest.raises(ValueError, match="store must be"):
         spacy.blank("en").add_pipe("elmo", config={"store": "int8"})
-    options = BiLM(BiLMOptions.from_dict({
-        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 8]], "n_highway": 1},
-        "lstm": {"projection_dim": 8, "dim": 16, "n_layers": 2, "use_skip_connections": True},
-    })).options.to_dict()
+    options = BiLM(
+        BiLMOptions.from_dict(
+            {
+                "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 8]], "n_highway": 1},
+                "lstm": {
+                    "projection_dim": 8,
+                    "dim": 16,
+                    "n_layers": 2,
+                    "use_skip_connections": True,
+                },
+            }
+        )
+    ).options.to_dict()
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "model": {"options": options}})
-    with pytest.raises(ValueError, match="disagree with the weights.*projection_dim: config 8, weights 16"):
+    with pytest.raises(
+        ValueError, match="disagree with the weights.*projection_dim: config 8, weights 16"
+    ):
         nlp.initialize()
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": [0.5, 0.5]})
@@ -297,29 +331,37 @@ def test_factory_and_architectures_via_entry_points(fixture_dir):
         "doc = nlp('It works .')\n"
         "print(doc._.elmo.shape)\n"
         "from spacy.util import registry\n"
-        "for name in ('spacy_elmo.ElmoModel.v1', 'spacy_elmo.ElmoFeatures.v1', 'spacy_elmo.ElmoMultiHashEmbed.v1'):\n"
+        "for name in ('spacy_elmo.ElmoModel.v1', 'spacy_elmo.ElmoFeatures.v1', "
+        "'spacy_elmo.ElmoMultiHashEmbed.v1'):\n"
         "    registry.architectures.get(name)\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(3, 32)"
 
 
-@pytest.mark.parametrize("config, setting", [
-    ({"threads": 100_000}, "threads"),
-    ({"model": {"token_cache_size": 10**11}}, "token_cache_size"),
-    ({"model": {"token_cache_size": -1}}, "token_cache_size"),
-])
+@pytest.mark.parametrize(
+    "config, setting",
+    [
+        ({"threads": 100_000}, "threads"),
+        ({"model": {"token_cache_size": 10**11}}, "token_cache_size"),
+        ({"model": {"token_cache_size": -1}}, "token_cache_size"),
+    ],
+)
 def test_unbounded_settings_are_one_config_error(fixture_dir, config, setting):
-    """threads=100000 crashed in torch ('could not create a primitive'), token_cache_size=10**11 tried to allocate
-    6.4 TB and -1 silently turned the cache off (issue 32 item 8)."""
+    """threads=100000 crashed in torch ('could not create a primitive'), token_cache_size=10**11
+    tried to allocate 6.4 TB and -1 silently turned the cache off (issue 32 item 8)."""
     from spacy_elmo import ElmoConfigError
     from spacy_elmo.pipeline import DEFAULT_MODEL_CONFIG
 
     nlp = spacy.blank("en")
     if "model" in config:
-        model = dict(spacy.util.load_config_from_str(DEFAULT_MODEL_CONFIG)["model"], **config["model"])
+        model = dict(
+            spacy.util.load_config_from_str(DEFAULT_MODEL_CONFIG)["model"], **config["model"]
+        )
         config = {"model": model}
     with pytest.raises(ElmoConfigError, match=setting):
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), **config})

@@ -1,5 +1,6 @@
 """One model, many callers: Python threads sharing a biLM or a pipeline, and spaCy's `n_process`
 (forked children) after the parent has run torch. Results must equal sequential ones exactly."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,8 +26,13 @@ def random_sentences(seed: int, n: int) -> list:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     tag = "".join(letters[[seed // 26 % 26, seed % 26]])
-    return [[tag + "".join(rng.choice(letters, rng.integers(1, 10))) for _ in range(rng.integers(1, 25))]
-            for _ in range(n)]
+    return [
+        [
+            tag + "".join(rng.choice(letters, rng.integers(1, 10)))
+            for _ in range(rng.integers(1, 25))
+        ]
+        for _ in range(n)
+    ]
 
 
 def run_threads(work, jobs):
@@ -35,21 +41,27 @@ def run_threads(work, jobs):
 
 
 def max_difference(expected, got) -> float:
-    return max(float(np.abs(a - b).max(initial=0.0)) for want, have in zip(expected, got) for a, b in zip(want, have))
+    return max(
+        float(np.abs(a - b).max(initial=0.0))
+        for want, have in zip(expected, got)
+        for a, b in zip(want, have)
+    )
 
 
 @pytest.fixture(scope="module")
 def ewt_sentences():
     """400 real sentences: shared words, so threads hit, miss and evict the same cache rows."""
-    return [s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 400)]
+    return [
+        s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 400)
+    ]
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cache_size", [50_000, 300])
 def test_threads_sharing_words_get_their_own_vectors(fixture_dir, ewt_sentences, cache_size):
-    """Threads embedding sentences with shared words through one token cache (small: rows are evicted
-    while others read them). A word's vector may carry the rounding of another thread's batch
-    (float32 rounding, < FLOAT32_ATOL); a wrong or unwritten row differs by whole units."""
+    """Threads embedding sentences with shared words through one token cache (small: rows are
+    evicted while others read them). A word's vector may carry the rounding of another thread's
+    batch (float32 rounding, < FLOAT32_ATOL); a wrong or unwritten row differs by whole units."""
     from spacy_elmo import load_bilm
 
     bilm = load_bilm(fixture_dir, state="warm", cache_size=cache_size)
@@ -83,14 +95,24 @@ def test_threads_equal_sequential_calls_exactly(fixture_dir, torch_threads):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("shared_words", [False, True])
 def test_one_pipeline_from_many_threads(fixture_dir, ewt_sentences, shared_words):
-    """`nlp.pipe` from several threads on one `nlp` (a web server's thread pool): both caches shared."""
+    """`nlp.pipe` from several threads on one `nlp` (a web server's thread pool): both caches
+    shared."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0.2, "cache_at_inference": True,
-                                 "model": {"token_cache_size": 2000}})
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "weights": str(fixture_dir),
+            "cache_mb": 0.2,
+            "cache_at_inference": True,
+            "model": {"token_cache_size": 2000},
+        },
+    )
     if shared_words:
         jobs = [[" ".join(words) for words in ewt_sentences[k::THREADS]] for k in range(THREADS)]
     else:
-        jobs = [[" ".join(words) for words in random_sentences(100 + k, 40)] for k in range(THREADS)]
+        jobs = [
+            [" ".join(words) for words in random_sentences(100 + k, 40)] for k in range(THREADS)
+        ]
 
     def layers(texts):
         return [doc._.elmo_layers.copy() for doc in nlp.pipe(texts, batch_size=8)]
@@ -110,10 +132,12 @@ nlp = {make}
 texts = [f"Sentence number {{i}} is here ." for i in range(200)]
 {warm_up}
 multi = [doc._.elmo.copy() for doc in nlp.pipe(texts, n_process=2)]
-torch.set_num_threads(1)  # as in the children: the rounding of a product may depend on the thread count
+# as in the children: the rounding of a product may depend on the thread count
+torch.set_num_threads(1)
 single = [doc._.elmo.copy() for doc in nlp.pipe(texts)]
 assert len(multi) == len(single)
-assert all(np.array_equal(a, b) for a, b in zip(single, multi)), "n_process=2 differs from n_process=1"
+same = all(np.array_equal(a, b) for a, b in zip(single, multi))
+assert same, "n_process=2 differs from n_process=1"
 print("ok")
 """
 
@@ -126,7 +150,9 @@ def test_n_process_after_the_parent_used_torch(fixture_dir, warm_up):
     make = f'spacy.blank("en")\nnlp.add_pipe("elmo", config={{"weights": {str(fixture_dir)!r}}})'
     script = FORK_SCRIPT.format(make=make, warm_up=warm_up)
     try:
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"nlp.pipe(n_process=2) after {warm_up} hung (no result in 90 s)")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -169,8 +195,11 @@ def test_threads_setting_of_the_component(fixture_dir, monkeypatch):
     bilm = elmo.bilm
     seen = []
     embed = bilm.embed
-    monkeypatch.setattr(bilm, "embed",
-                        lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed(*args, **kwargs))
+    monkeypatch.setattr(
+        bilm,
+        "embed",
+        lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed(*args, **kwargs),
+    )
     before = torch.get_num_threads()
     nlp("A short text .")
     assert seen == [2] and torch.get_num_threads() == before
@@ -189,14 +218,17 @@ def count_in_a_new_thread() -> int:
 
 @pytest.mark.timeout(120)
 def test_threads_setting_restores_the_process_count(fixture_dir, monkeypatch):
-    """After a pipeline with `threads` ran, the process is at the count it had: the caller and threads
-    started later see it. Also when two threads ran it at once (a web server's threads), the second
-    one started while the first was inside (so it first used torch at the pipeline's count) and
-    finishing last."""
+    """After a pipeline with `threads` ran, the process is at the count it had: the caller and
+    threads started later see it. Also when two threads ran it at once (a web server's threads), the
+    second one started while the first was inside (so it first used torch at the pipeline's count)
+    and finishing last."""
     nlp = spacy.blank("en")
     elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "threads": 1})
     nlp.initialize()
-    embed, events = elmo.bilm.embed, {name: threading.Event() for name in ("a_inside", "b_inside", "a_done")}
+    embed, events = (
+        elmo.bilm.embed,
+        {name: threading.Event() for name in ("a_inside", "b_inside", "a_done")},
+    )
 
     def overlapping(*args, **kwargs):
         first = threading.current_thread().name == "A"
@@ -210,7 +242,9 @@ def test_threads_setting_restores_the_process_count(fixture_dir, monkeypatch):
         list(nlp.pipe(["A short text .", "Another one ."]))
         assert torch.get_num_threads() == 2 and count_in_a_new_thread() == 2
         monkeypatch.setattr(elmo.bilm, "embed", overlapping)
-        a = threading.Thread(target=lambda: nlp("The text of A .") and events["a_done"].set(), name="A")
+        a = threading.Thread(
+            target=lambda: nlp("The text of A .") and events["a_done"].set(), name="A"
+        )
         b = threading.Thread(target=lambda: nlp("The text of B ."), name="B")
         a.start()
         assert events["a_inside"].wait(30)
@@ -224,14 +258,27 @@ def test_threads_setting_restores_the_process_count(fixture_dir, monkeypatch):
 
 
 def test_threads_option_of_embed(fixture_dir, tmp_path):
-    """`embed --threads N` runs torch on N threads (3: not the default on any machine this runs on), as its output
-    records, and the caller's count is back afterwards."""
+    """`embed --threads N` runs torch on N threads (3: not the default on any machine this runs on),
+    as its output records, and the caller's count is back afterwards."""
     (tmp_path / "in.txt").write_text("one line .\n")
-    command = ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "-w", str(fixture_dir),
-               "--threads", "3", "--no-progress"]
-    script = (f"import torch\nfrom spacy_elmo.cli import app\ntorch.set_num_threads(1)\ntry:\n    app({command!r})\n"
-              f"except SystemExit as e:\n    assert not e.code, e.code\nprint(torch.get_num_threads())\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    command = [
+        "embed",
+        str(tmp_path / "in.txt"),
+        str(tmp_path / "out.hdf5"),
+        "-w",
+        str(fixture_dir),
+        "--threads",
+        "3",
+        "--no-progress",
+    ]
+    script = (
+        f"import torch\nfrom spacy_elmo.cli import app\ntorch.set_num_threads(1)\ntry:\n    "
+        f"app({command!r})\n"
+        f"except SystemExit as e:\n    assert not e.code, e.code\nprint(torch.get_num_threads())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "1"
     from spacy_elmo import open_embeddings
@@ -265,16 +312,26 @@ if __name__ == "__main__":
 
 @pytest.mark.timeout(300)
 def test_a_trained_pipeline_runs_in_joblib_processes_with_the_readme_recipe(fixture_dir, tmp_path):
-    """joblib's loky pool, with `max_nbytes=None` (README: its memory-mapped arrays are read-only, which
-    spaCy's hash embedding cannot take, with or without ELMo)."""
+    """joblib's loky pool, with `max_nbytes=None` (README: its memory-mapped arrays are read-only,
+    which spaCy's hash embedding cannot take, with or without ELMo)."""
     from ..helpers import fixture_config, tagged_examples
 
-    nlp = spacy.util.load_model_from_config(fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True)
-    sentences = [(["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."]), (["Birds", "sing", "."], ["NNS", "VBP", "."])]
+    nlp = spacy.util.load_model_from_config(
+        fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True
+    )
+    sentences = [
+        (["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."]),
+        (["Birds", "sing", "."], ["NNS", "VBP", "."]),
+    ]
     nlp.initialize(lambda: tagged_examples(nlp, sentences))
     nlp.to_disk(tmp_path / "pipeline")
     script = tmp_path / "joblib_pipe.py"
     script.write_text(JOBLIB, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "pipeline"), str(FLOAT32_ATOL)],
-                          capture_output=True, text=True, timeout=280, check=False)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "pipeline"), str(FLOAT32_ATOL)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
     assert done.returncode == 0 and done.stdout.split() == ["ok", "12"], done.stderr[-3000:]

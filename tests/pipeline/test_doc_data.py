@@ -1,5 +1,6 @@
-"""The ELMo data on a Doc follows its tokens: retokenizing after `elmo` (merge_entities, merges, splits)
-realigns it by the documented rule, and stored data read back is checked against the Doc."""
+"""The ELMo data on a Doc follows its tokens: retokenizing after `elmo` (merge_entities, merges,
+splits) realigns it by the documented rule, and stored data read back is checked against the Doc."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,11 +37,15 @@ def test_merge_entities_in_a_pipeline_gives_each_token_its_own_vectors(nlp):
     assert doc._.elmo.shape == (len(doc), mix.shape[1])
     assert doc._.elmo_layers.shape == (layers.shape[0], len(doc), layers.shape[2])
     np.testing.assert_allclose(doc[0]._.elmo, mix[0:2].mean(axis=0), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(doc._.elmo_layers[:, 0], layers[:, 0:2].mean(axis=1), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        doc._.elmo_layers[:, 0], layers[:, 0:2].mean(axis=1), rtol=1e-6, atol=1e-6
+    )
     for i in range(1, len(doc)):  # every later token keeps its own vector: "is" is not York's
         np.testing.assert_array_equal(doc[i]._.elmo, mix[i + 1])
         np.testing.assert_array_equal(doc._.elmo_layers[:, i], layers[:, i + 1])
-    np.testing.assert_allclose(doc[0:2]._.elmo, np.stack([doc[0]._.elmo, mix[2]]).mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(
+        doc[0:2]._.elmo, np.stack([doc[0]._.elmo, mix[2]]).mean(axis=0), rtol=1e-6
+    )
 
 
 def test_a_token_read_before_the_whole_doc_is_realigned_too(nlp):
@@ -105,21 +110,55 @@ def read_back(nlp, blob):
 
 
 def two_rows(data):
-    return ElmoDocData(layers=data.layers[:, :2], mixed=None, mix_weights=data.mix_weights, save_layers=True)
+    return ElmoDocData(
+        layers=data.layers[:, :2], mixed=None, mix_weights=data.mix_weights, save_layers=True
+    )
 
 
-@pytest.mark.parametrize("edit,problem", [
-    (lambda d: ElmoDocData(layers=None, mixed="hello", mix_weights=d.mix_weights), "'mixed' must be a 2-d float"),
-    (lambda d: ElmoDocData(layers=None, mixed=None, mix_weights=d.mix_weights), "neither"),
-    (lambda d: ElmoDocData(layers=d.layers, mixed=None, mix_weights=np.ones(7, "f"), save_layers=True),
-     "'weights' must be 3 mix weights"),
-    (lambda d: ElmoDocData(layers=np.full_like(d.layers, np.nan), mixed=None, mix_weights=d.mix_weights,
-                           save_layers=True), "non-finite"),
-    (lambda d: ElmoDocData(layers=d.layers[:, :2], mixed=None, mix_weights=d.mix_weights, spans=d.spans,
-                           save_layers=True), "'spans' must be 2"),
-    (lambda d: ElmoDocData(layers=d.layers.astype(np.int32), mixed=None, mix_weights=d.mix_weights,
-                           save_layers=True), "'layers' must be a 3-d float array, got a int32"),
-])
+@pytest.mark.parametrize(
+    "edit,problem",
+    [
+        (
+            lambda d: ElmoDocData(layers=None, mixed="hello", mix_weights=d.mix_weights),
+            "'mixed' must be a 2-d float",
+        ),
+        (lambda d: ElmoDocData(layers=None, mixed=None, mix_weights=d.mix_weights), "neither"),
+        (
+            lambda d: ElmoDocData(
+                layers=d.layers, mixed=None, mix_weights=np.ones(7, "f"), save_layers=True
+            ),
+            "'weights' must be 3 mix weights",
+        ),
+        (
+            lambda d: ElmoDocData(
+                layers=np.full_like(d.layers, np.nan),
+                mixed=None,
+                mix_weights=d.mix_weights,
+                save_layers=True,
+            ),
+            "non-finite",
+        ),
+        (
+            lambda d: ElmoDocData(
+                layers=d.layers[:, :2],
+                mixed=None,
+                mix_weights=d.mix_weights,
+                spans=d.spans,
+                save_layers=True,
+            ),
+            "'spans' must be 2",
+        ),
+        (
+            lambda d: ElmoDocData(
+                layers=d.layers.astype(np.int32),
+                mixed=None,
+                mix_weights=d.mix_weights,
+                save_layers=True,
+            ),
+            "'layers' must be a 3-d float array, got a int32",
+        ),
+    ],
+)
 def test_edited_stored_data_is_one_error_when_read_back(nlp, edit, problem):
     with pytest.raises(ElmoError, match=f"stored ELMo data .*{problem}"):
         read_back(nlp, stored(nlp, edit))

@@ -1,5 +1,6 @@
-"""Round trips: nlp.to_disk / spacy.load, to_bytes / from_bytes, Doc.to_bytes, DocBin, pickle, n_process=2
-under fork and spawn."""
+"""Round trips: nlp.to_disk / spacy.load, to_bytes / from_bytes, Doc.to_bytes, DocBin, pickle,
+n_process=2 under fork and spawn."""
+
 from __future__ import annotations
 
 import os
@@ -19,10 +20,12 @@ from spacy_elmo import load_bilm, save_bilm
 
 from ..helpers import FLOAT32_ATOL
 
-TEXTS = ["The quick brown fox jumped over the lazy dog .", "Colorless green ideas sleep furiously !",
-         "Two sentences here . And the second one .", ""]
-
-
+TEXTS = [
+    "The quick brown fox jumped over the lazy dog .",
+    "Colorless green ideas sleep furiously !",
+    "Two sentences here . And the second one .",
+    "",
+]
 
 
 @pytest.fixture()
@@ -62,8 +65,11 @@ def test_to_bytes_from_bytes(nlp):
 
 
 @pytest.mark.parametrize("configured, used", [(None, "zero"), ("carry", "carry")])
-def test_the_state_policy_is_the_weights_own_unless_configured(fixture_dir, tmp_path, configured, used):
-    """`state` null (the default): a model saved with the zero policy is read with it, through spacy.load too."""
+def test_the_state_policy_is_the_weights_own_unless_configured(
+    fixture_dir, tmp_path, configured, used
+):
+    """`state` null (the default): a model saved with the zero policy is read with it, through
+    spacy.load too."""
     save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "zero")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zero"), "model": {"state": configured}})
@@ -75,10 +81,12 @@ def test_the_state_policy_is_the_weights_own_unless_configured(fixture_dir, tmp_
 def test_saved_sizes_must_match_the_config(nlp):
     from spacy_elmo import BiLMOptions
 
-    opts = BiLMOptions.from_dict({
-        "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0},
-        "lstm": {"projection_dim": 8, "dim": 16, "n_layers": 1},
-    })
+    opts = BiLMOptions.from_dict(
+        {
+            "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 0},
+            "lstm": {"projection_dim": 8, "dim": 16, "n_layers": 1},
+        }
+    )
     other = spacy.blank("en")
     other.add_pipe("elmo", config={"model": {"options": opts.to_dict()}})
     with pytest.raises(ValueError, match="disagree with the weights from the serialized pipeline"):
@@ -99,9 +107,12 @@ def test_serialized_weights_load_without_unpickling_code(nlp):
 
 
 def test_doc_to_bytes_and_docbin_carry_values(nlp):
-    """Stored Docs keep the mix by default (`doc._.elmo`, in the stored dtype), every layer with `save_layers`."""
+    """Stored Docs keep the mix by default (`doc._.elmo`, in the stored dtype), every layer with
+    `save_layers`."""
     docs = list(nlp.pipe(TEXTS))
-    restored = list(DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab))
+    restored = list(
+        DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab)
+    )
     for a, b in zip(docs, restored):
         np.testing.assert_array_equal(a._.elmo, b._.elmo)
         assert b._.elmo.dtype == np.float16 and b._.elmo_layers is None
@@ -109,27 +120,35 @@ def test_doc_to_bytes_and_docbin_carry_values(nlp):
     np.testing.assert_array_equal(doc[2]._.elmo, docs[0][2]._.elmo)
     nlp.get_pipe("elmo").save_layers = True
     docs = list(nlp.pipe(TEXTS))
-    restored = list(DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab))
+    restored = list(
+        DocBin().from_bytes(DocBin(store_user_data=True, docs=docs).to_bytes()).get_docs(nlp.vocab)
+    )
     for a, b in zip(docs, restored):
         np.testing.assert_array_equal(a._.elmo_layers, b._.elmo_layers)
         np.testing.assert_array_equal(a._.elmo, b._.elmo)
         assert b._.elmo_data.layers.dtype == np.float16
 
 
-@pytest.mark.parametrize("store,save_layers", [("float32", False), ("float16", False), ("float16", True)])
+@pytest.mark.parametrize(
+    "store,save_layers", [("float32", False), ("float16", False), ("float16", True)]
+)
 def test_stored_docs_take_the_bytes_the_readme_gives(fixture_dir, store, save_layers):
-    """A stored Doc takes width x 2 (float16) or 4 (float32) bytes per token, (n_layers + 1) times that with
-    `save_layers`, and 8 for the token's character span: the README's sizes (every layer in float32 was the
-    default, ~470x the text)."""
+    """A stored Doc takes width x 2 (float16) or 4 (float32) bytes per token, (n_layers + 1) times
+    that with `save_layers`, and 8 for the token's character span: the README's sizes (every layer
+    in float32 was the default, ~470x the text)."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": store, "save_layers": save_layers})
+    nlp.add_pipe(
+        "elmo", config={"weights": str(fixture_dir), "store": store, "save_layers": save_layers}
+    )
     docs = list(nlp.pipe(TEXTS))
     tokens = sum(len(d) for d in docs)
     plain = sum(len(nlp.make_doc(t).to_bytes()) for t in TEXTS)
     stored = sum(len(d.to_bytes()) for d in docs)  # before compression (a DocBin zips this)
     width, itemsize = docs[0]._.elmo.shape[1], np.dtype(store).itemsize
     expected = (width * itemsize * (3 if save_layers else 1) + 8) * tokens
-    assert expected <= stored - plain <= 1.05 * expected + 300 * len(docs)  # + each Doc's keys and array headers
+    assert (
+        expected <= stored - plain <= 1.05 * expected + 300 * len(docs)
+    )  # + each Doc's keys and array headers
 
 
 @pytest.mark.timeout(300)
@@ -143,8 +162,8 @@ def test_n_process_2(nlp):
 
 
 def test_pickle_round_trip_gives_the_same_vectors(nlp, fixture_dir):
-    """The component, its biLM and its caches pickle (locks and caches made anew; the weights carried once),
-    as `nlp.pipe(n_process=N)` under spawn, joblib and Dask need."""
+    """The component, its biLM and its caches pickle (locks and caches made anew; the weights
+    carried once), as `nlp.pipe(n_process=N)` under spawn, joblib and Dask need."""
     expected = layers_of(nlp)
     data = pickle.dumps(nlp)
     weights = (fixture_dir / "lm_weights.hdf5").stat().st_size
@@ -172,7 +191,8 @@ if __name__ == "__main__":
     multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
     assert len(multi) == len(texts), (len(multi), len(texts))
     for a, b in zip(single, multi):  # batches differ: float32 rounding may
-        assert a.shape == b.shape and np.allclose(a, b, rtol=0, atol=float(sys.argv[3])), (a.shape, b.shape)
+        close = np.allclose(a, b, rtol=0, atol=float(sys.argv[3]))
+        assert a.shape == b.shape and close, (a.shape, b.shape)
     print("ok", len(multi))
 """
 
@@ -184,9 +204,16 @@ def test_n_process_2_under_spawn(fixture_dir, tmp_path):
 
     script = tmp_path / "spawn_pipe.py"
     script.write_text(SPAWN, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script), str(fixture_dir), json.dumps(TEXTS * 3), str(FLOAT32_ATOL)],
-                          capture_output=True, text=True, timeout=280, check=False)
-    assert done.returncode == 0 and done.stdout.split() == ["ok", str(len(TEXTS) * 3)], done.stderr[-3000:]
+    done = subprocess.run(
+        [sys.executable, str(script), str(fixture_dir), json.dumps(TEXTS * 3), str(FLOAT32_ATOL)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["ok", str(len(TEXTS) * 3)], done.stderr[
+        -3000:
+    ]
 
 
 READ_STORED = """
@@ -202,14 +229,23 @@ print(sum(d._.elmo.shape[0] for d in docs), docs[0]._.elmo.dtype, docs[0]._.elmo
 
 @pytest.mark.timeout(120)
 def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
-    """A DocBin written with ELMo data reads in a fresh process after `import spacy_elmo` alone (it raised
-    spaCy's E046 unless the undocumented `install_extensions()` was called)."""
+    """A DocBin written with ELMo data reads in a fresh process after `import spacy_elmo` alone (it
+    raised spaCy's E046 unless the undocumented `install_extensions()` was called)."""
     docs = list(nlp.pipe(TEXTS))
     DocBin(docs=docs, store_user_data=True).to_disk(tmp_path / "docs.spacy")
-    done = subprocess.run([sys.executable, "-c", READ_STORED, str(tmp_path / "docs.spacy")], capture_output=True,
-                          text=True, timeout=100, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", READ_STORED, str(tmp_path / "docs.spacy")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [str(sum(len(d) for d in docs)), "float16", "None"]  # the mix, as stored
+    assert done.stdout.split() == [
+        str(sum(len(d) for d in docs)),
+        "float16",
+        "None",
+    ]  # the mix, as stored
 
 
 BROKEN_INPUT = """
@@ -228,7 +264,8 @@ if __name__ == "__main__":
     nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
     start = time.perf_counter()
     try:
-        for doc in nlp.pipe(texts(3000), n_process=2, batch_size=4):  # 400 KB of ELMo data a Doc, 100 KB of text a batch
+        # 400 KB of ELMo data a Doc, 100 KB of text a batch
+        for doc in nlp.pipe(texts(3000), n_process=2, batch_size=4):
             pass
     except RuntimeError as err:
         print("caller got:", err)
@@ -238,12 +275,18 @@ if __name__ == "__main__":
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, method):
-    """An input generator that raises reaches the caller, and the process ends: spaCy's workers blocked on
-    sending Docs larger than a pipe's buffer (ELMo's data) while the parent waited for them, forever."""
+    """An input generator that raises reaches the caller, and the process ends: spaCy's workers
+    blocked on sending Docs larger than a pipe's buffer (ELMo's data) while the parent waited for
+    them, forever."""
     script = tmp_path / "broken_input.py"
     script.write_text(BROKEN_INPUT, encoding="utf-8")
-    run = subprocess.Popen([sys.executable, str(script), str(fixture_dir), method], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, str(script), str(fixture_dir), method],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = run.communicate(timeout=90)
     except subprocess.TimeoutExpired:

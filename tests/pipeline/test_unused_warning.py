@@ -1,5 +1,7 @@
 """`nlp.initialize` warns where an `elmo` component runs, components are trained and none reads ELMo
-(the pipeline `spacy init config -p elmo,tagger` builds); a pipeline that trains nothing does not warn."""
+(the pipeline `spacy init config -p elmo,tagger` builds); a pipeline that trains nothing does not
+warn."""
+
 from __future__ import annotations
 
 import warnings
@@ -12,7 +14,10 @@ from spacy_elmo import ElmoUnusedWarning
 
 from ..helpers import fixture_config, tagged_examples
 
-SENTENCES = [(["The", "cat", "sat", "."], ["DET", "NOUN", "VERB", "PUNCT"]), (["Dogs", "run"], ["NOUN", "VERB"])]
+SENTENCES = [
+    (["The", "cat", "sat", "."], ["DET", "NOUN", "VERB", "PUNCT"]),
+    (["Dogs", "run"], ["NOUN", "VERB"]),
+]
 
 
 def test_spacy_init_config_with_elmo_warns(fixture_dir):
@@ -20,16 +25,22 @@ def test_spacy_init_config_with_elmo_warns(fixture_dir):
     config["components"]["elmo"]["weights"] = str(fixture_dir)
     nlp = spacy.util.load_model_from_config(config, auto_fill=True)
     assert nlp.pipe_names == ["tok2vec", "elmo", "tagger"]
-    with pytest.warns(ElmoUnusedWarning, match=r"^'elmo' computes ELMo but no component reads it: 'tok2vec', "
-                                               r"'tagger' train without it\..*python -m spacy_elmo init-config"):
+    with pytest.warns(
+        ElmoUnusedWarning,
+        match=r"^'elmo' computes ELMo but no component reads it: 'tok2vec', "
+        r"'tagger' train without it\..*python -m spacy_elmo init-config",
+    ):
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
 
 
 def test_no_warning_where_ELMo_is_read_or_nothing_is_trained(fixture_dir):
-    """The shipped tagger config reads ELMo; `elmo` alone, or beside a sentencizer, annotates Docs."""
+    """The shipped tagger config reads ELMo; `elmo` alone, or beside a sentencizer, annotates
+    Docs."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ElmoUnusedWarning)
-        nlp = spacy.util.load_model_from_config(fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True)
+        nlp = spacy.util.load_model_from_config(
+            fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True
+        )
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})

@@ -1,5 +1,6 @@
 """Checkpoints and `--resume`: a kill at any point of a checkpoint resumes bit for bit, parts that
 disagree are refused, hostile or missing files give one error line, an edited corpus is noticed."""
+
 from __future__ import annotations
 
 import errno
@@ -17,12 +18,27 @@ from spacy_elmo.cli import main
 from spacy_elmo.pretrain import train
 from spacy_elmo.weights.hub import sha256_file
 
-from ..helpers import REPO, full_disk_in_torch_save, override_args, tiny_config, toy_sentences, write_corpus
+from ..helpers import (
+    REPO,
+    full_disk_in_torch_save,
+    override_args,
+    tiny_config,
+    toy_sentences,
+    write_corpus,
+)
 
 # Dropout, the sampled softmax and carried states: a resume that mixes two checkpoints shows.
-SETTINGS = dict(training__scheme="stream", training__dropout=0.2, softmax__type="sampled",
-                softmax__n_samples=20, training__optimizer="adagrad", training__learning_rate=0.2,
-                training__checkpoint_every=4, training__max_steps=10, training__eval_every=3)
+SETTINGS = dict(
+    training__scheme="stream",
+    training__dropout=0.2,
+    softmax__type="sampled",
+    softmax__n_samples=20,
+    training__optimizer="adagrad",
+    training__learning_rate=0.2,
+    training__checkpoint_every=4,
+    training__max_steps=10,
+    training__eval_every=3,
+)
 
 # A child process trains with SETTINGS and kills itself (SIGKILL) just before the `number`-th call
 # of `function` whose arguments mention `name` (torch.save: a part; os.replace: publishing;
@@ -74,16 +90,28 @@ def uninterrupted(corpus, tmp_path_factory):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kill", [("torch.save", "model.pt", 2), ("torch.save", "rank0.pt", 3),
-                                  ("os.replace", "checkpoint.json", 2), ("shutil.rmtree", "step-", 1)],
-                         ids=["between-parts", "before-last", "before-publishing", "before-cleanup"])
+@pytest.mark.parametrize(
+    "kill",
+    [
+        ("torch.save", "model.pt", 2),
+        ("torch.save", "rank0.pt", 3),
+        ("os.replace", "checkpoint.json", 2),
+        ("shutil.rmtree", "step-", 1),
+    ],
+    ids=["between-parts", "before-last", "before-publishing", "before-cleanup"],
+)
 def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted, tmp_path, kill):
     """Killed inside the second checkpoint (step 8; "before-last": inside the final one at step 10):
     the resumed run ends with the weights of the uninterrupted one."""
     out = tmp_path / "out"
-    child = subprocess.run([sys.executable, "-c", CHILD, *map(str, kill), str(out), str(corpus), repr(SETTINGS)],
-                           cwd=REPO, capture_output=True, text=True, timeout=100,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, kill), str(out), str(corpus), repr(SETTINGS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert child.returncode == -9, child.stderr[-2000:]
     assert not (out / "model").exists()
     quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
@@ -106,7 +134,8 @@ class Evil:
 
 
 def rehash(out, part):
-    """Record `part`'s sha256 in the checkpoint's manifest, as a consistent but hostile set would."""
+    """Record `part`'s sha256 in the checkpoint's manifest, as a consistent but hostile set
+    would."""
     manifest_path = out / "checkpoint" / "checkpoint.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["sha256"][part.name] = sha256_file(part)
@@ -168,11 +197,18 @@ def test_parts_that_disagree_are_refused(corpus, tmp_path):
     with pytest.raises(ElmoFileError, match="parts disagree.*model.pt.*sha256"):
         quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     rehash(out, final / "model.pt")
-    with pytest.raises(ElmoFileError, match=r"parts disagree: .*checkpoint.json is of step 10, .*model.pt of step 8"):
+    with pytest.raises(
+        ElmoFileError,
+        match=r"parts disagree: .*checkpoint.json is of step 10, .*model.pt of step 8",
+    ):
         quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     manifest_path = out / "checkpoint" / "checkpoint.json"
     manifest = json.loads(manifest_path.read_text())
-    for bad in ({"directory": "../../elsewhere"}, {"sha256": {"../../etc/passwd": "0"}}, {"step": "10"}):
+    for bad in (
+        {"directory": "../../elsewhere"},
+        {"sha256": {"../../etc/passwd": "0"}},
+        {"step": "10"},
+    ):
         manifest_path.write_text(json.dumps({**manifest, **bad}))
         with pytest.raises(ElmoFileError, match="checkpoint.json: not a checkpoint manifest"):
             quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
@@ -182,14 +218,23 @@ def test_parts_that_disagree_are_refused(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("content", ["evil", "not tensors"])
-def test_a_hostile_softmax_to_continue_from_is_refused_unread(cli_run, corpus, tmp_path, capsys, content):
+def test_a_hostile_softmax_to_continue_from_is_refused_unread(
+    cli_run, corpus, tmp_path, capsys, content
+):
     marker = tmp_path / "pwned"
     head = tmp_path / "out" / "model" / "lm_head.pt"
     torch.save(Evil(marker) if content == "evil" else {"weight": [1, 2]}, head)
-    args = [tmp_path / "again", "--no-progress", "--init-from", tmp_path / "out" / "model",
-            *override_args(corpus, None, training__max_steps=1)]
+    args = [
+        tmp_path / "again",
+        "--no-progress",
+        "--init-from",
+        tmp_path / "out" / "model",
+        *override_args(corpus, None, training__max_steps=1),
+    ]
     code, err = run_cli(args, capsys)
-    assert code == 1 and "Traceback" not in err and err.endswith("\n") and err.count("error:") == 1, err
+    assert (
+        code == 1 and "Traceback" not in err and err.endswith("\n") and err.count("error:") == 1
+    ), err
     last = err.splitlines()[-1]
     assert last.startswith("error:") and str(head) in last and not marker.exists()
 
@@ -202,13 +247,16 @@ def test_a_new_run_in_the_same_directory_retires_the_old_checkpoint(corpus, tmp_
     out = tmp_path / "out"
     quiet_train(tiny_config(corpus, None, training__max_steps=3, training__eval_every=1), out)
     new = tiny_config(corpus, None, training__max_steps=3, training__seed=7)
-    Trainer(new, out, progress_bar=False, log=lambda m: None)  # set up, then "killed" before a checkpoint
+    Trainer(
+        new, out, progress_bar=False, log=lambda m: None
+    )  # set up, then "killed" before a checkpoint
     assert not (out / "metrics.jsonl").exists()
     with pytest.raises(ElmoFileError, match="no checkpoint"):
         quiet_train(new, out, resume=True)
 
 
-# ----------------------------------------------------------------------------------------- a full disk
+# ----------------------------------------------------------------------------------------- a full
+# disk
 def full_disk_line(err):
     """The last line of a run that met a full disk: its one `error:` line, no traceback."""
     assert "Traceback" not in err and err.count("error:") == 1, err
@@ -216,18 +264,24 @@ def full_disk_line(err):
 
 
 @pytest.mark.timeout(120)
-def test_a_full_disk_while_checkpointing_then_resume_is_bit_exact(corpus, uninterrupted, tmp_path, capsys,
-                                                                  monkeypatch):
-    """ENOSPC while the second checkpoint's model part is written (step 8): one `error:` line naming the
-    part, exit 1; step 4's checkpoint stays and nothing of step 8 is left; with space freed, `--resume`
-    ends with the uninterrupted run's weights."""
+def test_a_full_disk_while_checkpointing_then_resume_is_bit_exact(
+    corpus, uninterrupted, tmp_path, capsys, monkeypatch
+):
+    """ENOSPC while the second checkpoint's model part is written (step 8): one `error:` line naming
+    the part, exit 1; step 4's checkpoint stays and nothing of step 8 is left; with space freed,
+    `--resume` ends with the uninterrupted run's weights."""
     out = tmp_path / "out"
     args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
     full_disk_in_torch_save(monkeypatch, "model.pt", number=2)
     code, err = run_cli(args, capsys)
-    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/checkpoint/step-000000008/"
-                                                 "model.pt: free space and run again with --resume")
-    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["checkpoint.json", "step-000000004"]
+    assert code == 1 and full_disk_line(err) == (
+        f"error: disk full while writing {out}/checkpoint/step-000000008/"
+        "model.pt: free space and run again with --resume"
+    )
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == [
+        "checkpoint.json",
+        "step-000000004",
+    ]
     assert not (out / "model").exists()
     monkeypatch.undo()
     assert run_cli([*args, "--resume"], capsys)[0] == 0
@@ -240,45 +294,67 @@ def test_a_full_disk_at_the_first_checkpoint_leaves_none(corpus, tmp_path, monke
     out = tmp_path / "out"
     full_disk_in_torch_save(monkeypatch, "rank0.pt")
     with pytest.raises(ElmoResourceError) as info:
-        quiet_train(tiny_config(corpus, None, training__max_steps=2, training__checkpoint_every=1), out)
-    assert str(info.value) == (f"disk full while writing {out}/checkpoint/step-000000001/rank0.pt: "
-                               "free space and run again")
+        quiet_train(
+            tiny_config(corpus, None, training__max_steps=2, training__checkpoint_every=1), out
+        )
+    assert str(info.value) == (
+        f"disk full while writing {out}/checkpoint/step-000000001/rank0.pt: "
+        "free space and run again"
+    )
     assert list((out / "checkpoint").iterdir()) == []
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("part", ["weights.pt", "lm_head.pt"])
-def test_a_full_disk_while_saving_the_model_leaves_none(corpus, uninterrupted, tmp_path, capsys, monkeypatch,
-                                                        part):
+def test_a_full_disk_while_saving_the_model_leaves_none(
+    corpus, uninterrupted, tmp_path, capsys, monkeypatch, part
+):
     """ENOSPC while the final model is written: no `model` directory, no temporary one; `--resume`
     writes it (from the final checkpoint, without training again)."""
     out = tmp_path / "out"
     args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
     full_disk_in_torch_save(monkeypatch, part, number=1)
     code, err = run_cli(args, capsys)
-    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/model: "
-                                                 "free space and run again with --resume")
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "config.cfg", "corpus.json", "metrics.jsonl",
-                                                     "vocab.txt"]
+    assert code == 1 and full_disk_line(err) == (
+        f"error: disk full while writing {out}/model: free space and run again with --resume"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint",
+        "config.cfg",
+        "corpus.json",
+        "metrics.jsonl",
+        "vocab.txt",
+    ]
     monkeypatch.undo()
     assert run_cli([*args, "--resume"], capsys)[0] == 0
     assert_same_model(out, uninterrupted)
 
 
-def test_a_full_disk_while_recording_metrics_keeps_whole_lines(corpus, tmp_path, capsys, monkeypatch):
-    """ENOSPC in the middle of a line of metrics.jsonl: the line is cut off again, one error line."""
+def test_a_full_disk_while_recording_metrics_keeps_whole_lines(
+    corpus, tmp_path, capsys, monkeypatch
+):
+    """ENOSPC in the middle of a line of metrics.jsonl: the line is cut off again, one error
+    line."""
     out = tmp_path / "out"
     real = os.write
 
     def write(fd, data):
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl") and (out / "metrics.jsonl").stat().st_size:
+        if (
+            os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl")
+            and (out / "metrics.jsonl").stat().st_size
+        ):
             real(fd, bytes(data[:10]))
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
 
     monkeypatch.setattr(os, "write", write)
-    args = [out, "--no-progress", *override_args(corpus, None, training__max_steps=4, training__eval_every=1)]
+    args = [
+        out,
+        "--no-progress",
+        *override_args(corpus, None, training__max_steps=4, training__eval_every=1),
+    ]
     code, err = run_cli(args, capsys)
-    assert code == 1 and full_disk_line(err) == (f"error: disk full while writing {out}/metrics.jsonl: "
-                                                 "free space and run again")
+    assert code == 1 and full_disk_line(err) == (
+        f"error: disk full while writing {out}/metrics.jsonl: free space and run again"
+    )
     assert metric_steps(out) == [1]

@@ -1,4 +1,6 @@
-"""Data-parallel training: 2 CPU processes (torchrun, gloo) equal one process on both ranks' batches."""
+"""Data-parallel training: 2 CPU processes (torchrun, gloo) equal one process on both ranks'
+batches."""
+
 from __future__ import annotations
 
 import json
@@ -18,15 +20,39 @@ from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(300))
-    settings = dict(training__scheme=scheme, training__max_steps=6, training__batch_tokens=60,
-                    training__learning_rate=0.01)
+    settings = dict(
+        training__scheme=scheme,
+        training__max_steps=6,
+        training__batch_tokens=60,
+        training__learning_rate=0.01,
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "spacy_elmo", "pretrain", str(tmp_path / "ddp"), "--threads", "1", "--no-progress",
-           *override_args(train_path, None, **settings)]
-    if scheme == "stream":  # stopped at step 3, then resumed: every rank's part of the checkpoint counts
-        result = subprocess.run([*cmd, "--training.max_steps", "3"], capture_output=True, text=True, env=env,
-                                timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "spacy_elmo",
+        "pretrain",
+        str(tmp_path / "ddp"),
+        "--threads",
+        "1",
+        "--no-progress",
+        *override_args(train_path, None, **settings),
+    ]
+    if (
+        scheme == "stream"
+    ):  # stopped at step 3, then resumed: every rank's part of the checkpoint counts
+        result = subprocess.run(
+            [*cmd, "--training.max_steps", "3"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         manifest = json.loads((tmp_path / "ddp" / "checkpoint" / "checkpoint.json").read_text())
         assert (manifest["step"], manifest["world"]) == (3, 2)
@@ -37,9 +63,15 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
     assert "2 process(es)" in result.stderr
     assert ("resumed at step 3" in result.stderr) == (scheme == "stream")
 
-    # one process, batches twice as large: rank r's rows / sentences are its share of each global batch
+    # one process, batches twice as large: rank r's rows / sentences are its share of each global
+    # batch
     settings["training__batch_tokens"] = 120
-    train(tiny_config(train_path, None, **settings), tmp_path / "single", progress_bar=False, log=lambda m: None)
+    train(
+        tiny_config(train_path, None, **settings),
+        tmp_path / "single",
+        progress_bar=False,
+        log=lambda m: None,
+    )
     for name in ("weights.pt", "lm_head.pt"):
         a = torch.load(tmp_path / "ddp" / "model" / name, weights_only=True)
         b = torch.load(tmp_path / "single" / "model" / name, weights_only=True)
@@ -49,7 +81,12 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
     # and the two ranks did not each train alone: a single process on one rank's batches differs
     settings["training__batch_tokens"] = 60
-    train(tiny_config(train_path, None, **settings), tmp_path / "half", progress_bar=False, log=lambda m: None)
+    train(
+        tiny_config(train_path, None, **settings),
+        tmp_path / "half",
+        progress_bar=False,
+        log=lambda m: None,
+    )
     a = torch.load(tmp_path / "ddp" / "model" / "weights.pt", weights_only=True)
     c = torch.load(tmp_path / "half" / "model" / "weights.pt", weights_only=True)
     assert not torch.allclose(a["lstm.layers.0.w_input"], c["lstm.layers.0.w_input"], atol=1e-5)

@@ -1,5 +1,7 @@
-"""`training.precision` of pretrain: bfloat16 autocast of the forward pass, float32 cell state and weights,
-"auto" by what the device has, a clear error for what training cannot run, resumption that keeps it."""
+"""`training.precision` of pretrain: bfloat16 autocast of the forward pass, float32 cell state and
+weights, "auto" by what the device has, a clear error for what training cannot run, resumption that
+keeps it."""
+
 from __future__ import annotations
 
 import json
@@ -23,18 +25,22 @@ NATIVE = native_bfloat16(torch.device("cpu"))
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     d = tmp_path_factory.mktemp("toy")
-    return write_corpus(d / "train.txt", toy_sentences(300)), write_corpus(d / "dev.txt", toy_sentences(30, seed=1))
+    return write_corpus(d / "train.txt", toy_sentences(300)), write_corpus(
+        d / "dev.txt", toy_sentences(30, seed=1)
+    )
 
 
 def quiet_train(config, out, **kwargs):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # bfloat16 on a CPU without it: float32, said once
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # bfloat16 on a CPU without it: float32, said once
         return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
 
 
 def test_the_objective_under_bfloat16_autocast_keeps_a_float32_cell_state(toy):
-    """Autocast runs the products in bfloat16; the gates and the cell state stay float32, and the NLL is
-    the float32 one within bfloat16's rounding."""
+    """Autocast runs the products in bfloat16; the gates and the cell state stay float32, and the
+    NLL is the float32 one within bfloat16's rounding."""
     torch.manual_seed(0)
     config = tiny_config(toy[0])
     corpus = TrainingCorpus(toy[0], make_tokenizer("whitespace"), 100)
@@ -50,16 +56,23 @@ def test_the_objective_under_bfloat16_autocast_keeps_a_float32_cell_state(toy):
 
 
 def test_bfloat16_pretraining_learns_records_its_precision_and_saves_float32(toy, tmp_path):
-    config = tiny_config(*toy, training__precision="bfloat16", training__max_steps=30, training__eval_every=10)
+    config = tiny_config(
+        *toy, training__precision="bfloat16", training__max_steps=30, training__eval_every=10
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         summary = train(config, tmp_path, progress_bar=False, log=lambda m: None)
     assert summary["precision"] == ("bfloat16" if NATIVE else "float32")
     warned = any("no native bfloat16" in str(w.message) for w in caught)
     assert warned == (not NATIVE)
-    curve = [json.loads(line)["dev"]["mean"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    curve = [
+        json.loads(line)["dev"]["mean"]
+        for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
     assert curve[-1] < 0.7 * curve[0]  # it learns
-    float32 = quiet_train(tiny_config(*toy, training__max_steps=30, training__eval_every=10), tmp_path / "fp32")
+    float32 = quiet_train(
+        tiny_config(*toy, training__max_steps=30, training__eval_every=10), tmp_path / "fp32"
+    )
     assert abs(summary["dev"]["mean"] - float32["dev"]["mean"]) < 0.1 * float32["dev"]["mean"]
     weights = torch.load(tmp_path / "model" / "weights.pt", weights_only=True)
     assert {w.dtype for w in weights.values()} == {torch.float32}
@@ -67,19 +80,34 @@ def test_bfloat16_pretraining_learns_records_its_precision_and_saves_float32(toy
 
 
 def test_auto_is_bfloat16_where_native_else_float32_and_bad_values_are_named(toy, tmp_path):
-    summary = quiet_train(tiny_config(*toy, training__precision="auto", training__max_steps=2), tmp_path)
+    summary = quiet_train(
+        tiny_config(*toy, training__precision="auto", training__max_steps=2), tmp_path
+    )
     assert summary["precision"] == ("bfloat16" if NATIVE else "float32")
     with pytest.raises(ElmoConfigError, match="training.precision"):
         tiny_config(*toy, training__precision="int8")
 
 
-def test_a_run_resumes_only_in_its_precision_and_configs_before_the_setting_meant_float32(toy, tmp_path):
+def test_a_run_resumes_only_in_its_precision_and_configs_before_the_setting_meant_float32(
+    toy, tmp_path
+):
     kwargs = dict(training__max_steps=4, training__checkpoint_every=2)
     quiet_train(tiny_config(*toy, **kwargs), tmp_path)
     config_file = tmp_path / CONFIG_FILE
-    config_file.write_text("".join(line for line in config_file.read_text().splitlines(keepends=True)
-                                   if not line.startswith("precision")))  # as a run of an earlier version saved it
-    with pytest.raises(ElmoResumeError, match="training.precision is 'bfloat16' but .* with 'float32'"):
-        quiet_train(tiny_config(*toy, training__precision="bfloat16", training__max_steps=6), tmp_path, resume=True)
+    config_file.write_text(
+        "".join(
+            line
+            for line in config_file.read_text().splitlines(keepends=True)
+            if not line.startswith("precision")
+        )
+    )  # as a run of an earlier version saved it
+    with pytest.raises(
+        ElmoResumeError, match="training.precision is 'bfloat16' but .* with 'float32'"
+    ):
+        quiet_train(
+            tiny_config(*toy, training__precision="bfloat16", training__max_steps=6),
+            tmp_path,
+            resume=True,
+        )
     summary = quiet_train(tiny_config(*toy, training__max_steps=6), tmp_path, resume=True)
     assert summary["steps"] == 6 and summary["precision"] == "float32"

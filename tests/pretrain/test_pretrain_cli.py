@@ -1,4 +1,5 @@
 """The `pretrain` command: bad input gives one clear message (no traceback); overrides; --help."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,8 +25,9 @@ def run(args, capsys, stream="err"):
 
 
 def test_split_overrides():
-    rest, overrides = split_overrides(["out", "--training.max_steps", "5", "--whitespace", "--vocab.size=10",
-                                       "--train", "x"])
+    rest, overrides = split_overrides(
+        ["out", "--training.max_steps", "5", "--whitespace", "--vocab.size=10", "--train", "x"]
+    )
     assert rest == ["out", "--whitespace", "--train", "x"]
     assert overrides == ["--training.max_steps", "5", "--vocab.size=10"]
 
@@ -39,8 +41,20 @@ def test_help(capsys):
 def test_a_typer_command_with_help_on_every_option(capsys):
     command = typer.main.get_command(app).commands["pretrain"]
     options = {p.name: p for p in command.params if p.param_type_name == "option"}
-    assert {"config", "train", "dev", "lang", "whitespace", "init_from", "resume", "export_hdf5", "device",
-            "threads", "progress", "show_config"} <= options.keys()
+    assert {
+        "config",
+        "train",
+        "dev",
+        "lang",
+        "whitespace",
+        "init_from",
+        "resume",
+        "export_hdf5",
+        "device",
+        "threads",
+        "progress",
+        "show_config",
+    } <= options.keys()
     assert [name for name, p in options.items() if not p.help] == []
     code, out = run(["--help"], capsys, "out")
     assert code == 0 and "torch device" in out
@@ -52,7 +66,9 @@ def test_show_config_applies_overrides(capsys):
     assert "max_steps = 7" in out and 'tokenizer = "whitespace"' in out
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "dev_oov", "vocab_too_large", "unknown_setting", "empty_dir"])
+@pytest.mark.parametrize(
+    "case", ["missing", "empty", "dev_oov", "vocab_too_large", "unknown_setting", "empty_dir"]
+)
 def test_bad_input_gives_a_message(tmp_path, capsys, case):
     train = write_corpus(tmp_path / "train.txt", toy_sentences(50))
     dev = write_corpus(tmp_path / "dev.txt", toy_sentences(5, seed=1))
@@ -98,7 +114,11 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
 def test_several_training_files_after_train(tmp_path, capsys):
     a = write_corpus(tmp_path / "a.txt", toy_sentences(60))
     b = write_corpus(tmp_path / "b.txt", toy_sentences(60, seed=2))
-    args = [arg for arg in override_args(a, None, training__max_steps=2) if "paths.train" not in arg and arg != str(a)]
+    args = [
+        arg
+        for arg in override_args(a, None, training__max_steps=2)
+        if "paths.train" not in arg and arg != str(a)
+    ]
     code, err = run([tmp_path / "out", "--train", a, b, "--no-progress", *args], capsys)
     assert code == 0, err
     assert sorted(json.loads((tmp_path / "out" / "corpus.json").read_text())) == [str(a), str(b)]
@@ -118,26 +138,42 @@ def test_default_vocab_size_shrinks_to_a_small_corpus(tmp_path, capsys):
 
 def test_progress_shows_the_time_budget_and_the_dev_evaluation(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
-    config = tiny_config(train_path, train_path, training__max_steps=None, training__max_minutes=0.02)
+    config = tiny_config(
+        train_path, train_path, training__max_steps=None, training__max_minutes=0.02
+    )
     train(config, tmp_path / "out", progress_bar=True, log=lambda m: None)
     err = capsys.readouterr().err
     assert re.search(r"00:0\d / 00:01 of the time budget", err), err[-2000:]
     assert "dev perplexity" in err
 
 
-# ---------------------------------------------------------------------- runs that go wrong (issue 34, item 3)
+# ---------------------------------------------------------------------- runs that go wrong (issue
+# 34, item 3)
 def test_a_diverging_run_stops_with_one_error_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     out = tmp_path / "out"
-    args = [out, "--no-progress", *override_args(train_path, train_path, training__max_steps=6,
-                                                 training__checkpoint_every=1, training__learning_rate=1e30)]
+    args = [
+        out,
+        "--no-progress",
+        *override_args(
+            train_path,
+            train_path,
+            training__max_steps=6,
+            training__checkpoint_every=1,
+            training__learning_rate=1e30,
+        ),
+    ]
     code, err = run(args, capsys)
     assert code == 1, err
-    assert "Traceback" not in err and err.splitlines()[-1].startswith("error: pretrain diverged at step "), err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith(
+        "error: pretrain diverged at step "
+    ), err
     assert "training.learning_rate" in err and "1e+30" in err
     assert not (out / "model").exists()  # no model of NaN weights is saved
     manifest = json.loads((out / "checkpoint" / "checkpoint.json").read_text())
-    state = torch.load(out / "checkpoint" / manifest["directory"] / "model.pt", weights_only=True)["model"]
+    state = torch.load(out / "checkpoint" / manifest["directory"] / "model.pt", weights_only=True)[
+        "model"
+    ]
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
     assert f"the last checkpoint (step {manifest['step']}) is kept" in err
 
@@ -162,13 +198,16 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
     assert err.startswith("error:") and "non-finite" in err and name in err, err
 
 
-@pytest.mark.parametrize("key,value,expect", [
-    ("training.seed", "-1", "from 0 to"),
-    ("training.seed", "99999999999", "from 0 to"),
-    ("training.batch_tokens", "1000000000000", "at most"),
-    ("training.window", "100000000", "at most"),
-    ("training.eval_batch_size", "100000000", "at most"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("training.seed", "-1", "from 0 to"),
+        ("training.seed", "99999999999", "from 0 to"),
+        ("training.batch_tokens", "1000000000000", "at most"),
+        ("training.window", "100000000", "at most"),
+        ("training.eval_batch_size", "100000000", "at most"),
+    ],
+)
 def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
     code, err = run([tmp_path / "out", *override_args(train_path, None), f"--{key}", value], capsys)
@@ -179,8 +218,11 @@ def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expec
 def test_a_torn_last_metrics_line_is_dropped_at_resume(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     out = tmp_path / "out"
-    args = [out, "--no-progress", *override_args(train_path, train_path, training__max_steps=2,
-                                                 training__eval_every=1)]
+    args = [
+        out,
+        "--no-progress",
+        *override_args(train_path, train_path, training__max_steps=2, training__eval_every=1),
+    ]
     assert run(args, capsys)[0] == 0
     metrics = out / "metrics.jsonl"
     whole = metrics.read_text()

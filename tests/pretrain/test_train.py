@@ -1,4 +1,6 @@
-"""Training a tiny biLM: the loss falls, no leakage, resume is exact, the output loads and exports."""
+"""Training a tiny biLM: the loss falls, no leakage, resume is exact, the output loads and
+exports."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +23,9 @@ from ..helpers import FLOAT32_ATOL, tiny_config, toy_sentences, write_corpus
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     d = tmp_path_factory.mktemp("toy")
-    return write_corpus(d / "train.txt", toy_sentences(400)), write_corpus(d / "dev.txt", toy_sentences(40, seed=1))
+    return write_corpus(d / "train.txt", toy_sentences(400)), write_corpus(
+        d / "dev.txt", toy_sentences(40, seed=1)
+    )
 
 
 def read_metrics(out):
@@ -31,8 +35,14 @@ def read_metrics(out):
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_loss_falls(toy, tmp_path, scheme):
     train_path, dev_path = toy
-    config = tiny_config(train_path, dev_path, training__scheme=scheme, training__max_steps=40,
-                         training__eval_every=10, training__dropout=0.1)
+    config = tiny_config(
+        train_path,
+        dev_path,
+        training__scheme=scheme,
+        training__max_steps=40,
+        training__eval_every=10,
+        training__dropout=0.1,
+    )
     summary = train(config, tmp_path, progress_bar=False, log=lambda m: None)
     metrics = read_metrics(tmp_path)
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"] - 0.5
@@ -50,8 +60,14 @@ def test_large_vocabulary_heads_normalise_in_eval_and_learn(toy, tmp_path, kind)
     h = torch.randn(5, 16)
     nll = torch.stack([head(h, torch.full((5,), k)) for k in range(300)], dim=1)  # (5, 300)
     torch.testing.assert_close(torch.logsumexp(-nll, dim=1), torch.zeros(5), atol=1e-5, rtol=0)
-    config = tiny_config(*toy, softmax__type=kind, softmax__n_samples=20, softmax__adaptive_cutoffs=[20, 60],
-                         training__max_steps=40, training__eval_every=10)
+    config = tiny_config(
+        *toy,
+        softmax__type=kind,
+        softmax__n_samples=20,
+        softmax__adaptive_cutoffs=[20, 60],
+        training__max_steps=40,
+        training__eval_every=10,
+    )
     train(config, tmp_path, progress_bar=False, log=lambda m: None)
     metrics = read_metrics(tmp_path)
     assert metrics[-1]["dev"]["mean"] < metrics[0]["dev"]["mean"] * 0.7
@@ -62,9 +78,13 @@ def test_files_of_a_small_corpus_are_mixed_in_every_batch(tmp_path, scheme):
     """Two files of disjoint words: with the corpus in memory, an epoch does not read them one after
     the other (which would train on one kind of text, then forget it for the other)."""
     rng = random.Random(0)
-    files = [write_corpus(tmp_path / f"{prefix}.txt",
-                          [" ".join(f"{prefix}{rng.randrange(20)}" for _ in range(8)) for _ in range(300)])
-             for prefix in ("a", "b")]
+    files = [
+        write_corpus(
+            tmp_path / f"{prefix}.txt",
+            [" ".join(f"{prefix}{rng.randrange(20)}" for _ in range(8)) for _ in range(300)],
+        )
+        for prefix in ("a", "b")
+    ]
     corpus = TrainingCorpus(files, make_tokenizer("whitespace"), 100)
     assert corpus.n_units == 1 and corpus.pool.n_tokens == corpus.n_tokens == 2 * 300 * 8
     vocab = Vocab.build(corpus.counts, None)
@@ -82,7 +102,7 @@ def test_no_leakage_in_bilm_outputs():
     head = FullSoftmax(16, 50)
     sent = "the cat sat on the mat and then it slept".split()
     t = 5  # position in the row (<S> is position 0)
-    later = sent[: t] + "dogs run fast very far away".split()[: len(sent) - t]
+    later = sent[:t] + "dogs run fast very far away".split()[: len(sent) - t]
     earlier = "a big green frog jumps".split()[: t - 1] + sent[t - 1 :]
     P = bilm.options.projection_dim
 
@@ -93,7 +113,9 @@ def test_no_leakage_in_bilm_outputs():
     base, after, before = top(sent), top(later), top(earlier)
     assert not torch.allclose(base[t + 1 :, :P], after[t + 1 :, :P])
     torch.testing.assert_close(base[: t + 1, :P], after[: t + 1, :P], rtol=0, atol=0)
-    torch.testing.assert_close(head.weight @ base[t, :P], head.weight @ after[t, :P], rtol=0, atol=0)
+    torch.testing.assert_close(
+        head.weight @ base[t, :P], head.weight @ after[t, :P], rtol=0, atol=0
+    )
     assert not torch.allclose(base[:t, P:], before[:t, P:])
     torch.testing.assert_close(base[t:, P:], before[t:, P:], rtol=0, atol=0)
 
@@ -115,8 +137,12 @@ def test_training_objective_matches_inference(toy):
     for row in range(batch.index.shape[1]):
         n = int(batch.mask[0, row].sum())
         chars = batch.chars[batch.index[0, row, 1:n]]
-        sentences.append([next(w for w in f.texts if np.array_equal(batch_char_ids([[w]])[0, 1], c.numpy()))
-                          for c in chars])
+        sentences.append(
+            [
+                next(w for w in f.texts if np.array_equal(batch_char_ids([[w]])[0, 1], c.numpy()))
+                for c in chars
+            ]
+        )
     dev = DevSet(sentences, [vocab.lookup(["<S>", *s, "</S>"]) for s in sentences])
     expected = dev_nll(model.bilm, model.head, dev, "zero", batch_size=7)
     torch.testing.assert_close(nll.double(), expected, rtol=1e-5, atol=1e-4)
@@ -130,8 +156,13 @@ def test_random_tokens_cannot_be_predicted(tmp_path, scheme):
     words = [f"w{i}" for i in range(12)]
     lines = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(300)]
     train_path = write_corpus(tmp_path / "train.txt", lines)
-    config = tiny_config(train_path, train_path, training__scheme=scheme, training__max_steps=60,
-                         training__learning_rate=0.02)
+    config = tiny_config(
+        train_path,
+        train_path,
+        training__scheme=scheme,
+        training__max_steps=60,
+        training__learning_rate=0.02,
+    )
     summary = train(config, tmp_path / "out", progress_bar=False, log=lambda m: None)
     # words are uniform over 12 (the boundaries are predictable): a fair model stays near 12 / word
     assert summary["dev"]["forward"] > 7 and summary["dev"]["backward"] > 7
@@ -140,15 +171,37 @@ def test_random_tokens_cannot_be_predicted(tmp_path, scheme):
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_resume_is_bit_exact(toy, tmp_path, scheme):
     train_path, dev_path = toy
-    kwargs = dict(training__scheme=scheme, training__dropout=0.2, training__max_steps=12,
-                  softmax__type="sampled", softmax__n_samples=20, training__optimizer="adagrad",
-                  training__learning_rate=0.2, training__eval_every=5)
-    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "a", progress_bar=False, log=lambda m: None)
+    kwargs = dict(
+        training__scheme=scheme,
+        training__dropout=0.2,
+        training__max_steps=12,
+        softmax__type="sampled",
+        softmax__n_samples=20,
+        training__optimizer="adagrad",
+        training__learning_rate=0.2,
+        training__eval_every=5,
+    )
+    train(
+        tiny_config(train_path, dev_path, **kwargs),
+        tmp_path / "a",
+        progress_bar=False,
+        log=lambda m: None,
+    )
     kwargs["training__max_steps"] = 5
-    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "b", progress_bar=False, log=lambda m: None)
+    train(
+        tiny_config(train_path, dev_path, **kwargs),
+        tmp_path / "b",
+        progress_bar=False,
+        log=lambda m: None,
+    )
     kwargs["training__max_steps"] = 12
-    train(tiny_config(train_path, dev_path, **kwargs), tmp_path / "b", resume=True, progress_bar=False,
-          log=lambda m: None)
+    train(
+        tiny_config(train_path, dev_path, **kwargs),
+        tmp_path / "b",
+        resume=True,
+        progress_bar=False,
+        log=lambda m: None,
+    )
     for name in ("weights.pt", "lm_head.pt"):
         a = torch.load(tmp_path / "a" / "model" / name, weights_only=True)
         b = torch.load(tmp_path / "b" / "model" / name, weights_only=True)
@@ -158,23 +211,33 @@ def test_resume_is_bit_exact(toy, tmp_path, scheme):
 
 
 def test_a_pretrain_output_directory_loads_as_it_is(toy, tmp_path):
-    """`load_bilm(OUT)` and the component's `weights = OUT` find the model that `pretrain OUT` saved in OUT/model;
-    weights that name no model fail when the component is created, not at its first Doc."""
+    """`load_bilm(OUT)` and the component's `weights = OUT` find the model that `pretrain OUT` saved
+    in OUT/model; weights that name no model fail when the component is created, not at its first
+    Doc."""
     import spacy
 
     from spacy_elmo import ElmoFileError
 
     train_path, dev_path = toy
-    train(tiny_config(train_path, dev_path, training__max_steps=3), tmp_path / "out", progress_bar=False,
-          log=lambda m: None)
+    train(
+        tiny_config(train_path, dev_path, training__max_steps=3),
+        tmp_path / "out",
+        progress_bar=False,
+        log=lambda m: None,
+    )
     sentences = [s.split() for s in toy_sentences(3, seed=4)]
-    for a, b in zip(load_bilm(tmp_path / "out").embed(sentences), load_bilm(tmp_path / "out" / "model").embed(sentences)):
+    for a, b in zip(
+        load_bilm(tmp_path / "out").embed(sentences),
+        load_bilm(tmp_path / "out" / "model").embed(sentences),
+    ):
         np.testing.assert_array_equal(a, b)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tmp_path / "out")})
     assert nlp("the cat saw a dog .")._.elmo.shape == (6, 32)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ElmoFileError, match=r"\[components.elmo\] weights: .*empty: no options file found"):
+    with pytest.raises(
+        ElmoFileError, match=r"\[components.elmo\] weights: .*empty: no options file found"
+    ):
         spacy.blank("en").add_pipe("elmo", config={"weights": str(tmp_path / "empty")})
 
 
@@ -197,15 +260,27 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
     base = load_bilm(tmp_path / "base" / "model")
     # a model saved here: its weights, softmax and vocabulary continue
     adapted = tiny_config(train_path, dev_path, training__max_steps=2)
-    summary = train(adapted, tmp_path / "own", init_from=str(tmp_path / "base" / "model"), progress_bar=False,
-                    log=lambda m: None)
+    summary = train(
+        adapted,
+        tmp_path / "own",
+        init_from=str(tmp_path / "base" / "model"),
+        progress_bar=False,
+        log=lambda m: None,
+    )
     assert summary["steps"] == 2
-    assert (tmp_path / "own" / "vocab.txt").read_text() == (tmp_path / "base" / "model" / "vocab.txt").read_text()
+    assert (tmp_path / "own" / "vocab.txt").read_text() == (
+        tmp_path / "base" / "model" / "vocab.txt"
+    ).read_text()
     # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's
     for source in (tmp_path / "base" / "model-hdf5", fixture_dir):
         out = tmp_path / ("hdf5" if source != fixture_dir else "fixture")
-        train(tiny_config(train_path, dev_path, training__max_steps=2, model__lstm_dim=8), out,
-              init_from=str(source), progress_bar=False, log=lambda m: None)
+        train(
+            tiny_config(train_path, dev_path, training__max_steps=2, model__lstm_dim=8),
+            out,
+            init_from=str(source),
+            progress_bar=False,
+            log=lambda m: None,
+        )
         assert load_bilm(out / "model").options == load_bilm(source).options
     assert load_bilm(tmp_path / "hdf5" / "model").options == base.options
 
@@ -239,7 +314,8 @@ def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, 
 
 @pytest.mark.parametrize("name", ["corpus.txt", "corpus.txt.gz"])
 def test_a_byte_order_mark_is_not_text(tmp_path, name):
-    """A UTF-8 byte order mark at the start of a corpus file is dropped, not read as part of its first token."""
+    """A UTF-8 byte order mark at the start of a corpus file is dropped, not read as part of its
+    first token."""
     import gzip
 
     from spacy_elmo.pretrain.corpus import read_lines

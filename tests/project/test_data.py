@@ -1,4 +1,6 @@
-"""The project's data scripts: assets from a local directory (offline, sha256-checked) and conversion."""
+"""The project's data scripts: assets from a local directory (offline, sha256-checked) and
+conversion."""
+
 import importlib.util
 import json
 import sys
@@ -27,8 +29,18 @@ convert_data = load_script("convert_data")
 def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):
     data_dir = data_path()
     fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "uner"])
-    fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--ner-data", "conll2003",
-                       "--only", "conll2003"])
+    fetch_assets.main(
+        [
+            "--data-dir",
+            str(data_dir),
+            "--out",
+            str(tmp_path),
+            "--ner-data",
+            "conll2003",
+            "--only",
+            "conll2003",
+        ]
+    )
     manifest = json.loads((REPO / "project" / "assets.json").read_text())["assets"]
     for asset in manifest:
         local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
@@ -65,18 +77,32 @@ def _docs(path):
 def test_convert_ud_dev(tmp_path):
     data_dir = data_path()
     fetch_assets.main(["--data-dir", str(data_dir), "--out", str(tmp_path), "--only", "ud"])
-    n = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "dev.spacy")
+    n = convert_data.convert(
+        "conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "dev.spacy"
+    )
     docs = _docs(tmp_path / "dev.spacy")
     assert n == len(docs) == 2001
     assert docs[0].text == "From the AP comes this story :"
     assert [t.tag_ for t in docs[0]] == ["ADP", "DET", "PROPN", "VERB", "DET", "NOUN", "PUNCT"]
     assert all(doc[0].is_sent_start for doc in docs)
-    subset = convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "s.spacy",
-                                  fraction=0.1, seed=1)
+    subset = convert_data.convert(
+        "conllu",
+        tmp_path / "ud" / "en_ewt-ud-dev.conllu",
+        tmp_path / "s.spacy",
+        fraction=0.1,
+        seed=1,
+    )
     assert subset == 200
-    convert_data.convert("conllu", tmp_path / "ud" / "en_ewt-ud-dev.conllu", tmp_path / "t.spacy",
-                                 fraction=0.1, seed=2)
-    assert [d.text for d in _docs(tmp_path / "s.spacy")] != [d.text for d in _docs(tmp_path / "t.spacy")]
+    convert_data.convert(
+        "conllu",
+        tmp_path / "ud" / "en_ewt-ud-dev.conllu",
+        tmp_path / "t.spacy",
+        fraction=0.1,
+        seed=2,
+    )
+    assert [d.text for d in _docs(tmp_path / "s.spacy")] != [
+        d.text for d in _docs(tmp_path / "t.spacy")
+    ]
 
 
 def test_convert_uner_dev_matches_its_statistics(tmp_path):
@@ -104,5 +130,11 @@ def test_convert_conll2003_iob1(tmp_path):
 
 
 def test_iob1_to_iob2():
-    assert convert_data.to_iob2(["I-PER", "I-PER", "I-LOC", "O", "I-ORG", "B-ORG"]) == \
-        ["B-PER", "I-PER", "B-LOC", "O", "B-ORG", "B-ORG"]
+    assert convert_data.to_iob2(["I-PER", "I-PER", "I-LOC", "O", "I-ORG", "B-ORG"]) == [
+        "B-PER",
+        "I-PER",
+        "B-LOC",
+        "O",
+        "B-ORG",
+        "B-ORG",
+    ]
