@@ -14,13 +14,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, machine, matmul_gflops, read_conllu_sentences, weights_dir  # noqa: E402
+from common import DATA, machine, matmul_gflops, read_conllu_sentences, weights_dir
 
 
 def lstm_flops_per_position(opts) -> float:
@@ -79,7 +77,7 @@ def noise_floor(bilm, sentences) -> float:
     return worst
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=["small", "medium", "original"], default="small")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -88,8 +86,37 @@ def main() -> None:
     parser.add_argument(
         "--check", type=int, default=200, help="sentences checked against the exact path"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def agreement(bilm, sentences, outputs, args) -> Tuple[float, float, float]:
+    """The timed outputs against the exact path on `args.check` sentences drawn at random: the
+    largest float32 difference, float32's own noise floor, and the largest difference in
+    float64."""
+    from spacy_elmo import load_bilm
+
+    rng = np.random.default_rng(0)
+    idx = rng.choice(len(sentences), size=min(args.check, len(sentences)), replace=False)
+    checked = [sentences[i] for i in idx]
+    # float32: the timed outputs against one-sentence-at-a-time forward on char ids ...
+    exact = exact_outputs(bilm, checked)
+    max_diff = max(float(np.abs(outputs[i] - e).max()) for i, e in zip(idx, exact) if e.size)
+    # ... whose own noise floor is what padding one sentence next to another changes (float32
+    # rounding, amplified through time where random weights make the recurrence chaotic) ...
+    noise = noise_floor(bilm, checked)
+    # ... so the algorithm itself (regrouping, cache, skipped boundary steps) is held to 1e-5 in
+    # float64
+    bilm64 = load_bilm(weights_dir(args.size), state=args.state).double()
+    fast64 = list(bilm64.embed_iter(checked, batch_size=args.batch_size, as_tensor=True))
+    max_diff64 = max(
+        float((f - torch.from_numpy(e).double()).abs().max()) if e.size else 0.0
+        for f, e in zip(fast64, exact_outputs(bilm64, checked, np.float64))
+    )
+    return max_diff, noise, max_diff64
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     assert torch.get_num_threads() == args.threads
     from spacy_elmo import load_bilm
@@ -109,23 +136,7 @@ def main() -> None:
     misses = bilm.token_cache.lookups - bilm.token_cache.hits
     lstm_flops = (forward_steps + backward_steps) / 2 * lstm_flops_per_position(opts)
     peak = matmul_gflops()
-    rng = np.random.default_rng(0)
-    idx = rng.choice(len(sentences), size=min(args.check, len(sentences)), replace=False)
-    checked = [sentences[i] for i in idx]
-    # float32: the timed outputs against one-sentence-at-a-time forward on char ids ...
-    exact = exact_outputs(bilm, checked)
-    max_diff = max(float(np.abs(outputs[i] - e).max()) for i, e in zip(idx, exact) if e.size)
-    # ... whose own noise floor is what padding one sentence next to another changes (float32
-    # rounding, amplified through time where random weights make the recurrence chaotic) ...
-    noise = noise_floor(bilm, checked)
-    # ... so the algorithm itself (regrouping, cache, skipped boundary steps) is held to 1e-5 in
-    # float64
-    bilm64 = load_bilm(weights_dir(args.size), state=args.state).double()
-    fast64 = list(bilm64.embed_iter(checked, batch_size=args.batch_size, as_tensor=True))
-    max_diff64 = max(
-        float((f - torch.from_numpy(e).double()).abs().max()) if e.size else 0.0
-        for f, e in zip(fast64, exact_outputs(bilm64, checked, np.float64))
-    )
+    max_diff, noise, max_diff64 = agreement(bilm, sentences, outputs, args)
     result = {
         "size": args.size,
         "state": args.state,

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, REPO, machine
 
 OUT = REPO / "bench" / "out"
@@ -63,23 +61,25 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--weights", default=str(DATA / "allennlp_elmo_fixture"))
     parser.add_argument("--layer", default="all")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(
-        args.threads
-    )  # as the child runs (OMP_NUM_THREADS), so machine() reports it
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    # as the child runs (OMP_NUM_THREADS), so machine() reports it
+    torch.set_num_threads(args.threads)
     corpus = make_corpus(args.lines)
     output = OUT / f"embed_lines_{args.lines}.hdf5"
     output.unlink(missing_ok=True)
-    shutil.rmtree(
-        output.with_name(output.name + ".partial"), ignore_errors=True
-    )  # left by a killed run
+    # left by a killed run
+    shutil.rmtree(output.with_name(output.name + ".partial"), ignore_errors=True)
     command = [
         sys.executable,
         "-m",

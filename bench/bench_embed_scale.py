@@ -29,9 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, REPO, machine, matmul_gflops, weights_dir  # noqa: E402
+from common import DATA, REPO, machine, matmul_gflops, weights_dir
 
 SHARDS = ["news.en.heldout-00000-of-00050.gz"] + [
     f"news.en.heldout-000{i}-of-00050.gz" for i in (10, 11, 12, 13)
@@ -134,36 +132,8 @@ def expectations(per_core: float, overhead_s: float, corpus: float = 1e9) -> lis
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lines", type=int, default=20_000)
-    parser.add_argument(
-        "--variant-lines", type=int, default=2_000, help="lines for the dtype x layer runs"
-    )
-    parser.add_argument("--size", choices=["small", "medium", "original"], default="small")
-    parser.add_argument(
-        "--flush-every", type=int, default=1_000, help="lines per block (a shard is whole blocks)"
-    )
-    args = parser.parse_args()
-
-    work = REPO / "bench" / "out" / "scale"
-    work.mkdir(parents=True, exist_ok=True)
-    weights = weights_dir(args.size)
-    text, head = work / f"lm1b_{args.lines}.txt", work / f"lm1b_{args.variant_lines}.txt"
-    n_tokens = write_input(text, args.lines)
-    write_input(head, args.variant_lines)
-    torch.set_num_threads(1)
-    info = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "lines": args.lines,
-        "tokens": n_tokens,
-        "size": args.size,
-        **machine(),
-        "matmul_gflop_per_s_1_thread": round(matmul_gflops(), 1),
-    }
-    print(json.dumps(info), flush=True)
-
-    flush = ("--flush-every", str(args.flush_every))
+def engine_runs(text: Path, work: Path, weights: Path, flush: tuple[str, str]) -> list[dict]:
+    """`embed` of the whole input by one process, by 4 shards, and by Ray with 1 and 2 workers."""
     runs = [
         run(
             "single process, 1 thread",
@@ -204,7 +174,12 @@ def main() -> None:
                 *flush,
             )
         )
-    variants = [
+    return runs
+
+
+def variant_runs(head: Path, work: Path, weights: Path, flush: tuple[str, str]) -> list[dict]:
+    """`embed` of the first lines in each output dtype and layer choice."""
+    return [
         run(
             f"{dtype}, --layer {layer}",
             head,
@@ -221,6 +196,43 @@ def main() -> None:
         for dtype in ("float32", "float16")
         for layer in ("all", "top", "average")
     ]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=20_000)
+    parser.add_argument(
+        "--variant-lines", type=int, default=2_000, help="lines for the dtype x layer runs"
+    )
+    parser.add_argument("--size", choices=["small", "medium", "original"], default="small")
+    parser.add_argument(
+        "--flush-every", type=int, default=1_000, help="lines per block (a shard is whole blocks)"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    work = REPO / "bench" / "out" / "scale"
+    work.mkdir(parents=True, exist_ok=True)
+    weights = weights_dir(args.size)
+    text, head = work / f"lm1b_{args.lines}.txt", work / f"lm1b_{args.variant_lines}.txt"
+    n_tokens = write_input(text, args.lines)
+    write_input(head, args.variant_lines)
+    torch.set_num_threads(1)
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "lines": args.lines,
+        "tokens": n_tokens,
+        "size": args.size,
+        **machine(),
+        "matmul_gflop_per_s_1_thread": round(matmul_gflops(), 1),
+    }
+    print(json.dumps(info), flush=True)
+
+    flush = ("--flush-every", str(args.flush_every))
+    runs = engine_runs(text, work, weights, flush)
+    variants = variant_runs(head, work, weights, flush)
 
     single, shards, ray1, ray2 = runs
     summary = {

@@ -15,14 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine
 
 
 def ms(f, n: int = 20) -> float:

@@ -15,9 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-from common import read_conllu_sentences, weights_dir  # noqa: E402
+from common import REPO, read_conllu_sentences, weights_dir
 
 
 def main() -> None:

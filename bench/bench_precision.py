@@ -27,10 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matmul_precision import rates  # noqa: E402
-from common import DATA, machine, read_conllu_sentences, weights_dir  # noqa: E402
+from bench_matmul_precision import rates
+from common import DATA, machine, read_conllu_sentences, weights_dir
 
 STUDY_BILM = "project/training/full/bilm/model"
 
@@ -50,7 +48,7 @@ def relative_errors(low, ref) -> list:
     ]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=["small", "medium", "original"], default="original")
     parser.add_argument("--precisions", default="float32,int8,bfloat16,auto")
@@ -64,7 +62,11 @@ def main() -> None:
         help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)",
     )
     parser.add_argument("--skip-speed", action="store_true", help="measure the error only")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     for (
         trained
     ) in args.trained:  # before anything is measured: one line, not a traceback minutes later

@@ -23,15 +23,11 @@ import tempfile
 from pathlib import Path
 
 import spacy
+from common import DATA, REPO, machine, read_conllu
 from spacy.tokens import Doc, DocBin
 from spacy.training import Corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, REPO, machine  # noqa: E402
-
 CONFIG = REPO / "project" / "configs" / "tagger_elmo.cfg"
-sys.path.insert(0, str(REPO / "project" / "scripts"))
-from corpora import read_conllu  # noqa: E402
 
 
 def write_split(path: Path, conllu: Path, limit: int) -> Path:
@@ -51,14 +47,51 @@ def accuracy(model: Path, test: Path, precision: str) -> float:
     return nlp.evaluate(list(Corpus(str(test))(nlp)))["tag_acc"]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--weights", default=str(DATA / "allennlp_elmo_fixture"))
     parser.add_argument("--train", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--precisions", default="float32,int8")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def train_tagger(
+    out: Path, train: Path, dev: Path, weights: str, seed: int, precision: str, steps: int
+) -> None:
+    """`spacy train` of the tagger config with ELMo features in `precision`."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(CONFIG),
+            "--output",
+            str(out),
+            "--paths.train",
+            str(train),
+            "--paths.dev",
+            str(dev),
+            "--paths.elmo",
+            weights,
+            "--system.seed",
+            str(seed),
+            "--components.elmo.model.precision",
+            precision,
+            "--training.max_steps",
+            str(steps),
+            "--training.eval_frequency",
+            "100",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def main() -> None:
+    args = parse_args()
     ud = DATA / "ud_english_ewt"
     precisions = args.precisions.split(",")
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,33 +104,7 @@ def main() -> None:
             scores[seed] = {}
             for trained in precisions:
                 out = tmp / f"seed{seed}-{trained}"
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "spacy",
-                        "train",
-                        str(CONFIG),
-                        "--output",
-                        str(out),
-                        "--paths.train",
-                        str(train),
-                        "--paths.dev",
-                        str(dev),
-                        "--paths.elmo",
-                        args.weights,
-                        "--system.seed",
-                        str(seed),
-                        "--components.elmo.model.precision",
-                        trained,
-                        "--training.max_steps",
-                        str(args.steps),
-                        "--training.eval_frequency",
-                        "100",
-                    ],
-                    check=True,
-                    capture_output=True,
-                )
+                train_tagger(out, train, dev, args.weights, seed, trained, args.steps)
                 for evaluated in precisions if trained == "float32" else [trained]:
                     scores[seed][f"{trained}->{evaluated}"] = round(
                         accuracy(out / "model-best", test, evaluated), 5

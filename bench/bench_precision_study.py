@@ -24,10 +24,7 @@ import warnings
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, machine  # noqa: E402
-from scoring import evaluate  # noqa: E402 (project/scripts, which common puts on the path)
+from common import REPO, evaluate, machine
 
 RUN = re.compile(
     r"^(?P<task>pos|ner-(?P<data>uner|conll2003))-(?P<system>elmo(-[a-z0-9]+)?)-f(?P<fraction>[0-9.]+)"
@@ -42,7 +39,7 @@ def score(model: Path, test: Path, metric: str, precision: str) -> float:
     return round(100 * record["test"][metric], 2)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default=str(REPO / "project" / "training" / "full" / "runs"))
     parser.add_argument("--corpus", default=str(REPO / "project" / "corpus" / "full"))
@@ -50,7 +47,11 @@ def main() -> None:
     parser.add_argument("--fraction", default="1")
     parser.add_argument("--systems", nargs="+", default=["elmo"])
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     from spacy_elmo.bilm.precision import native_bfloat16
 

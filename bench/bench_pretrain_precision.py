@@ -17,19 +17,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from bench_matmul_precision import rates
+from common import DATA, machine
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matmul_precision import rates  # noqa: E402
-from common import DATA, machine  # noqa: E402
-
-from spacy_elmo.bilm.precision import native_bfloat16  # noqa: E402
-from spacy_elmo.pretrain import load_config, train  # noqa: E402
+from spacy_elmo.bilm.precision import native_bfloat16
+from spacy_elmo.pretrain import load_config, train
 
 TEXT = [
     ("wikitext2", "train.txt.gz"),

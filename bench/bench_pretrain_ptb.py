@@ -21,21 +21,21 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import List, Tuple
 
 import torch
+from common import machine, matmul_gflops, read_metrics, train_flops_per_token, write_curve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, matmul_gflops, read_metrics, train_flops_per_token, write_curve  # noqa: E402
-
-from spacy_elmo.cli.pretrain import parse_overrides, split_overrides  # noqa: E402
-from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train  # noqa: E402
-from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer  # noqa: E402
+from spacy_elmo.cli.pretrain import parse_overrides, split_overrides
+from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train
+from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "ptb_lm"
 
 
-def main() -> None:
+def parse_args() -> Tuple[argparse.Namespace, List[str]]:
+    """The options, and the `--section.key value` config overrides that follow them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=str(DATA), help="directory with ptb.{train,valid}.txt.gz")
     parser.add_argument("--output", default=str(HERE / "out" / "ptb"))
@@ -50,7 +50,11 @@ def main() -> None:
         "--no-progress", action="store_true", help="log lines instead of a progress bar"
     )
     rest, overrides = split_overrides(sys.argv[1:])
-    args = parser.parse_args(rest)
+    return parser.parse_args(rest), overrides
+
+
+def main() -> None:
+    args, overrides = parse_args()
     torch.set_num_threads(args.threads)
     data, out = Path(args.data), Path(args.output)
     values = {

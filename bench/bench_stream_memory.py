@@ -12,14 +12,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATA, read_conllu_sentences, weights_dir  # noqa: E402
+from common import DATA, read_conllu_sentences, weights_dir
 
 
 def rss_mb() -> float:

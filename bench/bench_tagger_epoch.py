@@ -17,9 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-from common import read_conllu, weights_dir  # noqa: E402
+from common import REPO, read_conllu, weights_dir
 
 WIDTHS = {"small": 256, "medium": 512, "original": 1024}
 

@@ -16,11 +16,14 @@ import torch
 from spacy_elmo.bilm import BiLMOptions
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(
-    0, str(REPO / "project" / "scripts")
-)  # the project's CoNLL-U reader and machine description
-from corpora import read_conllu  # noqa: E402
-from machine import machine  # noqa: E402, F401 (the benchmarks' records import it from here)
+# A benchmark runs as a file (`python bench/NAME.py`), so only bench/ is on its path: the study's
+# package, which holds what the benchmarks share with it, is reached from the repository root.
+sys.path.insert(0, str(REPO))
+# the study's CoNLL-U reader, machine description and pipeline scores (the benchmarks import them
+# from here)
+from project.scripts.corpora import read_conllu  # noqa: E402
+from project.scripts.machine import machine  # noqa: E402, F401
+from project.scripts.scoring import evaluate  # noqa: E402, F401
 
 DATA = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
 

@@ -30,7 +30,7 @@ DATA = HERE.parent.parent / "shared" / "data" / "ptb_lm"
 POLICIES = ("zero", "warm", "carry")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--models", nargs="*", default=None, help="trained model dirs (skip training)"
@@ -46,7 +46,11 @@ def main() -> None:
     parser.add_argument(
         "--batch-size", type=int, default=64, help="rows per dev batch (also the carry layout)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     out = Path(args.output)
     models = args.models

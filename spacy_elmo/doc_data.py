@@ -103,12 +103,10 @@ class ElmoDocData:
         old = self.spans
         if len(doc.text) < (old[-1, 1] if len(old) else 0) or (len(new) and len(old) == 0):
             raise ValueError("it was computed for another text")
-        first = np.searchsorted(
-            old[:, 1], new[:, 0], side="right"
-        )  # first old token ending after the start
-        stop = np.searchsorted(
-            old[:, 0], new[:, 1], side="left"
-        )  # first old token starting at/after the end
+        # first old token ending after the start
+        first = np.searchsorted(old[:, 1], new[:, 0], side="right")
+        # first old token starting at/after the end
+        stop = np.searchsorted(old[:, 0], new[:, 1], side="left")
         if np.any(stop <= first):
             raise ValueError("it was computed for another text")
         is_space = np.array([doc.text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
@@ -293,10 +291,11 @@ def _norm(v: np.ndarray) -> float:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    # float16 sums overflow
     a, b = (
         a.astype(np.float32, copy=False),
         b.astype(np.float32, copy=False),
-    )  # float16 sums overflow
+    )
     na, nb = _norm(a), _norm(b)
     return float((a * b).sum() / (na * nb)) if na and nb else 0.0
 

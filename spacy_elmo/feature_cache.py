@@ -8,10 +8,13 @@ from typing import Hashable, Optional
 
 import numpy as np
 
+from .locks import OwnLocks
 
-class FeatureCache:
+
+class FeatureCache(OwnLocks):
     """An LRU cache of read-only arrays bounded by their total size in bytes (0 disables it).
-    Safe to share between threads: every change happens under a lock."""
+    Safe to share between threads: every change happens under a lock. Copies and pickles start
+    empty, with a lock of their own (a pickled pipeline carries no cached arrays)."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
@@ -20,16 +23,8 @@ class FeatureCache:
         self.hits = self.misses = 0
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
-        """Copies and pickles start empty, with a lock of their own (a pickled pipeline carries no
-        cached arrays)."""
-        state = dict(self.__dict__, entries=OrderedDict(), nbytes=0)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+    def _fresh_state(self) -> dict:
+        return {"entries": OrderedDict(), "nbytes": 0}
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -28,9 +28,8 @@ PathLike = Union[str, Path]
 # How every text file is decoded: UTF-8, a byte order mark at the start of the file (Windows editors
 # write one) dropped
 TEXT_ENCODING = "utf-8-sig"
-RECORD_BYTES = (
-    64 << 20
-)  # bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
+# bound on manifests, configs and records of a run (JSON or text, KB to a few MB)
+RECORD_BYTES = 64 << 20
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -108,9 +107,8 @@ def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
     path = Path(path)
     regular_file(path, what, max_bytes)
     try:
-        fd = os.open(
-            path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
-        )  # never blocks, even on a FIFO
+        # never blocks, even on a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as err:
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
     try:

@@ -17,7 +17,6 @@ and speed measurements (`spacy benchmark speed` repeats its Docs) would mislead.
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import (
     Callable,
     Dict,
@@ -34,7 +33,6 @@ from typing import (
 import numpy as np
 import srsly
 from spacy import util
-from spacy.attrs import IS_SPACE
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
@@ -43,12 +41,20 @@ from thinc.api import Config, Model
 
 from .bilm import ElmoEmbedder
 from .bilm.threads import check_threads, torch_threads
+from .component_settings import (
+    STORE_DTYPES,
+    check_read,
+    check_settings,
+    check_weights,
+    check_wiring,
+    fixed_mix,
+)
 from .doc_data import ElmoDocData, install_extensions, set_vector_hooks, token_spans
-from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
+from .doc_windows import doc_layers, doc_windows, window_texts
+from .errors import ElmoConfigError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
-from .weights import locate
-from .windows import Window, rule_sentences, windows_of
+from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
 from .workers import guard_spacy_worker
 
 DEFAULT_MODEL_CONFIG = """
@@ -61,14 +67,7 @@ token_cache_size = 50000
 precision = "float32"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-
-STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
-SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 _LOADING = threading.Lock()
-# The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far
-# beyond any sensible weight, which keeps the sums far inside float32's range (NaN and inf weights
-# are refused).
-MAX_MIX_WEIGHT = 1e4
 
 
 class Elmo(Pipe):
@@ -93,28 +92,7 @@ class Elmo(Pipe):
         cache_at_inference: bool = False,
         threads: Optional[int] = None,
     ):
-        if store not in STORE_DTYPES:
-            raise ElmoConfigError(
-                f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}"
-            )
-        if mix not in ("average", "top") and not (
-            isinstance(mix, (list, tuple))
-            and mix
-            and all(
-                isinstance(w, (int, float)) and not isinstance(w, bool) and abs(w) <= MAX_MIX_WEIGHT
-                for w in mix
-            )
-        ):
-            raise ElmoConfigError(
-                f"elmo: mix must be 'average', 'top' or a list of layer weights from "
-                f"-{MAX_MIX_WEIGHT:g} to {MAX_MIX_WEIGHT:g}, got {mix!r}"
-            )
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
-            raise ElmoConfigError(
-                f"elmo: max_length must be an integer of at least 4, got {max_length!r}"
-            )
-        if cache_mb < 0:
-            raise ElmoConfigError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
+        check_settings(store, mix, max_length, cache_mb)
         self.vocab, self.model, self.name = vocab, model, name
         self.weights = weights
         self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]
@@ -147,10 +125,8 @@ class Elmo(Pipe):
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and "
                     f"call nlp.initialize()"
                 )
-            with (
-                _LOADING,
-                torch_threads(self.threads),
-            ):  # threads that make the first calls at once load once
+            # threads that make the first calls at once load once
+            with _LOADING, torch_threads(self.threads):
                 bilm = get_embedder(self.model) or load_weights(self.model, self.weights)
         return bilm
 
@@ -181,11 +157,10 @@ class Elmo(Pipe):
             for mix in mixes:
                 set_sizes(mix, bilm.num_output_layers, bilm.output_dim, self.sizes_source(), paths)
         if nlp is not None:
-            self._check_wiring(nlp)
-            self._check_read(nlp)
+            check_wiring(nlp, self.name, self.use_sents)
+            check_read(nlp, self.name)
 
-    # ------------------------------------------------------------------ listeners (spaCy's
-    # protocol)
+    # ------------------------------------------------------ listeners (spaCy's protocol)
     @property
     def listening_components(self) -> List[str]:
         """The components whose `ElmoFeatures` read this component's layers."""
@@ -226,52 +201,6 @@ class Elmo(Pipe):
         """How errors about sizes name this component's biLM."""
         return f"the biLM of '{self.name}' ({self.weights or 'loaded with the pipeline'})"
 
-    def _check_wiring(self, nlp: Language) -> None:
-        """Training and evaluation must give a Doc the same sentences: a sentence setter before
-        `elmo` runs at evaluation, so it must also annotate during training."""
-        annotating = set(nlp.config["training"].get("annotating_components") or [])
-        if self.name not in annotating or not self.use_sents:
-            return
-        for name in nlp.pipe_names:
-            if name == self.name:
-                break
-            assigns = nlp.get_pipe_meta(name).assigns
-            if any(a in assigns for a in SENT_ASSIGNS) and name not in annotating:
-                raise ElmoConfigError(
-                    f"'{name}' sets sentence boundaries before '{self.name}' but is not in "
-                    f"[training] "
-                    f"annotating_components, so '{self.name}' would split training Docs "
-                    f"differently from "
-                    f"evaluation Docs. Add '{name}' to annotating_components, or set "
-                    f"[components.{self.name}] use_sents = false."
-                )
-
-    def _check_read(self, nlp: Language) -> None:
-        """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
-        builds such a pipeline). A pipeline that trains nothing (`elmo` to annotate Docs) is
-        fine."""
-        trained = [
-            name
-            for name, proc in nlp.pipeline
-            if name != self.name and getattr(proc, "is_trainable", False)
-        ]
-        reads = any(
-            node.name == MIX_NAME
-            for _, proc in nlp.pipeline
-            if isinstance(getattr(proc, "model", None), Model)
-            for node in proc.model.walk()
-        )
-        if trained and not reads:
-            warnings.warn(
-                f"'{self.name}' computes ELMo but no component reads it: "
-                f"{', '.join(map(repr, trained))} "
-                "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. "
-                "in a config "
-                "written by `python -m spacy_elmo init-config`, or leave out the elmo component",
-                ElmoUnusedWarning,
-                stacklevel=3,
-            )
-
     # ------------------------------------------------------------------ running
     def __call__(self, doc: Doc) -> Doc:
         try:
@@ -292,16 +221,7 @@ class Elmo(Pipe):
     def windows(self, doc: Doc) -> Tuple[np.ndarray, List[Window]]:
         """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows
         over them."""
-        not_space = doc.to_array([IS_SPACE]) == 0 if len(doc) else np.zeros(0, dtype=bool)
-        keep = np.flatnonzero(not_space)
-        if self.use_sents and doc.has_annotation("SENT_START"):
-            before = np.concatenate([[0], np.cumsum(not_space)])
-            sents = [(int(before[s.start]), int(before[s.end])) for s in doc.sents]
-            sents = [(a, b) for a, b in sents if b > a]
-        else:
-            texts = [doc[int(i)].text for i in keep]
-            sents = rule_sentences(texts)
-        return keep, windows_of(sents, self.max_length)
+        return doc_windows(doc, self.use_sents, self.max_length)
 
     def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch
@@ -313,30 +233,15 @@ class Elmo(Pipe):
     def _predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         bilm = self.bilm
         plans = [self.windows(doc) for doc in docs]
-        inputs = [
-            [doc[int(i)].text for i in keep[w.start : w.end]]
-            for doc, (keep, wins) in zip(docs, plans)
-            for w in wins
-        ]
+        inputs = window_texts(docs, plans)
         outputs = iter(self._embed(bilm, inputs))
         mix_weights = self.mix_weights(bilm.num_output_layers)
-        shape = (bilm.num_output_layers, 0, bilm.output_dim)
         out = []
-        for doc, (keep, wins) in zip(docs, plans):
-            outs = [next(outputs) for _ in wins]
-            if (
-                len(wins) == 1
-                and len(keep) == len(doc)
-                and wins[0] == Window(0, len(doc), 0, len(doc))
-            ):
-                layers = outs[0]
-            else:
-                layers = np.zeros((shape[0], len(doc), shape[2]), dtype=self.dtype)
-                for w, arr in zip(wins, outs):
-                    layers[:, keep[w.keep_start : w.keep_end]] = arr[
-                        :, w.keep_start - w.start : w.keep_end - w.start
-                    ]
-                layers.setflags(write=False)
+        for doc, plan in zip(docs, plans):
+            outs = [next(outputs) for _ in plan[1]]
+            layers = doc_layers(
+                doc, plan, outs, bilm.num_output_layers, bilm.output_dim, self.dtype
+            )
             if self.keep_layers:
                 out.append(
                     ElmoDocData(
@@ -386,15 +291,7 @@ class Elmo(Pipe):
 
     def mix_weights(self, n_layers: int) -> np.ndarray:
         """The fixed mix of `doc._.elmo`: `(n_layers,)` float32."""
-        if self.mix == "average":
-            return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
-        if self.mix == "top":
-            return np.eye(n_layers, dtype=np.float32)[-1]
-        if len(self.mix) != n_layers:
-            raise ElmoConfigError(
-                f"elmo: mix has {len(self.mix)} weights but the biLM has {n_layers} output layers"
-            )
-        return np.asarray(self.mix, dtype=np.float32)
+        return fixed_mix(self.mix, n_layers)
 
     def set_annotations(self, docs: Sequence[Doc], datas: Sequence[ElmoDocData]) -> None:
         for doc, data in zip(docs, datas):
@@ -431,17 +328,6 @@ class Elmo(Pipe):
         util.from_disk(path, deserialize, exclude)
         self.cache.clear()
         return self
-
-
-def check_weights(weights: Optional[str], name: str) -> None:
-    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights`
-    (only directory listings are read: the weights load at `nlp.initialize` or first use)."""
-    if weights is None:
-        return
-    try:
-        locate(weights)
-    except ElmoError as err:
-        raise type(err)(f"[components.{name}] weights: {err}") from None
 
 
 @Language.factory(

@@ -1,5 +1,8 @@
 """A Doc's biLM inputs: sentences (a rule where the Doc has no boundaries) cut into windows of
-bounded length."""
+bounded length.
+
+These set what the biLM reads as one sequence; `bilm/runner.py`'s exact windows only bound memory.
+"""
 
 from __future__ import annotations
 

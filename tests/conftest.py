@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from .helpers import data_path
+from .reference_bilm import TINY_OPTIONS, write_random_weights
 
 # Every test model is tiny: one thread is faster, and fair to a busy 2-core machine (.ci/run also
 # runs the numeric tests on 2: SPACY_ELMO_TEST_THREADS).
@@ -27,3 +28,12 @@ def fixture_bilm(fixture_dir):
     from spacy_elmo import load_bilm
 
     return load_bilm(fixture_dir, state="warm")
+
+
+@pytest.fixture(params=["fixture", "random"])
+def weights(request, fixture_dir, tmp_path_factory) -> Path:
+    """Each of two weight directories: the AllenNLP fixture, and random tiny weights of
+    TINY_OPTIONS (a biLM of other sizes)."""
+    if request.param == "fixture":
+        return fixture_dir
+    return write_random_weights(tmp_path_factory.mktemp("random"), TINY_OPTIONS, seed=11)

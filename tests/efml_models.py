@@ -1,6 +1,6 @@
 """Small random ELMoForManyLangs (EFML) models written by EFML's own classes, and EFML's own outputs
-for them: the reference of `tests/bilm/test_efml.py` (the test-only package `elmoformanylangs`, in
-the dev extra, with `overrides<5`; run on the CPU)."""
+for them: the reference of `tests/weights/test_efml.py` (the test-only package `elmoformanylangs`,
+in the dev extra, with `overrides<5`; run on the CPU)."""
 
 from __future__ import annotations
 

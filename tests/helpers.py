@@ -1,6 +1,6 @@
-"""What the tests share: paths and data, the project's configs resized for the fixture biLM, CoNLL-U
-sentences, tiny pretraining corpora and configs, and the command line run in-process or as a
-child."""
+"""What the tests share: paths and data, a load that must be refused, the project's configs resized
+for the fixture biLM, CoNLL-U sentences, Docs carrying random layers, tiny pretraining corpora and
+configs and quiet training, and the command line run in-process or as a child."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import os
 import random
 import subprocess
-import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, List
@@ -17,13 +17,16 @@ from typing import Any, Dict, List
 import h5py
 import numpy as np
 import pytest
+import spacy
 import torch
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
+from spacy_elmo import ElmoFileError, load_bilm
 from spacy_elmo.cli import main
-from spacy_elmo.pretrain import load_config
+from spacy_elmo.doc_data import ElmoDocData, install_extensions
+from spacy_elmo.pretrain import load_config, train
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("SPACY_ELMO_DATA", REPO.parent / "shared" / "data"))
@@ -37,8 +40,7 @@ FIXTURE_LAYERS, FIXTURE_WIDTH = 3, 32
 # caches, the packed path) is checked in float64, where rounding is ~1e-16 per step.
 FLOAT32_ATOL = 1.2e-5
 FLOAT64_ATOL = 1e-10
-sys.path.insert(0, str(REPO / "project" / "scripts"))
-from corpora import read_conllu  # noqa: E402,F401 (the project's CoNLL-U reader)
+from project.scripts.corpora import read_conllu  # noqa: E402,F401 (the project's CoNLL-U reader)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -53,6 +55,15 @@ def data_path(*parts: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def refused(path, *fragments) -> str:
+    """`load_bilm(path)` raises one ElmoFileError: one line, holding every fragment -> the line."""
+    with pytest.raises(ElmoFileError) as err:
+        load_bilm(path)
+    message = str(err.value)
+    assert "\n" not in message and all(f in message for f in fragments), message
+    return message
 
 
 # ------------------------------------------------------------------------------------ spaCy configs
@@ -75,6 +86,32 @@ def fixture_config(name: str, fixture_dir: Path, **overrides) -> Config:
             node = node[part]
         node[key] = value
     return config
+
+
+# ---------------------------------------------------------------------------------- thinc layers
+N_LAYERS, WIDTH = 3, 8
+
+
+def docs_with_layers(lengths, seed=0, dtype=np.float32) -> List[Doc]:
+    """One Doc of each length, with random biLM layers `(N_LAYERS, length, WIDTH)` and no mix."""
+    install_extensions()
+    rng = np.random.default_rng(seed)
+    nlp = spacy.blank("en")
+    docs = []
+    for n in lengths:
+        doc = Doc(nlp.vocab, words=["w%d" % i for i in range(n)])
+        doc._.elmo_data = ElmoDocData(
+            layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype),
+            mixed=None,
+            mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"),
+        )
+        docs.append(doc)
+    return docs
+
+
+def mix_layer(model):
+    """The first `elmo_mix` node of `model`."""
+    return next(node for node in model.walk() if node.name == "elmo_mix")
 
 
 # ------------------------------------------------------------------------------------- pretraining
@@ -167,6 +204,14 @@ def override_args(train: Path, dev: Path = None, **overrides: Any) -> List[str]:
     return args
 
 
+def quiet_train(config, out, **kwargs):
+    """`train` with no progress bar, no log and no warning that bfloat16 runs as float32 on a CPU
+    without it -> its summary."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "precision 'bfloat16'", RuntimeWarning)
+        return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
+
+
 # ------------------------------------------------------------------------------------- command line
 SENTS = [["The", "cat", "sat", "."], ["Hello"], ["a", "b", "c", "d", "e", "f"]]
 LINES = [
@@ -185,6 +230,13 @@ def run_cli(*args) -> int:
     with pytest.raises(SystemExit) as exit_info:
         main([str(a) for a in args])
     return exit_info.value.code
+
+
+def run_pretrain(args, capsys, stream="err"):
+    """`python -m spacy_elmo pretrain ARGS` in this process -> (exit code, stderr or stdout)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", *map(str, args)])
+    return exit_info.value.code, getattr(capsys.readouterr(), stream)
 
 
 def write_lines(path, lines):

@@ -42,9 +42,8 @@ def test_the_command_line_catches_elmo_errors_only(capsys):
             raise ElmoConfigError("--layer must be all, top, average or a number")
     assert exit_info.value.exit_code == 1
     assert capsys.readouterr().err == "error: --layer must be all, top, average or a number\n"
-    with pytest.raises(
-        ValueError
-    ):  # a bug (here a plain ValueError) is not dressed up as bad input
+    # a bug (here a plain ValueError) is not dressed up as bad input
+    with pytest.raises(ValueError):
         with errors():
             raise ValueError("internal")
 

@@ -403,8 +403,7 @@ def test_float16_similarity_is_summed_in_float32(fixture_dir):
     )
     doc = nlp("The cat sat on the mat .")
     data = doc._.elmo_data
-    big = (data.layers.astype(np.float32) * 200).astype(
-        np.float16
-    )  # squares beyond float16's 65504 when summed
+    # squares beyond float16's 65504 when summed
+    big = (data.layers.astype(np.float32) * 200).astype(np.float16)
     doc._.elmo_data = type(data)(layers=big, mixed=None, mix_weights=data.mix_weights)
     assert doc[1].similarity(doc[1]) == pytest.approx(1.0, abs=1e-3)

@@ -23,48 +23,17 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import List
 
 import pytest
 
 from .efml_models import write_efml_model
 from .helpers import REPO, data_path
+from .readme_blocks import MARK, README, Block, readme_blocks
 
-README = REPO / "README.md"
 SHELLS = {"bash", "sh", "shell", "console"}
 NOT_RUN = {"ini", "text", "json"}  # configs and outputs: shown, not run
-MARK = re.compile(r"<!--\s*readme-test:\s*skip\s+(network|hours)\b(.*?)-->")
 BLOCK_TIMEOUT = 240
-
-
-class Block(NamedTuple):
-    line: int  # 1-based line of the opening fence
-    lang: str
-    code: str
-    skip: Optional[str]  # the mark's reason, or None
-
-
-def readme_blocks(text: str) -> List[Block]:
-    """The fenced blocks of a markdown text, with the skip mark on the line before each."""
-    blocks, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        fence = re.match(r"^(\s*)```\s*([\w-]*)\s*$", lines[i])
-        if not fence:
-            i += 1
-            continue
-        start, lang, body = i, fence.group(2).lower(), []
-        i += 1
-        while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
-            body.append(lines[i][len(fence.group(1)) :])
-            i += 1
-        if i == len(lines):
-            raise ValueError(f"README.md:{start + 1}: fenced block never closed")
-        previous = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
-        mark = MARK.search(previous)
-        skip = f"{mark.group(1)}{mark.group(2).rstrip()}" if mark else None
-        blocks.append(Block(start + 1, lang, "\n".join(body) + "\n", skip))
-        i += 1
-    return blocks
 
 
 BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
@@ -238,9 +207,8 @@ def test_readme_block_runs(block, workdir):
         f"block\n{block.code}"
         f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
     )
-    if (
-        "spacy train" in block.code
-    ):  # a first try gives a trained model-best: evaluated after training steps
+    # a first try gives a trained model-best: evaluated after training steps
+    if "spacy train" in block.code:
         steps = [
             int(m.group(1)) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+[\d.]+\s", result.stdout, re.M)
         ]

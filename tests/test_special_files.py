@@ -16,6 +16,7 @@ import spacy
 from spacy_elmo import ElmoFileError, load_bilm, open_embeddings, save_bilm
 
 from .helpers import one_error_line, run_cli, toy_sentences, write_corpus, write_lines
+from .model_files import hdf5_model
 
 KINDS = {
     "fifo": "a FIFO (named pipe)",
@@ -50,19 +51,14 @@ def bounded_memory(extra: int = 2 << 30):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def refused(kind, path, call, what):
+def refused_as_special(kind, path, call, what):
+    """`call()` raises one ElmoFileError saying that `path`, the `what`, is not a regular file but
+    the `kind` it is (under a bound on the address space)."""
     with pytest.raises(ElmoFileError) as info, bounded_memory():
         call()
     assert (
         str(info.value) == f"{path}: the {what} must be a regular file, but this is {KINDS[kind]}"
     )
-
-
-def hdf5_model(fixture_dir, directory):
-    directory.mkdir()
-    shutil.copy(fixture_dir / "options.json", directory / "options.json")
-    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
-    return directory
 
 
 @pytest.mark.timeout(30)
@@ -72,8 +68,10 @@ def test_hdf5_model_files(fixture_dir, tmp_path, kind, name):
     model = hdf5_model(fixture_dir, tmp_path / "model")
     path = replace_with(model / name, kind)
     what = "ELMo options file" if name == "options.json" else "ELMo weight file"
-    refused(kind, path, lambda: load_bilm(model), what)
-    refused(kind, path, lambda: load_bilm((model / "options.json", model / "weights.hdf5")), what)
+    refused_as_special(kind, path, lambda: load_bilm(model), what)
+    refused_as_special(
+        kind, path, lambda: load_bilm((model / "options.json", model / "weights.hdf5")), what
+    )
 
 
 @pytest.mark.timeout(30)
@@ -84,7 +82,7 @@ def test_hdf5_model_files(fixture_dir, tmp_path, kind, name):
 def test_own_model_files(fixture_dir, tmp_path, kind, name, what):
     model = save_bilm(load_bilm(fixture_dir), tmp_path / "own")
     path = replace_with(model / name, kind)
-    refused(kind, path, lambda: load_bilm(model), what)
+    refused_as_special(kind, path, lambda: load_bilm(model), what)
 
 
 @pytest.mark.timeout(60)
@@ -95,7 +93,9 @@ def test_model_of_a_saved_pipeline(fixture_dir, tmp_path, kind):
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipeline")
     path = replace_with(tmp_path / "pipeline" / "elmo" / "model", kind)
-    refused(kind, path, lambda: spacy.load(tmp_path / "pipeline"), "ELMo model of the pipeline")
+    refused_as_special(
+        kind, path, lambda: spacy.load(tmp_path / "pipeline"), "ELMo model of the pipeline"
+    )
 
 
 @pytest.mark.timeout(30)
@@ -111,7 +111,7 @@ def test_manifest_of_the_model_cache(fixture_dir, tmp_path, monkeypatch, kind):
         fixture_dir / "lm_weights.hdf5", cached / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5"
     )
     path = replace_with(cached / "manifest.json", kind)
-    refused(kind, path, lambda: load_bilm("small"), "model cache manifest")
+    refused_as_special(kind, path, lambda: load_bilm("small"), "model cache manifest")
 
 
 @pytest.mark.timeout(60)
@@ -135,7 +135,7 @@ def test_manifest_of_embed_shards(fixture_dir, tmp_path, kind):
         == 0
     )
     path = replace_with(out / "manifest.json", kind)
-    refused(kind, path, lambda: open_embeddings(out), "manifest of `embed`")
+    refused_as_special(kind, path, lambda: open_embeddings(out), "manifest of `embed`")
 
 
 @pytest.mark.timeout(60)

@@ -1,9 +1,8 @@
 """Convert the tagging and NER data to spaCy's binary format (.spacy DocBin).
 
-    python project/scripts/convert_data.py conllu IN.conllu OUT.spacy        # UPOS as token.tag_,
-    sentences python project/scripts/convert_data.py iob2 IN.iob2 OUT.spacy            # UNER (IOB2,
-    CoNLL-U-like columns) python project/scripts/convert_data.py conll03 IN OUT.spacy              #
-    CoNLL-2003 (IOB1)
+    python -m project.scripts.convert_data conllu IN.conllu OUT.spacy  # UPOS (tag_), sentences
+    python -m project.scripts.convert_data iob2 IN.iob2 OUT.spacy      # UNER (IOB2, CoNLL-U-like)
+    python -m project.scripts.convert_data conll03 IN OUT.spacy        # CoNLL-2003 (IOB1)
 
 Options: `--limit N` keeps the first N sentences (smoke runs); then `--fraction F --seed S` keeps a
 random subset of them (sample-efficiency runs). One Doc per sentence.
@@ -17,9 +16,10 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import spacy
-from corpora import read_conllu
 from spacy.tokens import Doc, DocBin
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
+
+from .corpora import read_conllu
 
 Sentence = Tuple[List[str], List[bool], List[str]]  # words, spaces, tags
 

@@ -2,8 +2,8 @@
 file (--data-dir; unset: ../shared/data beside the repository where it exists; works offline), else
 from the public URL; every file is checked against its sha256.
 
-    python project/scripts/fetch_assets.py [--data-dir DIR] [--ner-data uner|conll2003] [--conll-dir
-    DIR]
+    python -m project.scripts.fetch_assets [--data-dir DIR] [--ner-data uner|conll2003]
+                                           [--conll-dir DIR]
 
 Always needed: UD English-EWT (the tagger, the probe) and the raw text (the biLM and both baselines
 read it, given biLM weights or not). NER data: Universal NER English-EWT (`uner`, downloadable) or
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import List, Optional
 
 PROJECT = Path(__file__).resolve().parent.parent
-BESIDE = (
-    PROJECT.parent.parent / "shared" / "data"
-)  # the data directory beside the repository, where present
+# the data directory beside the repository, where present
+BESIDE = PROJECT.parent.parent / "shared" / "data"
 NER_DATA = ("uner", "conll2003")
 
 

@@ -1,6 +1,6 @@
 """Layer probe (Peters et al. 2018, sec. 5.3): a linear POS classifier on one frozen biLM layer.
 
-    python project/scripts/layer_probe.py --scale full [--bilm PATH]
+    python -m project.scripts.layer_probe --scale full [--bilm PATH]
 
 For each output layer j (0: token layer, 1 and 2: LSTM layers) a softmax classifier is trained on
 that layer alone, and one on the learned mix `gamma * sum_j softmax(s)_j h_j`, all with the same
@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-from run_study import Study
-from study import ROOT, SCALES
+
+from .run_study import Study
+from .study import ROOT, SCALES
 
 L2 = 1e-4
 LBFGS_STEPS = 100

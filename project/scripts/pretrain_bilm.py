@@ -1,8 +1,7 @@
 """Pretrain the project's English biLM on cased, punctuated raw text (the `pretrain` step).
 
-    python project/scripts/pretrain_bilm.py --scale full --minutes 60 --threads 2
-    python project/scripts/pretrain_bilm.py --scale full --weights PATH_OR_NAME   # use given
-    weights
+    python -m project.scripts.pretrain_bilm --scale full --minutes 60 --threads 2
+    python -m project.scripts.pretrain_bilm --scale full --weights PATH_OR_NAME   # given weights
 
 Text: WikiText-2 train plus the 1B Word Benchmark held-out shards 10-13 (already tokenized, so
 whitespace-split); dev perplexity on WikiText-2 valid, at half time and at the end (each evaluation
@@ -25,13 +24,30 @@ import json
 import sys
 from pathlib import Path
 
-from study import ROOT, SCALES, bilm_record, metrics_dir
-
 from spacy_elmo.weights.hub import sha256_file
 
-LM = ROOT / "project" / "assets" / "lm"
-TRAIN_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
+from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, metrics_dir
+
+LM = ASSETS / "lm"
 DEV_TEXT = "wikitext2.valid.txt"
+
+
+def record_given_weights(weights: str, record_path: Path) -> None:
+    """bilm.json for given weights (a path or a published name): nothing is trained."""
+    from spacy_elmo import load_bilm
+
+    bilm = load_bilm(weights)  # fails here, clearly, if the weights do not load
+    record = {
+        "path": str(weights),
+        "trained_here": False,
+        "fingerprint": bilm.fingerprint(),
+        "sha256": {p.name: sha256_file(p) for p in sorted(Path(weights).glob("*")) if p.is_file()}
+        if Path(weights).is_dir()
+        else {},
+    }
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    print(f"using the given biLM {weights}; nothing to train")
 
 
 def main() -> None:
@@ -55,27 +71,12 @@ def main() -> None:
     out = ROOT / "project" / "training" / args.scale
     record_path = metrics_dir(args.scale) / "bilm.json"
     if args.weights:
-        from spacy_elmo import load_bilm
-
-        bilm = load_bilm(args.weights)  # fails here, clearly, if the weights do not load
-        record = {
-            "path": str(args.weights),
-            "trained_here": False,
-            "fingerprint": bilm.fingerprint(),
-            "sha256": {
-                p.name: sha256_file(p) for p in sorted(Path(args.weights).glob("*")) if p.is_file()
-            }
-            if Path(args.weights).is_dir()
-            else {},
-        }
-        record_path.parent.mkdir(parents=True, exist_ok=True)
-        record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
-        print(f"using the given biLM {args.weights}; nothing to train")
+        record_given_weights(args.weights, record_path)
         return
     import torch
 
     torch.set_num_threads(args.threads)
-    train_files = [str(scale.slice_text(LM / name, out / "text")) for name in TRAIN_TEXT]
+    train_files = [str(scale.slice_text(LM / name, out / "text")) for name in LM_TEXT]
     dev_file = str(scale.slice_text(LM / DEV_TEXT, out / "text", dev=True))
     values = {
         "paths.train": train_files,

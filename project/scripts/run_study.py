@@ -1,9 +1,7 @@
 """The steps of the study (project.yml runs them): corpus, baselines, train, evaluate, probe.
 
-    python project/scripts/run_study.py STEP --scale full|smoke [--bilm PATH] [--ner-data
-    conll2003|uner]
-                                        [--tasks pos ner] [--systems base elmo ...] [--fractions 0.1
-                                        ...]
+    python -m project.scripts.run_study STEP --scale full|smoke [--bilm PATH]
+        [--ner-data conll2003|uner] [--tasks pos ner] [--systems base elmo ...] [--fractions F ...]
 
 Every step skips the work whose output already exists, so an interrupted step continues where it
 stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD English-EWT UPOS),
@@ -23,93 +21,44 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-import convert_data
-from scoring import evaluate
-from study import ELMO_SYSTEMS, ROOT, SCALES, Scale, machine_line, metrics_dir
+from . import convert_data
+from .baselines import pretrain_baselines
+from .scoring import evaluate
+from .study import (
+    ASSETS,
+    CONFIGS,
+    ELMO_SYSTEMS,
+    ROOT,
+    SCALES,
+    TASKS,
+    Scale,
+    Task,
+    machine_line,
+    metrics_dir,
+    run,
+)
 
-ASSETS = ROOT / "project" / "assets"
-CONFIGS = ROOT / "project" / "configs"
-LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
 SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret"]
 SYSTEMS_SAMPLE = ["base", "elmo"]
+# `elmo` and `base` come from main and sample
 SYSTEMS_PLACEMENT = [
     "elmo-output",
     "elmo-both",
     "elmo-layers01",
-]  # `elmo` and `base` come from main and sample
+]
 PLACEMENT_FRACTIONS = [0.1, 1.0]
+# training step -> the runs it trains
 STEPS = {
     "train": "main",
     "sample": "sample",
     "placement": "placement",
-}  # training step -> the runs it trains
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    source: str  # the data set: "ud", "uner" or "conll2003" (its corpus folder)
-    kind: str  # convert_data format
-    files: Dict[str, str]  # split -> file under project/assets
-    config: str  # configs/<config>_base.cfg, or _<suffix>.cfg of an ELMo system (ELMO_SYSTEMS)
-    metric: str  # the score that selects the model and that the summary reports
-    data: str  # what the summary calls the data set
-
-    @property
-    def run_name(self) -> str:
-        """The task in run names: `pos`, or `ner-<source>` (NER has two data sets, kept apart)."""
-        return self.name if self.name == "pos" else f"{self.name}-{self.source}"
-
-
-TASKS = {
-    "pos": Task(
-        "pos",
-        "ud",
-        "conllu",
-        {
-            "train": "ud/en_ewt-ud-train.conllu",
-            "dev": "ud/en_ewt-ud-dev.conllu",
-            "test": "ud/en_ewt-ud-test.conllu",
-        },
-        "tagger",
-        "tag_acc",
-        "UD English-EWT (UPOS)",
-    ),
-    "conll2003": Task(
-        "ner",
-        "conll2003",
-        "conll03",
-        {
-            "train": "conll2003/eng.train",
-            "dev": "conll2003/eng.testa",
-            "test": "conll2003/eng.testb",
-        },
-        "ner",
-        "ents_f",
-        "CoNLL-2003 English",
-    ),
-    "uner": Task(
-        "ner",
-        "uner",
-        "iob2",
-        {
-            "train": "uner/en_ewt-ud-train.iob2",
-            "dev": "uner/en_ewt-ud-dev.iob2",
-            "test": "uner/en_ewt-ud-test.iob2",
-        },
-        "ner",
-        "ents_f",
-        "Universal NER English-EWT (preliminary train split)",
-    ),
 }
 
 
@@ -203,109 +152,6 @@ class Study:
                     task.kind, ASSETS / task.files[split], target, fraction, seed, limit or 0
                 )
                 print(f"{target.relative_to(ROOT)}: {n} sentences")
-
-    def baselines_step(self, threads: int) -> None:
-        """The two baselines that use the biLM's pretraining text: `spacy pretrain` and floret
-        vectors (with --systems, only those named). baselines.json keeps the cost of each."""
-        out = self.training / "baselines"
-        out.mkdir(parents=True, exist_ok=True)
-        text_dir = self.training / "text"
-        texts = [self.scale.slice_text(ASSETS / "lm" / name, text_dir) for name in LM_TEXT]
-        jsonl = out / "raw_text.jsonl"
-        if not jsonl.exists():
-            with open(jsonl.with_suffix(".part"), "w", encoding="utf-8") as f:
-                for path in texts:
-                    with open(path, encoding="utf-8") as src:
-                        for line in src:
-                            if line.split():
-                                f.write(json.dumps({"text": " ".join(line.split())}) + "\n")
-            jsonl.with_suffix(".part").replace(jsonl)
-        record = self.metrics / "baselines.json"
-        costs = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
-        if self.systems is None or "spacy-pretrain" in self.systems:
-            self._spacy_pretrain(jsonl, out / "tok2vec")
-            costs["spacy-pretrain"] = json.loads(
-                (out / "tok2vec" / "pretrain.json").read_text(encoding="utf-8")
-            )
-        if self.systems is None or "floret" in self.systems:
-            self._floret(jsonl, out / "floret", threads)
-            costs["floret"] = json.loads(
-                (out / "floret" / "floret.json").read_text(encoding="utf-8")
-            )
-        self.metrics.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    def _spacy_pretrain(self, jsonl: Path, out: Path) -> None:
-        final = out / "model-last.bin"
-        if final.exists():
-            return
-        overrides = [
-            f"--{k}={json.dumps(v)}"
-            for k, v in self.scale.baseline_overrides.items()
-            if k.startswith("pretraining.")
-        ]
-        start = time.perf_counter()
-        run(
-            [
-                sys.executable,
-                "-m",
-                "spacy",
-                "pretrain",
-                str(CONFIGS / "pretrain_tok2vec.cfg"),
-                str(out),
-                "--paths.raw_text",
-                str(jsonl),
-                *overrides,
-            ]
-        )
-        record = {"seconds": time.perf_counter() - start, "text": str(jsonl.relative_to(ROOT))}
-        (out / "pretrain.json").write_text(json.dumps(record), encoding="utf-8")
-
-    def _floret(self, jsonl: Path, out: Path, threads: int) -> None:
-        vectors = out / "vectors"
-        if (vectors / "vectors.cfg").exists() or (vectors / "config.cfg").exists():
-            return
-        import floret
-
-        out.mkdir(parents=True, exist_ok=True)
-        text = out / "text.txt"
-        with open(jsonl, encoding="utf-8") as src, open(text, "w", encoding="utf-8") as dst:
-            for line in src:
-                dst.write(json.loads(line)["text"] + "\n")
-        epochs = self.scale.baseline_overrides.get("pretraining.max_epochs", 1) * 2
-        start = time.perf_counter()
-        model = floret.train_unsupervised(
-            str(text),
-            model="cbow",
-            mode="floret",
-            hashCount=2,
-            bucket=50000,
-            minn=3,
-            maxn=5,
-            minCount=2,
-            dim=100,
-            epoch=epochs,
-            thread=threads,
-        )
-        model.save_floret_vectors(str(out / "vectors.floret"))
-        seconds = time.perf_counter() - start
-        run(
-            [
-                sys.executable,
-                "-m",
-                "spacy",
-                "init",
-                "vectors",
-                "en",
-                str(out / "vectors.floret"),
-                str(vectors),
-                "--mode",
-                "floret",
-            ]
-        )
-        (out / "floret.json").write_text(
-            json.dumps({"seconds": seconds, "dim": 100, "epochs": epochs}), encoding="utf-8"
-        )
 
     def train_step(self, which: str) -> None:
         todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json", r[0])]
@@ -475,16 +321,6 @@ def size_overrides(config: Path, n_layers: int, width: int) -> List[str]:
     ]
 
 
-def run(args: List[str]) -> None:
-    """Run a command, its output shown as it comes; a failure stops the step with the command's
-    message."""
-    print("$ " + " ".join(args[1:] if args[0] == sys.executable else args), flush=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    code = subprocess.call(args, env=env)
-    if code != 0:
-        raise SystemExit(f"error: the command above failed with exit code {code}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("step", choices=["corpus", "baselines", *STEPS, "evaluate"])
@@ -522,7 +358,7 @@ def main() -> None:
     if args.step == "corpus":
         study.corpus_step()
     elif args.step == "baselines":
-        study.baselines_step(args.threads)
+        pretrain_baselines(study.scale, study.training, study.metrics, study.systems, args.threads)
     elif args.step in STEPS:
         study.train_step(STEPS[args.step])
     else:

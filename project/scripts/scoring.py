@@ -24,9 +24,8 @@ def evaluate(model_dir: Path, test_path: Path, metric: str, config: Optional[Dic
         )
         for ref in gold
     ]
-    scores = nlp.evaluate(
-        examples
-    )  # runs the whole pipeline once, from cold caches; "speed" is its words/s
+    # runs the whole pipeline once, from cold caches; "speed" is its words/s
+    scores = nlp.evaluate(examples)
     keep = {
         k: v for k, v in scores.items() if k in (metric, "tag_acc", "ents_f", "ents_p", "ents_r")
     }

@@ -1,4 +1,5 @@
-"""Shared definitions of the study: the two scales (`full`, `smoke`), paths and small helpers.
+"""Shared definitions of the study: the two scales (`full`, `smoke`), the tasks, paths and small
+helpers.
 
 The scripts of project.yml import this module; it holds no step of its own.
 """
@@ -6,13 +7,19 @@ The scripts of project.yml import this module; it holds no step of its own.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from machine import machine
+from .machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the project directory (holds project.yml)
+ASSETS = ROOT / "project" / "assets"
+CONFIGS = ROOT / "project" / "configs"
+LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
 # The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg):
 # `elmo` at the task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two
 # mixes), `elmo-layers01` at its input mixing layers 0 and 1 only.
@@ -103,6 +110,65 @@ SCALES = {
 }
 
 
+@dataclass(frozen=True)
+class Task:
+    name: str
+    source: str  # the data set: "ud", "uner" or "conll2003" (its corpus folder)
+    kind: str  # convert_data format
+    files: Dict[str, str]  # split -> file under project/assets
+    config: str  # configs/<config>_base.cfg, or _<suffix>.cfg of an ELMo system (ELMO_SYSTEMS)
+    metric: str  # the score that selects the model and that the summary reports
+    data: str  # what the summary calls the data set
+
+    @property
+    def run_name(self) -> str:
+        """The task in run names: `pos`, or `ner-<source>` (NER has two data sets, kept apart)."""
+        return self.name if self.name == "pos" else f"{self.name}-{self.source}"
+
+
+TASKS = {
+    "pos": Task(
+        "pos",
+        "ud",
+        "conllu",
+        {
+            "train": "ud/en_ewt-ud-train.conllu",
+            "dev": "ud/en_ewt-ud-dev.conllu",
+            "test": "ud/en_ewt-ud-test.conllu",
+        },
+        "tagger",
+        "tag_acc",
+        "UD English-EWT (UPOS)",
+    ),
+    "conll2003": Task(
+        "ner",
+        "conll2003",
+        "conll03",
+        {
+            "train": "conll2003/eng.train",
+            "dev": "conll2003/eng.testa",
+            "test": "conll2003/eng.testb",
+        },
+        "ner",
+        "ents_f",
+        "CoNLL-2003 English",
+    ),
+    "uner": Task(
+        "ner",
+        "uner",
+        "iob2",
+        {
+            "train": "uner/en_ewt-ud-train.iob2",
+            "dev": "uner/en_ewt-ud-dev.iob2",
+            "test": "uner/en_ewt-ud-test.iob2",
+        },
+        "ner",
+        "ents_f",
+        "Universal NER English-EWT (preliminary train split)",
+    ),
+}
+
+
 def metrics_dir(scale: str) -> Path:
     """Where a scale's metrics go: project/metrics (committed) for the full study, else under
     training/."""
@@ -146,3 +212,13 @@ def bilm_record(model_dir: Path) -> Dict[str, Any]:
         },
         "corpus_sha256": {Path(f).name: h for f, h in training["corpus"].items()},
     }
+
+
+def run(args: List[str]) -> None:
+    """Run a command, its output shown as it comes; a failure stops the step with the command's
+    message."""
+    print("$ " + " ".join(args[1:] if args[0] == sys.executable else args), flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    code = subprocess.call(args, env=env)
+    if code != 0:
+        raise SystemExit(f"error: the command above failed with exit code {code}")

@@ -1,7 +1,6 @@
 """Render the study's summary from its metrics files: summary.md and two PNG plots.
 
-    python project/scripts/summarize.py --scale full      # project/metrics/*.json ->
-    project/metrics/summary.md, *.png
+    python -m project.scripts.summarize --scale full   # project/metrics/*.json -> summary.md, *.png
 
 Reads runs/*.json (one per trained pipeline: test scores, words/s, size, training time, learned
 layer mixes), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
@@ -18,141 +17,24 @@ hold" otherwise. The output depends only on the metrics files, so re-rendering i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Optional
 
-from study import ELMO_SYSTEMS, SCALES, metrics_dir
-
-SYSTEM_NAMES = {
-    "base": "baseline",
-    "spacy-pretrain": "spacy pretrain",
-    "floret": "floret vectors",
-    "elmo": "ELMo",
-    "elmo-output": "ELMo at output",
-    "elmo-both": "ELMo at input + output",
-    "elmo-layers01": "ELMo layers [0, 1]",
-}
-MAIN_SYSTEMS = [
-    "base",
-    "spacy-pretrain",
-    "floret",
-    "elmo",
-]  # the scores table; the others are placements
-PLACEMENTS = {
-    "base": "baseline",
-    "elmo": "input",
-    "elmo-output": "output",
-    "elmo-both": "input + output",
-    "elmo-layers01": "input, layers [0, 1]",
-}  # the columns of "Where ELMo goes"
-# where the `elmo` configs mix, for records of layer_weights only
-INPUT_MIX = "components.tok2vec.model.embed.elmo"
-METRIC_NAMES = {"pos": ("tag_acc", "UPOS accuracy"), "ner": ("ents_f", "entity F1")}
-
-
-class Group(NamedTuple):
-    """The runs of one task on one data set: a row group of every table."""
-
-    task: str  # "pos" or "ner"
-    data: str  # the data set, as the run records name it
-
-    def label(self) -> str:
-        return f"{self.task} ({METRIC_NAMES[self.task][1]})"
-
-
-def group_of(run: Dict) -> Group:
-    return Group(run["task"], run["data"])
-
-
-class Cell:
-    """Scores (in %) of one task/system/fraction over its seeds."""
-
-    def __init__(self, values: List[float]):
-        self.values = values
-        self.mean = statistics.fmean(values)
-        self.sd = statistics.stdev(values) if len(values) > 1 else 0.0
-
-    def __str__(self) -> str:
-        return f"{self.mean:.2f} ± {self.sd:.2f}" if len(self.values) > 1 else f"{self.mean:.2f}"
-
-
-class Metrics(NamedTuple):
-    """Everything the summary and the plots read, loaded once: the run records, the other files,
-    the scores per (group, system, fraction), and the groups present (pos first, then NER by data
-    set)."""
-
-    runs: List[Dict]
-    bilm: Dict
-    baselines: Dict
-    probe: Dict
-    table: Dict[Tuple[Group, str, float], Cell]
-    dev: Dict[
-        Tuple[Group, str, float], Cell
-    ]  # the same on the dev set (the score each run's training kept)
-    groups: List[Group]
-    left_out: List[str]  # ELMo runs (and the probe) made with an earlier biLM
-
-
-def load(metrics: Path) -> Metrics:
-    named = [
-        (p.stem, json.loads(p.read_text(encoding="utf-8")))
-        for p in sorted((metrics / "runs").glob("*.json"))
-    ]
-    if not named:
-        raise SystemExit(
-            f"error: no run metrics in {metrics / 'runs'}; run the train and evaluate steps first"
-        )
-
-    def optional(name: str) -> Dict:
-        path = metrics / name
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-    bilm, probe = optional("bilm.json"), optional("probe.json")
-    current = bilm.get("fingerprint")
-
-    def other_bilm(record: Dict) -> bool:
-        return current is not None and record.get("bilm_fingerprint") != current
-
-    left_out = [name for name, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
-    runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
-    if probe and other_bilm(probe):
-        left_out.append("the layer probe")
-        probe = {}
-    groups = sorted(
-        {group_of(r) for r in runs}, key=lambda g: (("pos", "ner").index(g.task), g.data)
-    )
-    return Metrics(
-        runs,
-        bilm,
-        optional("baselines.json"),
-        probe,
-        cells(runs),
-        cells(runs, dev=True),
-        groups,
-        left_out,
-    )
-
-
-def cells(runs: List[Dict], dev: bool = False) -> Dict[Tuple[Group, str, float], Cell]:
-    """Test scores (or, with `dev`, the dev score of the model each run kept) per (group, system,
-    fraction)."""
-    scores = defaultdict(list)
-    for run in runs:
-        score = run["dev"] if dev else run["test"][METRIC_NAMES[run["task"]][0]]
-        scores[group_of(run), run["system"], run["fraction"]].append(100 * score)
-    return {key: Cell(values) for key, values in scores.items()}
-
-
-def chosen_on_dev(m: Metrics, g: Group, fraction: float) -> Optional[str]:
-    """The ELMo placement with the best mean dev score for this group and fraction; None without
-    placement runs."""
-    placed = [s for s in PLACEMENTS if s != "base" and (g, s, fraction) in m.dev]
-    if not any(s not in MAIN_SYSTEMS for s in placed):
-        return None
-    return max(placed, key=lambda s: m.dev[g, s, fraction].mean)
+from .plots import plot
+from .results import (
+    MAIN_SYSTEMS,
+    PLACEMENTS,
+    SYSTEM_NAMES,
+    Cell,
+    Group,
+    Metrics,
+    chosen_on_dev,
+    group_of,
+    learned_mixes,
+    load,
+)
+from .study import SCALES, metrics_dir
 
 
 def verdict(better: Optional[Cell], worse: Optional[Cell]) -> str:
@@ -181,41 +63,48 @@ def fraction_label(fraction: float) -> str:
 
 
 def render(m: Metrics) -> str:
-    runs, bilm, baselines, probe, table, groups, left_out = (
-        m.runs,
-        m.bilm,
-        m.baselines,
-        m.probe,
-        m.table,
-        m.groups,
-        m.left_out,
-    )
-    fractions = sorted({r["fraction"] for r in runs})
-    systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in runs)]
-    scored = [s for s in systems if s in MAIN_SYSTEMS]
-    dates = sorted({r["date"] for r in runs})
-    machines = sorted({r["machine"] for r in runs})
+    fractions = sorted({r["fraction"] for r in m.runs})
+    systems = [s for s in SYSTEM_NAMES if any(r["system"] == s for r in m.runs)]
+    lines = header(m)
+    lines += scores_section(m, fractions, [s for s in systems if s in MAIN_SYSTEMS])
+    lines += placement_section(m, fractions)
+    lines += claims_section(m, fractions)
+    lines += cost_section(m, systems)
+    lines += layer_section(m.runs, m.probe)
+    return "\n".join(lines) + "\n"
+
+
+def header(m: Metrics) -> List[str]:
+    """The title, the runs' dates and machines, the biLM, and the runs left out."""
+    dates = sorted({r["date"] for r in m.runs})
+    machines = sorted({r["machine"] for r in m.runs})
     bilm_sha = (
-        ", ".join(f"{name} `{digest}`" for name, digest in bilm.get("sha256", {}).items())
+        ", ".join(f"{name} `{digest}`" for name, digest in m.bilm.get("sha256", {}).items())
         or "unknown"
     )
-    n_seeds = max(len(c.values) for c in table.values())
-    lines = [
+    n_seeds = max(len(c.values) for c in m.table.values())
+    return [
         "# ELMo features for a spaCy tagger and NER: results",
         "",
         f"Runs of {dates[0]}"
         + (f" to {dates[-1]}" if len(dates) > 1 else "")
         + f" on {'; '.join(machines)}. "
-        f"biLM: `{bilm.get('path', 'unknown')}` ({bilm_sha}).",
+        f"biLM: `{m.bilm.get('path', 'unknown')}` ({bilm_sha}).",
         f"Test-set scores in %, mean ± sd over up to {n_seeds} seed(s) (below 100% of the data "
         f"each seed also "
         "draws its own random training subset). Generated by `project/scripts/summarize.py` from "
         "`metrics/*.json`.",
         *(
-            ["", f"Made with an earlier biLM and left out until rerun: {', '.join(left_out)}."]
-            if left_out
+            ["", f"Made with an earlier biLM and left out until rerun: {', '.join(m.left_out)}."]
+            if m.left_out
             else []
         ),
+    ]
+
+
+def scores_section(m: Metrics, fractions: List[float], scored: List[str]) -> List[str]:
+    """The table of test scores: a row per group and fraction, a column per system of `scored`."""
+    lines = [
         "",
         "## Scores",
         "",
@@ -224,69 +113,84 @@ def render(m: Metrics) -> str:
         + " | ELMo − baseline |",
         "| --- | --- | --- | " + " | ".join("---" for _ in scored) + " | --- |",
     ]
-    for g in groups:
+    for g in m.groups:
         for fraction in fractions:
-            row = [table.get((g, s, fraction)) for s in scored]
+            row = [m.table.get((g, s, fraction)) for s in scored]
             if not any(row):
                 continue
-            base, elmo = table.get((g, "base", fraction)), table.get((g, "elmo", fraction))
+            base, elmo = m.table.get((g, "base", fraction)), m.table.get((g, "elmo", fraction))
             diff = f"{elmo.mean - base.mean:+.2f}" if base and elmo else "–"
             lines.append(
                 f"| {g.label()} | {g.data} | {fraction_label(fraction)} | "
                 + " | ".join(str(c) if c else "–" for c in row)
                 + f" | {diff} |"
             )
-    lines += placement_section(m, fractions)
-    lines += [
+    return lines
+
+
+def claims_section(m: Metrics, fractions: List[float]) -> List[str]:
+    lines = [
         "",
         "## The claims",
         "",
         "| claim | task | data | verdict |",
         "| --- | --- | --- | --- |",
     ]
-    for g in groups:
-        on = f"{g.task} | {g.data}"
-        elmo_cells = {f: table.get((g, "elmo", f)) for f in fractions}
-        for fraction in fractions:
-            lines.append(
-                f"| ELMo beats the baseline at {fraction_label(fraction)} | {on} | "
-                f"{verdict(elmo_cells[fraction], table.get((g, 'base', fraction)))} |"
-            )
-        for other in ("spacy-pretrain", "floret"):
-            lines.append(
-                f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {on} | "
-                f"{verdict(elmo_cells.get(1.0), table.get((g, other, 1.0)))} |"
-            )
-        gains = [
-            (f, elmo_cells[f].mean - table[g, "base", f].mean)
-            for f in fractions
-            if elmo_cells[f] and (g, "base", f) in table
-        ]
-        grows = gain_grows([g for _, g in gains])
-        gain_text = ", ".join(f"{fraction_label(f)}: {g:+.2f}" for f, g in gains)
+    for g in m.groups:
+        lines += group_claims(m, g, fractions)
+    return lines
+
+
+def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
+    """The rows of the claims table for one task on one data set."""
+    table, on = m.table, f"{g.task} | {g.data}"
+    elmo_cells = {f: table.get((g, "elmo", f)) for f in fractions}
+    lines = [
+        f"| ELMo beats the baseline at {fraction_label(fraction)} | {on} | "
+        f"{verdict(elmo_cells[fraction], table.get((g, 'base', fraction)))} |"
+        for fraction in fractions
+    ]
+    for other in ("spacy-pretrain", "floret"):
         lines.append(
-            f"| the gain grows as the data shrinks | {on} | "
-            + ("not run" if grows is None else ("holds" if grows else "does not hold"))
-            + f" ({gain_text}) |"
+            f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {on} | "
+            f"{verdict(elmo_cells.get(1.0), table.get((g, other, 1.0)))} |"
         )
-        chosen = chosen_on_dev(m, g, 1.0)
-        if chosen and chosen != "elmo":  # ELMo at the input has its claims above
-            for other in ("base", "spacy-pretrain", "floret"):
-                name = "the baseline" if other == "base" else SYSTEM_NAMES[other]
-                lines.append(
-                    f"| ELMo placed by dev ({PLACEMENTS[chosen]}) beats {name} at 100% | {on} | "
-                    f"{verdict(table.get((g, chosen, 1.0)), table.get((g, other, 1.0)))} |"
-                )
-        lines.append(
-            f"| ELMo on 1% matches the baseline on 10% | {on} | "
-            f"{match(elmo_cells.get(0.01), table.get((g, 'base', 0.1)))} |"
-        )
-        if g.task == "pos":
+    gains = [
+        (f, elmo_cells[f].mean - table[g, "base", f].mean)
+        for f in fractions
+        if elmo_cells[f] and (g, "base", f) in table
+    ]
+    grows = gain_grows([gain for _, gain in gains])
+    gain_text = ", ".join(f"{fraction_label(f)}: {gain:+.2f}" for f, gain in gains)
+    lines.append(
+        f"| the gain grows as the data shrinks | {on} | "
+        + ("not run" if grows is None else ("holds" if grows else "does not hold"))
+        + f" ({gain_text}) |"
+    )
+    chosen = chosen_on_dev(m, g, 1.0)
+    if chosen and chosen != "elmo":  # ELMo at the input has its claims above
+        for other in ("base", "spacy-pretrain", "floret"):
+            name = "the baseline" if other == "base" else SYSTEM_NAMES[other]
             lines.append(
-                f"| ELMo on 10% matches the baseline on 100% | {on} | "
-                f"{match(elmo_cells.get(0.1), table.get((g, 'base', 1.0)))} |"
+                f"| ELMo placed by dev ({PLACEMENTS[chosen]}) beats {name} at 100% | {on} | "
+                f"{verdict(table.get((g, chosen, 1.0)), table.get((g, other, 1.0)))} |"
             )
-    lines += [
+    lines.append(
+        f"| ELMo on 1% matches the baseline on 10% | {on} | "
+        f"{match(elmo_cells.get(0.01), table.get((g, 'base', 0.1)))} |"
+    )
+    if g.task == "pos":
+        lines.append(
+            f"| ELMo on 10% matches the baseline on 100% | {on} | "
+            f"{match(elmo_cells.get(0.1), table.get((g, 'base', 1.0)))} |"
+        )
+    return lines
+
+
+def cost_section(m: Metrics, systems: List[str]) -> List[str]:
+    """Words/s, size and training time per group and system at 100% of the data, then the
+    pretraining cost of the biLM and the baselines."""
+    lines = [
         "",
         "## Cost (100% of the data)",
         "",
@@ -298,11 +202,11 @@ def render(m: Metrics) -> str:
         "| machine |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for g in groups:
+    for g in m.groups:
         for system in systems:
             group = [
                 r
-                for r in runs
+                for r in m.runs
                 if group_of(r) == g and r["system"] == system and r["fraction"] == 1.0
             ]
             if group:
@@ -314,18 +218,17 @@ def render(m: Metrics) -> str:
                     f"{'; '.join(sorted({r['machine'] for r in group}))} |"
                 )
     pretraining = []
-    if bilm.get("training"):
-        t = bilm["training"]
+    if m.bilm.get("training"):
+        t = m.bilm["training"]
         pretraining.append(
             f"biLM {t['train_minutes']:.0f} min ({t['tokens']:,} tokens, dev perplexity "
             f"{t['dev']['mean']:.1f} `{t['dev']['policy']}`)"
         )
-    for name, cost in sorted(baselines.items()):
+    for name, cost in sorted(m.baselines.items()):
         pretraining.append(f"{SYSTEM_NAMES[name]} {cost['seconds'] / 60:.1f} min")
     if pretraining:
         lines += ["", "Pretraining on the same raw text: " + "; ".join(pretraining) + "."]
-    lines += layer_section(runs, probe)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def match(better: Optional[Cell], reference: Optional[Cell]) -> str:
@@ -370,43 +273,6 @@ def placement_section(m: Metrics, fractions: List[float]) -> List[str]:
                     + f" | {PLACEMENTS[chosen]}: {m.table[g, chosen, fraction]} |"
                 )
     return lines
-
-
-def run_mixes(run: Dict) -> List[Dict]:
-    """A run's learned mixes; a record of `layer_weights` alone (before gamma was kept) is one input
-    mix."""
-    if "layer_weights" in run:
-        weights = run["layer_weights"]
-        return [{"path": INPUT_MIX, "layers": list(range(len(weights))), "weights": weights}]
-    return run.get("mixes", [])
-
-
-class Mix(NamedTuple):
-    """A learned mix, averaged over seeds: softmax(s) over all the biLM's layers, the layers it
-    reads, gamma."""
-
-    weights: List[float]
-    layers: List[int]
-    gamma: Optional[float]
-
-
-def learned_mixes(runs: List[Dict]) -> Dict[Tuple[Group, str, str], Mix]:
-    """The mean learned mix per (group, system, config path), over the runs on 100% of the data."""
-    group = defaultdict(list)
-    for run in runs:
-        if run["fraction"] == 1.0:
-            for mix in run_mixes(run):
-                group[group_of(run), run["system"], mix["path"]].append(mix)
-    return {
-        key: Mix(
-            [statistics.fmean(ws) for ws in zip(*(m["weights"] for m in mixes))],
-            mixes[0]["layers"],
-            statistics.fmean(m["gamma"] for m in mixes)
-            if all("gamma" in m for m in mixes)
-            else None,
-        )
-        for key, mixes in group.items()
-    }
 
 
 def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
@@ -462,65 +328,6 @@ def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
             + " | |",
         ]
     return lines
-
-
-def plot(m: Metrics, out_dir: Path) -> List[Path]:
-    """accuracy_by_fraction.png and layer_weights.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs, probe, table, groups = m.runs, m.probe, m.table, m.groups
-    machines = "; ".join(sorted({r["machine"] for r in runs}))
-    stamp = f"{sorted({r['date'] for r in runs})[-1]}, {machines}"
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-    for ax, g in zip(axes[0], groups):
-        for system in PLACEMENTS:
-            points = sorted((f, c) for (t, s, f), c in table.items() if t == g and s == system)
-            if points:
-                ax.errorbar(
-                    [100 * f for f, _ in points],
-                    [c.mean for _, c in points],
-                    yerr=[c.sd for _, c in points],
-                    marker="o",
-                    capsize=3,
-                    label=SYSTEM_NAMES[system],
-                )
-        ax.set_xscale("log")
-        ax.set_xlabel("training data (%)")
-        ax.set_ylabel(METRIC_NAMES[g.task][1] + " (%)")
-        ax.set_title(f"{g.task}: {g.data}", fontsize=8)
-        ax.legend()
-    fig.suptitle(f"Test score against training data ({stamp})", fontsize=9)
-    fig.tight_layout()
-    paths = [out_dir / "accuracy_by_fraction.png"]
-    fig.savefig(paths[0], dpi=100)
-    plt.close(fig)
-    mixes = learned_mixes(runs)
-    weights = {
-        f"{g.task} ({g.data})": mix.weights
-        for g in groups
-        for (t, system, _), mix in mixes.items()
-        if t == g and system == "elmo"
-    }
-    if probe:
-        weights["pos probe"] = probe["mix"]["mix_weights"]
-    if weights:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        n = len(next(iter(weights.values())))
-        width = 0.8 / len(weights)
-        for i, (name, ws) in enumerate(weights.items()):
-            ax.bar([j + i * width for j in range(n)], ws, width=width, label=name)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(n)], [f"layer {j}" for j in range(n)])
-        ax.set_ylabel("softmax(s)")
-        ax.set_title(f"Learned layer weights ({stamp})", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(out_dir / "layer_weights.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
-    return paths
 
 
 def main(argv=None) -> None:

@@ -15,10 +15,12 @@ from typing import Callable, List, Sequence
 import torch
 from torch import Tensor
 
+from ..locks import OwnLocks
 
-class TokenLayerCache:
+
+class TokenLayerCache(OwnLocks):
     """Maps token texts to rows of a `(capacity, dim)` table; least recently used rows are
-    reused."""
+    reused. Copies and pickles start empty, with a lock of their own."""
 
     def __init__(self, capacity: int, dim: int):
         self.capacity, self.dim = int(capacity), dim
@@ -28,15 +30,8 @@ class TokenLayerCache:
         self.lookups = 0
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
-        """Copies and pickles start empty, with a lock of their own."""
-        state = dict(self.__dict__, slots=OrderedDict(), table=torch.empty(0, self.dim))
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+    def _fresh_state(self) -> dict:
+        return {"slots": OrderedDict(), "table": torch.empty(0, self.dim)}
 
     def clear(self) -> None:
         with self._lock:

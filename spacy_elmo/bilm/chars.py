@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -29,7 +29,7 @@ EOS_TOKEN = "</S>"
 
 
 @lru_cache(maxsize=8192)  # misses of the token cache, and the "carry" path
-def _word_ids(key: str | bytes, max_chars: int) -> np.ndarray:
+def _word_ids(key: Union[str, bytes], max_chars: int) -> np.ndarray:
     """The ids of a token given by its `_key`."""
     ids = np.full(max_chars, PAD_CHAR + 1, dtype=np.int64)
     if key == BOS_TOKEN:
@@ -47,7 +47,7 @@ def _word_ids(key: str | bytes, max_chars: int) -> np.ndarray:
     return ids
 
 
-def _key(text: str, max_chars: int) -> str | bytes:
+def _key(text: str, max_chars: int) -> Union[str, bytes]:
     """What a token's ids depend on, at most `max_chars - 2` characters or bytes long (the cache
     holds no long text): `<S>`, `</S>` or a text of at most that many characters itself, else the
     first `max_chars - 2` bytes of its utf-8, as bytes (a multibyte character may be cut; characters
@@ -55,9 +55,8 @@ def _key(text: str, max_chars: int) -> str | bytes:
     cut = max_chars - 2
     if len(text) <= cut or text == BOS_TOKEN or text == EOS_TOKEN:
         return text
-    body = text[:cut].encode(
-        "utf-8", "ignore"
-    )  # each character gives 1 to 4 bytes: enough, unless some give none
+    # each character gives 1 to 4 bytes: enough, unless some give none
+    body = text[:cut].encode("utf-8", "ignore")
     if len(body) < cut:
         body = text.encode("utf-8", "ignore")
     return body[:cut]

@@ -34,15 +34,10 @@ from .runner import (
 
 
 class ElmoEmbedder(nn.Module):
-    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence through `network`, under
-    `state_policy`.
-
-    "warm" starts every sentence from the network's warm state, "zero" from zeros: outputs then do
-    not depend on neighbours, so sentences are regrouped by length, packed, their token layers
-    cached and shared prefixes stepped once. "carry" is bilm-tf's stateful mode: row i of a call
-    starts where row i of the previous call ended (exact parity: rows and batches as given, no
-    cache).
-    """
+    """Token texts -> layers `(n_layers + 1, n_tokens, 2P)` per sentence, under `state_policy`:
+    "warm" (the network's warm state) or "zero" start each sentence alone, so sentences are
+    regrouped, packed and their token layers cached; "carry" is bilm-tf's stateful mode: row i of a
+    call starts where row i of the previous call ended (rows and batches as given, no cache)."""
 
     def __init__(
         self,
@@ -54,9 +49,8 @@ class ElmoEmbedder(nn.Module):
     ):
         super().__init__()
         self.network = network
-        self.source = (
-            source  # what errors about the weights name (their file, where loaded from one)
-        )
+        # what errors about the weights name (their file, where loaded from one)
+        self.source = source
         self._policy = StatePolicy.parse(state)
         self.runner = PackedRunner(network, cache_size, source)
         self._carried: Optional[LSTMState] = None
@@ -116,9 +110,8 @@ class ElmoEmbedder(nn.Module):
 
     @precision.setter
     def precision(self, precision: Precision) -> None:
-        self.runner.set_precision(
-            precision
-        )  # weights that overflow in this precision are refused here
+        # weights that overflow in this precision are refused here
+        self.runner.set_precision(precision)
 
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
@@ -217,9 +210,8 @@ class ElmoEmbedder(nn.Module):
                 return
             count += len(window)
             self._ready()
-            with (
-                torch.inference_mode()
-            ):  # not across the yields: the caller's code runs in its own mode
+            # not across the yields: the caller's code runs in its own mode
+            with torch.inference_mode():
                 if regroup:
                     arrays = self.runner.embed(
                         window, self._policy, batch_size, as_tensor, count - len(window)

@@ -114,9 +114,8 @@ class TokenEncoder(nn.Module):
         C = ids.shape[1]
         real = (ids != self.pad_id).any(0).nonzero()
         used = int(real[-1]) + 1 if len(real) else 1
-        chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(
-            1, 2
-        )  # (N, E, C')
+        # (N, E, C')
+        chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(1, 2)
         pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)
         pooled = []
         for conv in self.convs:

@@ -116,27 +116,42 @@ class ProjectedLSTMLayer(nn.Module):
         return out.transpose(1, 2), (out[:, final_index, rows], cs[:, final_index, rows])
 
     def _steps(self, xw: Tensor, h: Tensor, c: Tensor, keep_c: bool):
-        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), without in-place
-        operations so that autograd can record it. Steps are taken with `unbind` and gates with
+        """xw `(2, T, B, 4D)` -> h `(2, T, B, P)` (and c `(2, T, B, D)`), overwriting nothing that
+        autograd saves, so that it can record it. Steps are taken with `unbind` and gates with
         `chunk`, whose backward writes each gradient once (indexing `xw[:, t]` would zero-fill a
         full gradient per step, O(T^2))."""
+        project = partial(torch.bmm, mat2=self.w_proj)
         hs: List[Tensor] = []
         cs: List[Tensor] = []
         for xw_t in xw.unbind(1):
-            gates = torch.baddbmm(
-                xw_t, h, self.w_hidden
-            )  # bfloat16 under autocast: the gates and c stay float32
-            i, f, o, j = gates.to(torch.promote_types(gates.dtype, torch.float32)).chunk(4, dim=-1)
-            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(j)).clamp(
-                -self.cell_clip, self.cell_clip
-            )
-            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.w_proj).clamp(
-                -self.proj_clip, self.proj_clip
-            )
+            # bfloat16 under autocast: the gates and c stay float32
+            gates = torch.baddbmm(xw_t, h, self.w_hidden)
+            gates = gates.to(torch.promote_types(gates.dtype, torch.float32))
+            h, c = self.cell(gates, c, project, in_place=False)
             hs.append(h)
             if keep_c:
                 cs.append(c)
         return torch.stack(hs, dim=1), (torch.stack(cs, dim=1) if keep_c else None)
+
+    def cell(
+        self, gates: Tensor, c_prev: Tensor, project: Callable[[Tensor], Tensor], in_place: bool
+    ) -> Tuple[Tensor, Tensor]:
+        """The step after the hidden product: gate pre-activations `gates` `(..., 4D)` in (i, f, o,
+        j), c_prev `(..., D)` -> h `(..., P)` and c `(..., D)`, each clipped. `project` maps
+        `sigmoid(o) * tanh(c)` `(..., D)` to a new `(..., P)` (or writes it into one). `in_place`:
+        the activations overwrite `gates` (the packed path's scratch); else nothing that autograd
+        saves is overwritten."""
+        D = self.dim
+        if in_place:
+            gates[..., : 3 * D].sigmoid_()
+            gates[..., 3 * D :].tanh_()
+            i, f, o, j = gates.chunk(4, dim=-1)
+        else:
+            i, f, o, j = gates.chunk(4, dim=-1)
+            i, f, o, j = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(j)
+        c = torch.mul(f, c_prev).addcmul_(i, j).clamp_(-self.cell_clip, self.cell_clip)
+        m = torch.tanh(c).mul_(o) if in_place else o * torch.tanh(c)
+        return project(m).clamp_(-self.proj_clip, self.proj_clip), c
 
     def products(
         self, direction: int, precision: str = "float32", input_bound: float = float("inf")
@@ -177,7 +192,6 @@ class ProjectedLSTMLayer(nn.Module):
         of that step, which keeps them large. Gates are computed in place; gate inputs are asked for
         in chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
         """
-        D = self.dim
         h, c = h0, c0
         start = t = 0
         while t < len(batch_sizes):
@@ -195,13 +209,8 @@ class ProjectedLSTMLayer(nn.Module):
                 else:
                     h_prev, c_prev = h.index_select(0, parent), c.index_select(0, parent)
                 g = products.hidden.gates(xw[local : local + n], h_prev)
-                g[:, : 3 * D].sigmoid_()
-                g[:, 3 * D :].tanh_()
-                c = torch.mul(g[:, D : 2 * D], c_prev).addcmul_(g[:, :D], g[:, 3 * D :])
-                c.clamp_(-self.cell_clip, self.cell_clip)
-                m = torch.tanh(c).mul_(g[:, 2 * D : 3 * D])
-                h = out[start + local : start + local + n]
-                products.proj.into(h, m).clamp_(-self.proj_clip, self.proj_clip)
+                into = partial(products.proj.into, out[start + local : start + local + n])
+                h, c = self.cell(g, c_prev, into, in_place=True)
                 local += n
             start += rows
             t = stop
@@ -353,9 +362,8 @@ class BiLSTMStack(nn.Module):
         """
         B, T, _ = x.shape
         rev = reverse_index(lengths, T)
-        inp = torch.stack(
-            [x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))]
-        )  # (2, B, T, P)
+        # (2, B, T, P)
+        inp = torch.stack([x, x.gather(1, rev.unsqueeze(-1).expand(-1, -1, x.shape[-1]))])
         if initial_state is None:
             initial_state = self.zero_state(B, x.device, x.dtype)
         final_index = (lengths - 1).clamp(min=0) if return_state else None

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ElmoConfigError
+from ..locks import OwnLocks
 from .chars import CharTable
 from .encoder import TokenEncoder
 from .lstm import BiLSTMStack, LSTMState
@@ -40,15 +41,17 @@ def _weights_loaded(module: "BiLM", incompatible_keys) -> None:
     module.invalidate()
 
 
-class BiLM(nn.Module):
+class BiLM(OwnLocks, nn.Module):
     """ELMo's bidirectional language model, without its softmax.
 
     `forward` maps character ids to all layers from a given start state. `warm_h` / `warm_c` hold
     the "warm" start state (saved with the weights): the state between two sentences of running
     text. `version` changes whenever the weights may have changed; `state_key()` adds device and
     dtype, and whatever is derived from the weights (the warm state here, an embedder's caches)
-    follows it.
+    follows it. Copies and pickles get a lock of their own.
     """
+
+    _lock_names = ("_warming",)
 
     def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
         super().__init__()
@@ -73,20 +76,10 @@ class BiLM(nn.Module):
         self.register_buffer("warm_c", torch.zeros(n, 2, D))
         self.register_load_state_dict_post_hook(_weights_loaded)
         self.version = 0
-        self._warm_key: Optional[tuple] = (
-            None  # state_key() the warm buffers were computed (or loaded) for
-        )
+        # state_key() the warm buffers were computed (or loaded) for
+        self._warm_key: Optional[tuple] = None
         self._warming = threading.Lock()
         self.eval()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        del state["_warming"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._warming = threading.Lock()
 
     @property
     def num_output_layers(self) -> int:

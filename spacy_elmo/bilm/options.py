@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Tuple
 
 import numpy as np
 
@@ -21,9 +21,8 @@ MAX_DIM = 2**16
 MAX_LAYERS = 64
 MAX_FILTERS = 256
 MAX_CHARACTERS_PER_TOKEN = 1024
-MAX_TABLE_ROWS = (
-    2**24
-)  # rows of a character or word table (ELMoForManyLangs: thousands to a few 100,000)
+# rows of a character or word table (ELMoForManyLangs: thousands to a few 100,000)
+MAX_TABLE_ROWS = 2**24
 MAX_PARAMETERS = 2**30
 MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 # Float options are used in float32: clips from its smallest normal to its largest value, and a
@@ -44,6 +43,180 @@ def read_json(path: Path, what: str = "ELMo options file") -> Any:
         ) from None
 
 
+REQUIRED = object()  # the default of an option that an options file must give
+
+
+def _integer(value: Any, where: str, bounds: Tuple[int, int], source: str) -> int:
+    """An int from `bounds[0]` to `bounds[1]` (a bool or a float is no int)."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ElmoFileError(f"{source}: '{where}' must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ElmoFileError(
+            f"{source}: '{where}' = {value!r} is out of range: it must be from {low} to {high}"
+        )
+    return value
+
+
+def _number(value: Any, where: str, bounds: Tuple[float, float], source: str) -> float:
+    """An int or float from `bounds[0]` to `bounds[1]`, as a float."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ElmoFileError(
+            f"{source}: '{where}' must be a number from {low:g} to {high:g}, got {value!r}"
+        )
+    return float(value)
+
+
+def _clip(value: Any, where: str, bounds: Tuple[float, float], source: str) -> float:
+    """A clip: a number within `bounds`, or null for none (inf)."""
+    return float("inf") if value is None else _number(value, where, bounds, source)
+
+
+def _boolean(value: Any, where: str, bounds: Any, source: str) -> bool:
+    if not isinstance(value, bool):
+        raise ElmoFileError(f"{source}: '{where}' must be true or false, got {value!r}")
+    return value
+
+
+def _one_of(value: Any, where: str, choices: Tuple[str, ...], source: str) -> str:
+    if value not in choices:
+        raise ElmoFileError(
+            f"{source}: unsupported '{where}' {value!r}; supported: {', '.join(choices)}"
+        )
+    return value
+
+
+def _filters(
+    value: Any, where: str, bounds: Tuple[int, int], source: str
+) -> Tuple[Tuple[int, int], ...]:
+    """1 to MAX_FILTERS [width, count] pairs, each number an int within `bounds`."""
+    if (
+        not isinstance(value, (list, tuple))
+        or not 0 < len(value) <= MAX_FILTERS
+        or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in value)
+    ):
+        raise ElmoFileError(
+            f"{source}: '{where}' must be a list of 1 to {MAX_FILTERS} "
+            f"[width, count] pairs, got {value!r}"
+        )
+    return tuple(
+        (
+            _integer(width, f"{where} width", bounds, source),
+            _integer(count, f"{where} count", bounds, source),
+        )
+        for width, count in value
+    )
+
+
+class Option(NamedTuple):
+    """One setting of a bilm-tf options dict, read into the `BiLMOptions` field `name`."""
+
+    name: str
+    path: str  # dotted: "char_cnn.embedding.dim"
+    check: Callable[[Any, str, Any, str], Any]  # (value, path, bounds, source) -> value
+    bounds: Any = ()  # (low, high), or the choices of `_one_of`
+    default: Any = REQUIRED  # what an absent key means (not checked)
+
+
+# The options with fixed bounds. `from_dict` checks, in this order (so that a file with several
+# problems always gets the same message): CHARACTER_OPTIONS, the filter widths against
+# max_characters_per_token, the character table (`_character_table`: sizes that depend on each
+# other), NETWORK_OPTIONS, the parameter count.
+CHARACTER_OPTIONS = (
+    Option(
+        "max_characters_per_token",
+        "char_cnn.max_characters_per_token",
+        _integer,
+        (3, MAX_CHARACTERS_PER_TOKEN),
+        50,
+    ),
+    Option("filters", "char_cnn.filters", _filters, (1, MAX_DIM)),
+)
+NETWORK_OPTIONS = (
+    Option("activation", "char_cnn.activation", _one_of, ACTIVATIONS, "relu"),
+    Option("cell_clip", "lstm.cell_clip", _clip, (FLOAT32_TINY, FLOAT32_MAX), float("inf")),
+    Option("proj_clip", "lstm.proj_clip", _clip, (FLOAT32_TINY, FLOAT32_MAX), float("inf")),
+    Option("forget_bias", "lstm.forget_bias", _number, (-MAX_FORGET_BIAS, MAX_FORGET_BIAS), 1.0),
+    Option("char_dim", "char_cnn.embedding.dim", _integer, (1, MAX_DIM)),
+    Option("n_highway", "char_cnn.n_highway", _integer, (0, MAX_LAYERS), 0),
+    Option("projection_dim", "lstm.projection_dim", _integer, (1, MAX_DIM)),
+    Option("lstm_dim", "lstm.dim", _integer, (1, MAX_DIM)),
+    Option("n_layers", "lstm.n_layers", _integer, (1, MAX_LAYERS)),
+    Option("use_skip_connections", "lstm.use_skip_connections", _boolean, (), False),
+)
+
+
+def _not_an_object(where: str, value: Any, source: str) -> ElmoFileError:
+    return ElmoFileError(f"{source}: '{where}' must be a JSON object, got {type(value).__name__}")
+
+
+def _check_sections(opts: Any, source: str) -> None:
+    """The top level: an object with `char_cnn` and `lstm` objects, bidirectional."""
+    if not isinstance(opts, dict):
+        raise ElmoFileError(f"{source}: expected a JSON object, got {type(opts).__name__}")
+    if "char_cnn" not in opts:
+        raise ElmoFileError(
+            f"{source}: no 'char_cnn' section. Only character-input biLMs are supported "
+            "(models with a word-embedding input layer are not)."
+        )
+    if "lstm" not in opts:
+        raise ElmoFileError(f"{source}: no 'lstm' section")
+    for name in ("char_cnn", "lstm"):
+        if not isinstance(opts[name], dict):
+            raise _not_an_object(name, opts[name], source)
+    if opts.get("bidirectional", True) is not True:
+        raise ElmoFileError(
+            f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported"
+        )
+
+
+def _read_options(opts: Dict[str, Any], table: Tuple[Option, ...], source: str) -> Dict[str, Any]:
+    """{name: value} for the options of `table`, read and checked in its order."""
+    return {option.name: _read_option(opts, option, source) for option in table}
+
+
+def _read_option(opts: Dict[str, Any], option: Option, source: str) -> Any:
+    """The checked value at `option.path`, or its default where the last key is absent."""
+    *sections, key = option.path.split(".")
+    node = opts
+    for depth, name in enumerate(sections, 1):
+        where = ".".join(sections[:depth])
+        if name not in node:
+            raise ElmoFileError(f"{source}: missing '{where}'")
+        node = node[name]
+        if not isinstance(node, dict):
+            raise _not_an_object(where, node, source)
+    if key in node:
+        return option.check(node[key], option.path, option.bounds, source)
+    if option.default is REQUIRED:
+        raise ElmoFileError(f"{source}: missing '{option.path}'")
+    return option.default
+
+
+def _character_table(cnn: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """`char_table`, `n_characters`, `word_dim` and `n_words`: a table's sizes, or the 262 byte ids
+    and no words."""
+    char_table = _boolean(cnn.get("char_table", False), "char_cnn.char_table", (), source)
+    if not char_table:
+        n_chars = _integer(
+            cnn.get("n_characters", 262), "char_cnn.n_characters", (261, 262), source
+        )
+        if cnn.get("word_dim", 0) or cnn.get("n_words", 0):
+            raise ElmoFileError(
+                f"{source}: 'char_cnn.word_dim' needs 'char_cnn.char_table' (a word table)"
+            )
+        return {"char_table": False, "n_characters": n_chars, "word_dim": 0, "n_words": 0}
+    if "n_characters" not in cnn:
+        raise ElmoFileError(f"{source}: missing 'char_cnn.n_characters'")
+    chars = (len(CHAR_SPECIALS) + 1, MAX_TABLE_ROWS)
+    n_chars = _integer(cnn["n_characters"], "char_cnn.n_characters", chars, source)
+    word_dim = _integer(cnn.get("word_dim", 0), "char_cnn.word_dim", (0, MAX_DIM), source)
+    words = (len(WORD_SPECIALS) + 1, MAX_TABLE_ROWS) if word_dim else (0, 0)
+    n_words = _integer(cnn.get("n_words", 0), "char_cnn.n_words", words, source)
+    return {"char_table": True, "n_characters": n_chars, "word_dim": word_dim, "n_words": n_words}
+
+
 @dataclass(frozen=True)
 class BiLMOptions:
     """Every size and clip of a biLM. Nothing is assumed: all of it comes from the options."""
@@ -57,9 +230,8 @@ class BiLMOptions:
     cell_clip: float = 3.0
     proj_clip: float = 3.0
     use_skip_connections: bool = True
-    forget_bias: float = (
-        1.0  # added to the forget gate at run time: bilm-tf's, not stored (0: stored in the bias)
-    )
+    # added to the forget gate at run time: bilm-tf's, not stored (0: stored in the bias)
+    forget_bias: float = 1.0
     activation: str = "relu"
     max_characters_per_token: int = 50
     n_characters: int = 262
@@ -96,155 +268,20 @@ class BiLMOptions:
 
     @classmethod
     def from_dict(cls, opts: Dict[str, Any], source: str = "options") -> "BiLMOptions":
-        """Validate a bilm-tf options dict: types (ints and bools are never coerced) and sizes
-        (bounded, so that nothing huge is allocated from a mistyped or hostile file). Raises
-        ElmoFileError naming `source` and the key."""
-        if not isinstance(opts, dict):
-            raise ElmoFileError(f"{source}: expected a JSON object, got {type(opts).__name__}")
-        if "char_cnn" not in opts:
-            raise ElmoFileError(
-                f"{source}: no 'char_cnn' section. Only character-input biLMs are supported "
-                "(models with a word-embedding input layer are not)."
-            )
-        if "lstm" not in opts:
-            raise ElmoFileError(f"{source}: no 'lstm' section")
-
-        def as_object(value: Any, where: str) -> Dict[str, Any]:
-            if not isinstance(value, dict):
-                raise ElmoFileError(
-                    f"{source}: '{where}' must be a JSON object, got {type(value).__name__}"
-                )
-            return value
-
-        cnn, lstm = as_object(opts["char_cnn"], "char_cnn"), as_object(opts["lstm"], "lstm")
-        if opts.get("bidirectional", True) is not True:
-            raise ElmoFileError(
-                f"{source}: 'bidirectional' must be true; unidirectional LMs are not supported"
-            )
-
-        def need(section: Dict[str, Any], key: str, where: str) -> Any:
-            if key not in section:
-                raise ElmoFileError(f"{source}: missing '{where}.{key}'")
-            return section[key]
-
-        def integer(value: Any, where: str, low: int, high: int) -> int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ElmoFileError(f"{source}: '{where}' must be an integer, got {value!r}")
-            if not low <= value <= high:
-                raise ElmoFileError(
-                    f"{source}: '{where}' = {value!r} is out of range: "
-                    f"it must be from {low} to {high}"
-                )
-            return value
-
-        def boolean(value: Any, where: str) -> bool:
-            if not isinstance(value, bool):
-                raise ElmoFileError(f"{source}: '{where}' must be true or false, got {value!r}")
-            return value
-
-        max_chars = integer(
-            cnn.get("max_characters_per_token", 50),
-            "char_cnn.max_characters_per_token",
-            3,
-            MAX_CHARACTERS_PER_TOKEN,
-        )
-        raw_filters = need(cnn, "filters", "char_cnn")
-        if (
-            not isinstance(raw_filters, (list, tuple))
-            or not 0 < len(raw_filters) <= MAX_FILTERS
-            or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in raw_filters)
-        ):
-            raise ElmoFileError(
-                f"{source}: 'char_cnn.filters' must be a list of 1 to {MAX_FILTERS} "
-                f"[width, count] pairs, got {raw_filters!r}"
-            )
-        filters = tuple(
-            (
-                integer(w, "char_cnn.filters width", 1, MAX_DIM),
-                integer(n, "char_cnn.filters count", 1, MAX_DIM),
-            )
-            for w, n in raw_filters
-        )
-        if max(w for w, _ in filters) > max_chars:
+        """Validate a bilm-tf options dict against the option tables: types (ints and bools are
+        never coerced) and sizes (bounded, so that nothing huge is allocated from a mistyped or
+        hostile file). Raises ElmoFileError naming `source` and the key."""
+        _check_sections(opts, source)
+        values = _read_options(opts, CHARACTER_OPTIONS, source)
+        max_chars = values["max_characters_per_token"]
+        if max(width for width, _ in values["filters"]) > max_chars:
             raise ElmoFileError(
                 f"{source}: a filter is wider than max_characters_per_token={max_chars}"
             )
-        char_table = boolean(cnn.get("char_table", False), "char_cnn.char_table")
-        if char_table:
-            n_chars = integer(
-                need(cnn, "n_characters", "char_cnn"),
-                "char_cnn.n_characters",
-                len(CHAR_SPECIALS) + 1,
-                MAX_TABLE_ROWS,
-            )
-            word_dim = integer(cnn.get("word_dim", 0), "char_cnn.word_dim", 0, MAX_DIM)
-            n_words = integer(
-                cnn.get("n_words", 0),
-                "char_cnn.n_words",
-                len(WORD_SPECIALS) + 1 if word_dim else 0,
-                MAX_TABLE_ROWS if word_dim else 0,
-            )
-        else:
-            n_chars = integer(cnn.get("n_characters", 262), "char_cnn.n_characters", 261, 262)
-            word_dim = n_words = 0
-            if cnn.get("word_dim", 0) or cnn.get("n_words", 0):
-                raise ElmoFileError(
-                    f"{source}: 'char_cnn.word_dim' needs 'char_cnn.char_table' (a word table)"
-                )
-        activation = cnn.get("activation", "relu")
-        if activation not in ACTIVATIONS:
-            raise ElmoFileError(
-                f"{source}: unsupported 'char_cnn.activation' {activation!r}; supported: "
-                f"{', '.join(ACTIVATIONS)}"
-            )
-
-        def number(value: Any, where: str, low: float, high: float) -> float:
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not low <= value <= high
-            ):
-                raise ElmoFileError(
-                    f"{source}: '{where}' must be a number from {low:g} to {high:g}, got {value!r}"
-                )
-            return float(value)
-
-        clips = {
-            key: float("inf")
-            if lstm.get(key) is None
-            else number(lstm[key], f"lstm.{key}", FLOAT32_TINY, FLOAT32_MAX)
-            for key in ("cell_clip", "proj_clip")
-        }
-        forget_bias = number(
-            lstm.get("forget_bias", 1.0), "lstm.forget_bias", -MAX_FORGET_BIAS, MAX_FORGET_BIAS
-        )
-        embedding = as_object(need(cnn, "embedding", "char_cnn"), "char_cnn.embedding")
-        known = {"lstm", "char_cnn"}
-        options = cls(
-            char_dim=integer(
-                need(embedding, "dim", "char_cnn.embedding"), "char_cnn.embedding.dim", 1, MAX_DIM
-            ),
-            filters=filters,
-            n_highway=integer(cnn.get("n_highway", 0), "char_cnn.n_highway", 0, MAX_LAYERS),
-            projection_dim=integer(
-                need(lstm, "projection_dim", "lstm"), "lstm.projection_dim", 1, MAX_DIM
-            ),
-            lstm_dim=integer(need(lstm, "dim", "lstm"), "lstm.dim", 1, MAX_DIM),
-            n_layers=integer(need(lstm, "n_layers", "lstm"), "lstm.n_layers", 1, MAX_LAYERS),
-            cell_clip=clips["cell_clip"],
-            proj_clip=clips["proj_clip"],
-            use_skip_connections=boolean(
-                lstm.get("use_skip_connections", False), "lstm.use_skip_connections"
-            ),
-            forget_bias=float(forget_bias),
-            activation=activation,
-            max_characters_per_token=max_chars,
-            n_characters=n_chars,
-            char_table=char_table,
-            word_dim=word_dim,
-            n_words=n_words,
-            extra={k: v for k, v in opts.items() if k not in known},
-        )
+        values.update(_character_table(opts["char_cnn"], source))
+        values.update(_read_options(opts, NETWORK_OPTIONS, source))
+        extra = {key: value for key, value in opts.items() if key not in ("lstm", "char_cnn")}
+        options = cls(**values, extra=extra)
         if options.n_parameters > MAX_PARAMETERS:
             raise ElmoFileError(
                 f"{source}: these sizes make {options.n_parameters:,} parameters, more than the "

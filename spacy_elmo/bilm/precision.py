@@ -187,9 +187,8 @@ class Int8Product(MatrixProduct):
             "the largest result of a matrix's int8 products, in float32,",
         )
         scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
-        with (
-            warnings.catch_warnings()
-        ):  # torch marks quantized tensor creation deprecated; its kernels stay
+        # torch marks quantized tensor creation deprecated; its kernels stay
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             q = torch.quantize_per_channel(
                 w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8
@@ -255,10 +254,11 @@ class PrecisionCopies:
     when they change. Not pickled: made again."""
 
     def __init__(self, network: "BiLM", source: str):
+        # `source`: what an error about the weights names
         self.network, self.source = (
             network,
             source,
-        )  # `source`: what an error about the weights names
+        )
         self.precision = "float32"
         self._products: Optional[List[List[LayerProducts]]] = None
         self._encoder: Optional["TokenEncoder"] = None

@@ -110,9 +110,8 @@ class PackedRunner:
     def set_precision(self, precision: str) -> None:
         """Resolve `precision` ("auto" included) for the network's device, forget what was derived,
         make the copies."""
-        resolved = resolve_precision(
-            precision, self.network.device, stacklevel=4
-        )  # warns where it was set
+        # warns where it was set
+        resolved = resolve_precision(precision, self.network.device, stacklevel=4)
         self.clear()
         self.copies.make(resolved)
 

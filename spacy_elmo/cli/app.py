@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from typing import Optional
 
 import typer
 
@@ -42,7 +43,7 @@ def errors():
         raise typer.Exit(1) from None
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     """Entry point of `python -m spacy_elmo` and the `spacy-elmo` script; exits with the command's
     code. A usage error (an unknown option or command, a missing argument, a value of the wrong
     type) is one `error:` line and exit 1 too, like every expected failure (click's own way is a box

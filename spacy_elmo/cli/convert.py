@@ -11,11 +11,12 @@ import typer
 
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import atomic_dir, inside_dir, write_errors
+from ..pretrain.outputs import HEAD_FILE, VOCAB_FILE
 from ..weights import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
 from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
-EXTRA_FILES = ("lm_head.pt", "vocab.txt")  # written next to a model by `pretrain`
+EXTRA_FILES = (HEAD_FILE, VOCAB_FILE)  # written next to a model by `pretrain`
 
 
 @app.command("convert")
@@ -47,18 +48,16 @@ def convert_cli(
             raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
-        local = (
-            not hub.is_published(src) and Path(src).is_dir()
-        )  # a published name is never a local directory
+        # a published name is never a local directory
+        local = not hub.is_published(src) and Path(src).is_dir()
         extras = [
             inside_dir(Path(src), name, "extra model file")
             for name in EXTRA_FILES
             if local and (Path(src) / name).is_file()
         ]
         for extra in extras:
-            if (
-                extra.suffix == ".pt"
-            ):  # copied only if it is a plain state dict, as `pretrain --init-from` reads it
+            # copied only if it is a plain state dict, as `pretrain --init-from` reads it
+            if extra.name == HEAD_FILE:
                 read_state_dict(extra, str(extra))
         with write_errors(dest), atomic_dir(dest) as tmp:  # DEST appears complete or not at all
             if target == "hdf5":
@@ -66,9 +65,8 @@ def convert_cli(
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
             written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
-        if (
-            target == "hdf5" and not bilm.state_policy.warm_start
-        ):  # what loading an hdf5 layout assumes
+        # what loading an hdf5 layout assumes
+        if target == "hdf5" and not bilm.state_policy.warm_start:
             typer.echo(
                 f"note: the hdf5 layout does not record the state policy: load it with "
                 f"state={bilm.state_policy.value!r} to get the same outputs",

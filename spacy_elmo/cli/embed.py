@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ..embed.options import DEFAULT_MAX_DOCBIN_BYTES, EmbedOptions
 from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
+
+if TYPE_CHECKING:
+    from ..embed import EmbedResult
 
 LAYER_HELP = (
     "all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token "
@@ -170,8 +175,6 @@ def embed_cli(
     this machine or on a Ray cluster (`--address`), on CPUs or, with `--device cuda`, each on its
     GPU.
     """
-    from tqdm import tqdm
-
     from ..embed import EmbedInterrupted, run
 
     options = EmbedOptions(
@@ -199,29 +202,46 @@ def embed_cli(
         gpus_per_worker=gpus_per_worker,
         max_docbin_bytes=max_docbin_bytes,
     )
+    with progress_bar(progress) as show:
+        try:
+            with errors():
+                result = run(options, progress=show)
+        except EmbedInterrupted as err:
+            where = "" if err.resume_from is None else f" (from line {err.resume_from})"
+            typer.echo(
+                f"interrupted: continue with "
+                f"{'--resume' if err.resume_from is not None else 'the same command'}"
+                f"{where}",
+                err=True,
+            )
+            raise typer.Exit(130) from None
+    report(result, output_path, weights)
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A `progress(done, total)` for `run` that shows a tqdm bar of lines (`enabled`: shown), made
+    at the first line (the lines a resumed run keeps are known by then) and closed after the
+    block."""
+    from tqdm import tqdm
+
     bar = None
 
     def show(done: int, total: int) -> None:
         nonlocal bar
-        if bar is None:  # the first line: the lines a resumed run keeps are known by now
-            bar = tqdm(total=total, initial=done - 1, unit=" lines", disable=not progress)
+        if bar is None:
+            bar = tqdm(total=total, initial=done - 1, unit=" lines", disable=not enabled)
         bar.update(done - bar.n)
 
     try:
-        with errors():
-            result = run(options, progress=show)
-    except EmbedInterrupted as err:
-        where = "" if err.resume_from is None else f" (from line {err.resume_from})"
-        typer.echo(
-            f"interrupted: continue with "
-            f"{'--resume' if err.resume_from is not None else 'the same command'}"
-            f"{where}",
-            err=True,
-        )
-        raise typer.Exit(130) from None
+        yield show
     finally:
         if bar is not None:
             bar.close()
+
+
+def report(result: EmbedResult, output_path: Path, weights: str) -> None:
+    """What a run did, on stderr: the lines and tokens it wrote, and their speed."""
     if describe_source(weights) != weights:  # a spaCy pipeline: say whose biLM
         typer.echo(f"weights: the {describe_source(weights)}", err=True)
     if not result.wrote:
@@ -230,8 +250,7 @@ def embed_cli(
     seconds = max(result.seconds, 1e-9)
     typer.echo(
         f"wrote {output_path}: {result.lines_done + result.lines_run} lines ({result.lines_run} in "
-        f"this run), "
-        f"{result.tokens} tokens in {result.seconds:.1f} s, "
+        f"this run), {result.tokens} tokens in {result.seconds:.1f} s, "
         f"{result.tokens / seconds:,.0f} tokens/s",
         err=True,
     )

@@ -11,6 +11,7 @@ import typer
 from ..bilm import BiLM
 from ..errors import ElmoUntrainedWarning
 from ..files import inside_dir
+from ..pretrain.outputs import HEAD_FILE
 from ..weights import hub, load_bilm, locate, read_state_dict
 from ..weights.efml import architecture_file
 from ..weights.locate import describe_source
@@ -44,7 +45,7 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
     )
 
 
-def describe(model: str, state: str | None = None) -> dict[str, Any]:
+def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly."""
     with warnings.catch_warnings():  # reported below, as `untrained`
         warnings.simplefilter("ignore", ElmoUntrainedWarning)
@@ -59,7 +60,7 @@ def describe(model: str, state: str | None = None) -> dict[str, Any]:
         if (directory / name).is_file()
     ]
     softmax = None
-    if extra and extra[0].name == "lm_head.pt":
+    if extra and extra[0].name == HEAD_FILE:
         softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
     o = bilm.options
     return {

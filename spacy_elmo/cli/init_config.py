@@ -12,7 +12,7 @@ ELMo_k]` (`spacy_elmo.ElmoAtOutput.v1`), a mix per component; every mix over the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional
+from typing import Annotated, Any, Dict, List, Optional, Tuple
 
 import typer
 
@@ -147,6 +147,26 @@ def tok2vec_model(
     }
 
 
+def component_tok2vec(
+    sizes: Dict[str, int], shared: bool, elmo_at: str, elmo_layers: Optional[List[int]]
+) -> Dict[str, Any]:
+    """A component's `tok2vec`: a listener of the shared one, or its own of `sizes`; with ELMo at
+    its input and/or its encoder's output, as `elmo_at` says."""
+    elmo = features(elmo_layers) if elmo_at in ("input", "both") else None
+    tok2vec = (
+        {"@architectures": "spacy.Tok2VecListener.v1", "width": SHARED, "upstream": "*"}
+        if shared
+        else tok2vec_model(sizes["width"], sizes["depth"], sizes["width"], elmo)
+    )
+    if elmo_at in ("output", "both"):  # [h_k; ELMo_k]: the component's own mix at its output
+        tok2vec = {
+            "@architectures": "spacy_elmo.ElmoAtOutput.v1",
+            "tok2vec": tok2vec,
+            "elmo": features(elmo_layers),
+        }
+    return tok2vec
+
+
 def base_config(
     lang: str,
     components: List[str],
@@ -179,39 +199,18 @@ def base_config(
             "train": {**corpus, "path": "${paths.train}"},
             "dev": {**corpus, "path": "${paths.dev}"},
         },
-        "training": {
-            "annotating_components": ["elmo"]
-        },  # elmo annotates every batch; it has nothing to train
+        # elmo annotates every batch; it has nothing to train
+        "training": {"annotating_components": ["elmo"]},
         "components": {"elmo": {"factory": "elmo", "weights": "${paths.elmo}"}},
     }
-    elmo_in = elmo_at in ("input", "both")
     if shared:
+        elmo = features(elmo_layers) if elmo_at in ("input", "both") else None
         config["components"]["tok2vec"] = {
             "factory": "tok2vec",
-            "model": tok2vec_model(
-                sizes["width"], sizes["depth"], SHARED, features(elmo_layers) if elmo_in else None
-            ),
+            "model": tok2vec_model(sizes["width"], sizes["depth"], SHARED, elmo),
         }
     for name in components:
-        tok2vec = (
-            {"@architectures": "spacy.Tok2VecListener.v1", "width": SHARED, "upstream": "*"}
-            if shared
-            else tok2vec_model(
-                sizes["width"],
-                sizes["depth"],
-                sizes["width"],
-                features(elmo_layers) if elmo_in else None,
-            )
-        )
-        if elmo_at in (
-            "output",
-            "both",
-        ):  # [h_k; ELMo_k]: the component's own mix at its encoder's output
-            tok2vec = {
-                "@architectures": "spacy_elmo.ElmoAtOutput.v1",
-                "tok2vec": tok2vec,
-                "elmo": features(elmo_layers),
-            }
+        tok2vec = component_tok2vec(sizes, shared, elmo_at, elmo_layers)
         config["components"][name] = {"factory": name, "model": {**HEADS[name], "tok2vec": tok2vec}}
     return config
 
@@ -259,6 +258,52 @@ def write_config(text: str, output: Path, force: bool) -> None:
         raise ElmoFileError(f"{output}: cannot write the config: {err.strerror or err}") from None
 
 
+PIPELINE_HELP = (
+    f"comma-separated components to train, of {', '.join(SUPPORTED)} (elmo and tok2vec are added)"
+)
+OPTIMIZE_HELP = (
+    "efficiency: one shared tok2vec (width 96, depth 4) and one ELMo mix for all components; "
+    "accuracy: each component its own embedding, encoder (width 256, depth 8) and ELMo mix"
+)
+GPU_HELP = (
+    'train on a GPU: [system] gpu_allocator = "pytorch", so the biLM and spaCy share one memory '
+    "pool"
+)
+ELMO_AT_HELP = (
+    "where ELMo goes: input ([x_k; ELMo_k], the embedding), output ([h_k; ELMo_k] after the "
+    "encoder, a mix per component) or both (Peters et al. 2018, sec. 3.3)"
+)
+ELMO_LAYERS_HELP = (
+    "the biLM layers every ELMo mix reads, comma-separated, 0 the token layer: e.g. 0,1 (Reimers "
+    "and Gurevych 2019); checked against the biLM now. Default: all"
+)
+
+
+def check_options(
+    pipeline: str, optimize: str, elmo_at: str, elmo_layers: Optional[str], weights: str
+) -> Tuple[List[str], Optional[List[int]]]:
+    """The components of `--pipeline` and the layers of `--elmo-layers` (None: all), once every
+    option is checked (the weights found, and loaded where `--elmo-layers` is checked against
+    them); ElmoError naming the option otherwise."""
+    components = parse_pipeline(pipeline)
+    if optimize not in SIZES:
+        raise ElmoConfigError(f"--optimize must be efficiency or accuracy, got {optimize!r}")
+    if elmo_at not in ELMO_AT:
+        raise ElmoConfigError(f"--elmo-at must be input, output or both, got {elmo_at!r}")
+    layers = parse_layers(elmo_layers) if elmo_layers is not None else None
+    try:
+        locate(weights)
+        n_layers = load_bilm(weights).num_output_layers if layers is not None else None
+    except ElmoError as err:
+        raise type(err)(f"--weights: {err}") from None
+    if layers is not None and max(layers) >= n_layers:
+        raise ElmoConfigError(
+            f"--elmo-layers {elmo_layers!r}: the biLM has layers 0 to {n_layers - 1} "
+            "(0: the token layer)"
+        )
+    return components, layers
+
+
 @app.command("init-config")
 def init_config_cli(
     output: Annotated[
@@ -268,54 +313,16 @@ def init_config_cli(
         str, typer.Option("--weights", "-w", help=WEIGHTS_HELP + "; written as [paths] elmo")
     ],
     pipeline: Annotated[
-        str,
-        typer.Option(
-            "--pipeline",
-            "-p",
-            help=f"comma-separated components to train, of "
-            f"{', '.join(SUPPORTED)} (elmo and tok2vec are added)",
-        ),
+        str, typer.Option("--pipeline", "-p", help=PIPELINE_HELP)
     ] = "tagger,parser,ner",
     lang: Annotated[
         str, typer.Option("--lang", "-l", help="spaCy language code of the pipeline")
     ] = "en",
-    optimize: Annotated[
-        str,
-        typer.Option(
-            "--optimize",
-            "-o",
-            help="efficiency: one shared tok2vec (width 96, depth "
-            "4) and one ELMo mix for all components; accuracy: each component its own "
-            "embedding, encoder (width 256, depth 8) and ELMo mix",
-        ),
-    ] = "efficiency",
-    gpu: Annotated[
-        bool,
-        typer.Option(
-            "--gpu",
-            "-G",
-            help='train on a GPU: [system] gpu_allocator = "pytorch", '
-            "so the biLM and spaCy share one memory pool",
-        ),
-    ] = False,
-    elmo_at: Annotated[
-        str,
-        typer.Option(
-            "--elmo-at",
-            help="where ELMo goes: input ([x_k; ELMo_k], the embedding), "
-            "output ([h_k; ELMo_k] after the encoder, a mix per component) or both "
-            "(Peters et al. 2018, sec. 3.3)",
-        ),
-    ] = "input",
+    optimize: Annotated[str, typer.Option("--optimize", "-o", help=OPTIMIZE_HELP)] = "efficiency",
+    gpu: Annotated[bool, typer.Option("--gpu", "-G", help=GPU_HELP)] = False,
+    elmo_at: Annotated[str, typer.Option("--elmo-at", help=ELMO_AT_HELP)] = "input",
     elmo_layers: Annotated[
-        Optional[str],
-        typer.Option(
-            "--elmo-layers",
-            help="the biLM layers every ELMo mix reads, "
-            "comma-separated, 0 the token layer: e.g. 0,1 (Reimers and "
-            "Gurevych 2019); checked against the biLM now. "
-            "Default: all",
-        ),
+        Optional[str], typer.Option("--elmo-layers", help=ELMO_LAYERS_HELP)
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", "-F", help="overwrite OUTPUT if it exists")
@@ -331,22 +338,7 @@ def init_config_cli(
     dev.spacy`.
     """
     with errors():
-        components = parse_pipeline(pipeline)
-        if optimize not in SIZES:
-            raise ElmoConfigError(f"--optimize must be efficiency or accuracy, got {optimize!r}")
-        if elmo_at not in ELMO_AT:
-            raise ElmoConfigError(f"--elmo-at must be input, output or both, got {elmo_at!r}")
-        layers = parse_layers(elmo_layers) if elmo_layers is not None else None
-        try:
-            locate(weights)
-            n_layers = load_bilm(weights).num_output_layers if layers is not None else None
-        except ElmoError as err:
-            raise type(err)(f"--weights: {err}") from None
-        if layers is not None and max(layers) >= n_layers:
-            raise ElmoConfigError(
-                f"--elmo-layers {elmo_layers!r}: the biLM has layers 0 to {n_layers - 1} "
-                "(0: the token layer)"
-            )
+        components, layers = check_options(pipeline, optimize, elmo_at, elmo_layers, weights)
         text = build_config(lang, components, weights, optimize, gpu, elmo_at, layers).to_str()
         if str(output) == "-":
             typer.echo(text)

@@ -41,8 +41,7 @@ def pretrain_cli(
         Optional[list[str]],
         typer.Option(
             help="training text, one sentence per line: a file or a directory, optionally gzipped "
-            "(sets "
-            "paths.train); repeat it, or list more paths after OUTPUT_DIR"
+            "(sets paths.train); repeat it, or list more paths after OUTPUT_DIR"
         ),
     ] = None,
     dev: Annotated[
@@ -62,16 +61,14 @@ def pretrain_cli(
         Optional[str],
         typer.Option(
             help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 "
-            "weights, or a "
-            "published model's name (from the cache that `download` fills)"
+            "weights, or a published model's name (from the cache that `download` fills)"
         ),
     ] = None,
     resume: Annotated[
         bool,
         typer.Option(
             help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; "
-            "only when to "
-            "stop, evaluate or checkpoint may change)"
+            "only when to stop, evaluate or checkpoint may change)"
         ),
     ] = False,
     export_hdf5: Annotated[

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import islice
+from typing import Optional, Union
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ..errors import ElmoConfigError
 from .h5writer import Pieces
 
 
-def parse_layer(spec: str, num_output_layers: int) -> str | int:
+def parse_layer(spec: str, num_output_layers: int) -> Union[str, int]:
     """`all`, `top`, `average` or a layer number `0 .. n_layers` (0: the token layer)."""
     if spec in ("all", "top", "average"):
         return spec
@@ -31,7 +32,7 @@ def parse_layer(spec: str, num_output_layers: int) -> str | int:
     )
 
 
-def select_layer(layers: np.ndarray, layer: str | int) -> np.ndarray:
+def select_layer(layers: np.ndarray, layer: Union[str, int]) -> np.ndarray:
     """`(n_layers + 1, n_tokens, dim)` -> itself (`all`) or `(n_tokens, dim)` (`top`, `average`,
     N)."""
     if layer == "all":
@@ -46,10 +47,10 @@ def embed_blocks(
     sentences: Iterable[tuple[str, list[str]]],
     *,
     block: int,
-    layer: str | int = "all",
+    layer: Union[str, int] = "all",
     batch_size: int = 64,
     dtype: str = "float32",
-    on_line: Callable[[int], None] | None = None,
+    on_line: Optional[Callable[[int], None]] = None,
     first_line: int = 1,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """`(text, array)` per `(text, tokens)`: the chosen layers `(n_layers + 1, n_tokens, dim)` or
@@ -92,7 +93,12 @@ def on_line_number(first_line: int, lines: int = 1) -> Iterator[None]:
 
 
 def in_pieces(
-    bilm: ElmoEmbedder, tokens: list[str], layer: str | int, batch_size: int, dtype: str, line: int
+    bilm: ElmoEmbedder,
+    tokens: list[str],
+    layer: Union[str, int],
+    batch_size: int,
+    dtype: str,
+    line: int,
 ) -> Pieces:
     """A line (number `line`) longer than `long_sentence(batch_size)` tokens: its chosen layers as
     consecutive pieces along the token axis, computed as they are written (memory bounded by

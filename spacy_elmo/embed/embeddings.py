@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional, Union
 
 import h5py
 import numpy as np
@@ -24,7 +25,7 @@ class Embeddings:
     `len`, `[i] -> np.ndarray` (`(n_layers + 1, n_tokens, dim)` or `(n_tokens, dim)`), iteration in
     order, `settings`. Close it (or use `with`) to close its files."""
 
-    def __init__(self, path: str | os.PathLike, verify: bool = False):
+    def __init__(self, path: Union[str, os.PathLike], verify: bool = False):
         self.path = Path(path)
         if self.path.is_dir():
             work = WorkDir(self.path, self.path, "shard")
@@ -50,7 +51,7 @@ class Embeddings:
         else:
             self.paths, ranges, self.settings = [self.path], None, None
         self.ranges = ranges
-        self.files: list[h5py.File | None] = [None] * len(self.paths)
+        self.files: list[Optional[h5py.File]] = [None] * len(self.paths)
         first = self._file(0)
         if self.settings is None:
             self.settings = _settings(first, self.paths[0])
@@ -156,7 +157,7 @@ def _settings(f: h5py.File, path: Path) -> dict:
     return settings
 
 
-def open_embeddings(path: str | os.PathLike, verify: bool = False) -> Embeddings:
+def open_embeddings(path: Union[str, os.PathLike], verify: bool = False) -> Embeddings:
     """Open the output of `python -m spacy_elmo embed` (a file, or a directory of shards) for
     reading. A shard directory's manifest is checked against its shards (ranges, sizes; each shard's
     lines when it is first read); `verify` checks each shard's sha256 too, reading every shard

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 import h5py
 import numpy as np
@@ -75,14 +75,18 @@ class H5Writer:
     """
 
     def __init__(
-        self, path: Path, reopen_every: int, tmp_dir: Path | None = None, compressed: bool = False
+        self,
+        path: Path,
+        reopen_every: int,
+        tmp_dir: Optional[Path] = None,
+        compressed: bool = False,
     ):
         self.path, self.reopen_every = path, reopen_every
         self.libver = LIBVER_CHUNKED if compressed else LIBVER
         self.tmp = (tmp_dir or path.parent) / (path.name + TMP)
         self.needed, self.reserved, self.count = BASE_BYTES, 0, 0
         self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.h5: h5py.File | None = None
+        self.h5: Optional[h5py.File] = None
         try:
             self._reserve(0)  # before HDF5 writes its superblock
             self.h5 = h5py.File(self.tmp, "w", libver=self.libver)  # truncates: reserve again
@@ -99,14 +103,17 @@ class H5Writer:
             try:
                 os.posix_fallocate(self.fd, 0, size)
             except OSError as err:
+                # no fallocate here: HDF5 writes unguarded
                 if err.errno not in (
                     errno.EOPNOTSUPP,
                     errno.EINVAL,
-                ):  # no fallocate here: HDF5 writes unguarded
+                ):
                     raise
             self.reserved = size
 
-    def add(self, name: str, data: np.ndarray | Pieces, compression: str | None = None) -> None:
+    def add(
+        self, name: str, data: Union[np.ndarray, Pieces], compression: Optional[str] = None
+    ) -> None:
         """One dataset `name` holding `data`; `compression` (gzip, lzf) where it has elements, as
         one chunk, bytes shuffled (the exponent bytes of the floats together compress best)."""
         if isinstance(data, Pieces):
@@ -121,7 +128,7 @@ class H5Writer:
         self.h5.create_dataset(name, data=data, **filters)
         self._counted()
 
-    def _add_pieces(self, name: str, data: Pieces, compression: str | None) -> None:
+    def _add_pieces(self, name: str, data: Pieces, compression: Optional[str]) -> None:
         """A dataset written piece by piece along `data.axis`, chunked by the largest piece's
         length: memory holds one piece, never the whole array."""
         chunks = tuple(data.chunk if i == data.axis else n for i, n in enumerate(data.shape))
@@ -149,9 +156,8 @@ class H5Writer:
 
     def copy_from(self, src: h5py.File, name: str) -> None:
         """Dataset `name` of `src` copied as stored (dtype, filters), without decoding it."""
-        dataset = h5py.h5d.open(
-            src.id, name.encode()
-        )  # the low-level handle: `src[name]` costs 0.3 ms
+        # the low-level handle: `src[name]` costs 0.3 ms
+        dataset = h5py.h5d.open(src.id, name.encode())
         self._reserve(
             dataset.get_storage_size(),
             chunked=dataset.get_create_plist().get_layout() == h5py.h5d.CHUNKED,
@@ -169,13 +175,12 @@ class H5Writer:
     def _close(self) -> None:
         """Give back the unused reservation, then close: HDF5 may count a file's whole length as
         allocated at close, and would place the data written after a reopening beyond it."""
-        os.ftruncate(
-            self.fd, self.h5.id.get_filesize()
-        )  # HDF5's end of allocated space, while open
+        # HDF5's end of allocated space, while open
+        os.ftruncate(self.fd, self.h5.id.get_filesize())
         self.h5.close()
         self.h5 = None
 
-    def finish(self, index_json: bytes | bytearray, settings: dict[str, Any]) -> None:
+    def finish(self, index_json: Union[bytes, bytearray], settings: dict[str, Any]) -> None:
         """Write `sentence_to_index` and the settings, then `commit()`.
 
         The JSON is written from its buffer as one fixed-length string (`f[INDEX][0]` reads it as
@@ -188,7 +193,7 @@ class H5Writer:
         self.commit()
 
     def finish_in_pieces(
-        self, size: int, pieces: Iterable[bytes | memoryview], settings: dict[str, Any]
+        self, size: int, pieces: Iterable[Union[bytes, memoryview]], settings: dict[str, Any]
     ) -> None:
         """`finish` for an index of `size` bytes given as consecutive `pieces`, never held whole:
         HDF5 is asked what `finish` asks (the same file, byte for byte), the index's bytes given
@@ -251,7 +256,7 @@ def write_piece(
     lines: Iterable[Line],
     settings: dict[str, Any],
     *,
-    compression: str | None = None,
+    compression: Optional[str] = None,
     reopen_every: int = 10_000,
 ) -> None:
     """Write one whole file at `path` from `(text, array)` for `count` lines, its datasets named
@@ -308,7 +313,7 @@ def assemble(
         raise
 
 
-def _joined_index(pieces: list[Path], sizes: list[int]) -> Iterator[bytes | memoryview]:
+def _joined_index(pieces: list[Path], sizes: list[int]) -> Iterator[Union[bytes, memoryview]]:
     """The bytes of the joined `sentence_to_index`, a piece's index at a time."""
     yield b"{"
     first = True
@@ -331,7 +336,7 @@ class HDF5Output:
     """The `OutputWriter` of HDF5 files in the layout above: lines `compression`ed (gzip, lzf or
     None), each file closed and reopened every `reopen_every` datasets (see `H5Writer`)."""
 
-    compression: str | None = None
+    compression: Optional[str] = None
     reopen_every: int = 10_000
 
     def write_piece(

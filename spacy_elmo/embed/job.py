@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Optional, TypedDict
+from typing import Optional, TypedDict, Union
 
 import torch
 from spacy.language import Language
@@ -27,9 +27,10 @@ from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from ..files import regular_file
 from ..weights import load_bilm
 from .compute import embed_blocks, parse_layer
+from .flock import held_by, locked
 from .h5writer import TMP, HDF5Output, write_error
 from .options import EmbedOptions
-from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, held_by, locked, plan
+from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan
 from .sentences import read_sentences, scan_input
 from .writer import OutputWriter
 
@@ -70,9 +71,9 @@ class Job:
     options: EmbedOptions
     settings: Settings
     writer: OutputWriter
-    nlp: Language | None = None
-    layer: str | int = "all"
-    on_line: Callable[[int], None] | None = None
+    nlp: Optional[Language] = None
+    layer: Union[str, int] = "all"
+    on_line: Optional[Callable[[int], None]] = None
     lines_done: int = 0
     lines_run: int = 0
 
@@ -85,7 +86,7 @@ class Job:
         return self.options.output
 
     @property
-    def shards(self) -> int | None:
+    def shards(self) -> Optional[int]:
         return self.options.shards
 
     @property
@@ -146,7 +147,7 @@ def write_range(
     i: int,
     start: int,
     stop: int,
-    sentences: Iterable[tuple[str, list[str]]] | None = None,
+    sentences: Optional[Iterable[tuple[str, list[str]]]] = None,
 ) -> None:
     """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
     complete. `sentences` continues a reader already at line `start`;
@@ -222,7 +223,7 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     return True
 
 
-def embed_sharded(bilm: ElmoEmbedder, job: Job, only: int | None = None) -> bool:
+def embed_sharded(bilm: ElmoEmbedder, job: Job, only: Optional[int] = None) -> bool:
     """Write `job.output` as a directory of `job.shards` shards and `manifest.json`; only shard
     `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
     whole). Returns False where every shard asked for was complete already."""
@@ -234,15 +235,16 @@ def embed_sharded(bilm: ElmoEmbedder, job: Job, only: int | None = None) -> bool
 
 
 def start_sharded(
-    job: Job, only: int | None = None
+    job: Job, only: Optional[int] = None
 ) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
     """Make or check the shard directory and its manifest: the directory, every shard's line range
     and the shards still to write (only `only` where given)."""
     out = job.output
+    # a run that made the directory and has not written its manifest yet
     ours = (
         LOCK,
         MANIFEST + TMP,
-    )  # a run that made the directory and has not written its manifest yet
+    )
     if out.exists() and (
         not out.is_dir()
         or not os.path.lexists(out / MANIFEST)
@@ -267,9 +269,8 @@ def start_sharded(
         if manifests.has_manifest():
             manifest = manifests.manifest()
             check_settings(out, manifest.settings, job.settings)
-            manifest = manifests.record_complete(
-                manifest
-            )  # killed between a shard's rename and the manifest's update
+            # killed between a shard's rename and the manifest's update
+            manifest = manifests.record_complete(manifest)
         else:
             manifest = Manifest(
                 "shards", job.settings, ranges, [False] * len(ranges), [None] * len(ranges)
@@ -277,9 +278,8 @@ def start_sharded(
             manifests.write_manifest(manifest)
     todo = [i for i, done in enumerate(complete) if not done and only in (None, i)]
     asked = [i for i, done in enumerate(complete) if done and only in (None, i)]
-    manifests.check_shards(
-        manifest, [] if todo else asked
-    )  # sha256 where all asked for is complete already
+    # sha256 where all asked for is complete already
+    manifests.check_shards(manifest, [] if todo else asked)
     job.lines_done = sum(b - a for (a, b), done in zip(ranges, complete) if done)
     return manifests, ranges, todo
 

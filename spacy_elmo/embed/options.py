@@ -15,9 +15,8 @@ DTYPES = ("float32", "float16")
 COMPRESSIONS = ("none", "gzip", "lzf")
 ENGINES = ("local", "ray")
 DEFAULT_BLOCK = 10_000
-DEFAULT_MAX_DOCBIN_BYTES = (
-    2 << 30
-)  # a .spacy input decompressed: a DocBin of some 800,000 sentences
+# a .spacy input decompressed: a DocBin of some 800,000 sentences
+DEFAULT_MAX_DOCBIN_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)

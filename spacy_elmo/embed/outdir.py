@@ -4,7 +4,7 @@
 sharded output. It holds `manifest.json` (the output's kind, every setting including the input's
 path, size and sha256, the pieces' line ranges and, for shards, which are complete and each complete
 one's record), the pieces (`part-00000.hdf5`, ... or `shard-00000.hdf5`, ...) and `lock`, which a
-writer holds (flock) while it runs.
+writer holds (flock, see `embed.flock`) while it runs.
 
 A shard's record (its line range, line count, size in bytes and sha256) is taken once, when the
 shard is found complete; the manifest is checked, never trusted: its ranges must be those its
@@ -16,17 +16,14 @@ verify=True)` asks for it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import socket
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import Any, Optional
 
 from ..errors import ElmoFileError, ElmoResumeError
 from ..files import (
@@ -38,6 +35,7 @@ from ..files import (
     regular_file,
     write_atomic,
 )
+from .flock import take_lock
 from .h5writer import write_error
 
 FORMAT = "spacy_elmo.embed/1"
@@ -108,87 +106,6 @@ def _record(record: Any) -> Optional[dict[str, Any]]:
             f"a shard's record must be null or an object of {', '.join(RECORD_KEYS)}: {record!r}"
         )
     return record
-
-
-def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
-    """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
-    another process holds it (naming it: the holder writes its pid and host into the file); the lock
-    lasts until the returned file is closed (`release`). A holder may remove the file as it releases
-    it: a process that waited on the removed file then takes the one now at `path`."""
-    while True:
-        try:
-            file = open(path, "a+")  # the caller holds it open
-        except OSError as err:
-            raise write_error(err, path) from None
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            who = _holder(file)
-            file.close()
-            raise ElmoResumeError(
-                f"{output} is locked by another process that is writing it ("
-                f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
-                "again"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        file.close()  # removed by its holder meanwhile
-    try:
-        file.truncate(0)
-        file.write(f"{os.getpid()} {socket.gethostname()}\n")
-        file.flush()
-    except OSError:
-        pass  # the lock holds without its holder's name (a full disk)
-    return file
-
-
-def release(lock: IO[str], remove: bool = False) -> None:
-    """Release a lock of `take_lock`; `remove`: remove its file first (no lock file stays once a run
-    is done)."""
-    if remove:
-        try:
-            os.unlink(lock.name)
-        except OSError:
-            pass
-    lock.close()
-
-
-@contextmanager
-def locked(path: Path, output: Path, wait: bool = False) -> Iterator[None]:
-    """`take_lock` for the block; the lock's file is removed as it is released."""
-    lock = take_lock(path, output, wait)
-    try:
-        yield
-    finally:
-        release(lock, remove=True)
-
-
-def _holder(lock: IO[str]) -> str:
-    """`pid N on HOST` as the holder of `lock` wrote it, or ""."""
-    try:
-        lock.seek(0)
-        found = lock.read(300).split()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    return f"pid {found[0]} on {found[1]}" if len(found) == 2 and found[0].isdigit() else ""
-
-
-def held_by(path: Path) -> Optional[str]:
-    """Whether another process holds the lock at `path`: `pid N on HOST` (or "a process" where it
-    did not say which), else None."""
-    try:
-        file = open(path)
-    except OSError:
-        return None
-    with file:
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _holder(file) or "a process"
-        return None
 
 
 def piece_name(kind: str, i: int) -> str:
@@ -311,21 +228,19 @@ class WorkDir:
             if record["range"] != list(lines) or record["lines"] != lines[1] - lines[0]:
                 raise ElmoFileError(
                     f"{self.piece(i)}: recorded as lines {record['range']} ({record['lines']} "
-                    f"lines), "
-                    f"where {self.path / MANIFEST} gives it {list(lines)}: the manifest was edited"
+                    f"lines), where {self.path / MANIFEST} gives it {list(lines)}: the manifest "
+                    "was edited"
                 )
             size = regular_file(self.piece(i), "shard of the output").st_size
             if size != record["bytes"]:
                 raise ElmoFileError(
                     f"{self.piece(i)}: {size:,} bytes, where {record['bytes']:,} were recorded "
-                    f"when it "
-                    f"was complete: truncated, replaced or damaged; {redo}"
+                    f"when it was complete: truncated, replaced or damaged; {redo}"
                 )
             if i in hashed and self.record(i, lines)["sha256"] != record["sha256"]:
                 raise ElmoFileError(
                     f"{self.piece(i)}: its sha256 differs from the one recorded when it was "
-                    f"complete: "
-                    f"changed or damaged; {redo}"
+                    f"complete: changed or damaged; {redo}"
                 )
 
     def create(self, exist_ok: bool = False) -> None:
@@ -349,7 +264,7 @@ class WorkDir:
             raise write_error(err, self.path) from None
 
 
-def plan(lines: int, block: int, shards: int | None) -> list[tuple[int, int]]:
+def plan(lines: int, block: int, shards: Optional[int]) -> list[tuple[int, int]]:
     """Line ranges of the pieces: blocks of `block` lines, or `shards` runs of whole blocks
     (so that a line is computed alike in both: each block starts from an empty token cache)."""
     blocks = -(-lines // block)
@@ -394,8 +309,7 @@ def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> Non
             )
             raise ElmoResumeError(
                 f"{path} was started on other content of {now['input']}: the input changed since "
-                f"({changed}); "
-                "restore it, or remove the output to start again"
+                f"({changed}); restore it, or remove the output to start again"
             )
         raise ElmoResumeError(
             f"{path} was started on another input ({then.get('input')} then, {now['input']} now)"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import ray
@@ -49,7 +49,12 @@ class ShardWriter:
     the other shards go on, and the driver reports the first in one line."""
 
     def __init__(
-        self, job: Job, weights: str, lang: str | None, ranges: list[tuple[int, int]], threads: int
+        self,
+        job: Job,
+        weights: str,
+        lang: Optional[str],
+        ranges: list[tuple[int, int]],
+        threads: int,
     ):
         import spacy
 
@@ -59,12 +64,13 @@ class ShardWriter:
         self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
+            # "cuda": the GPU Ray gave this actor
             self.bilm = load_bilm(
                 weights,
                 state=job.settings["state"],
                 precision=job.settings["precision"],
                 device=job.settings["device"],
-            )  # "cuda": the GPU Ray gave this actor
+            )
             if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
                 raise ElmoFileError(
                     f"{weights}: other weights on {socket.gethostname()} than where the run "
@@ -133,7 +139,7 @@ def ray_stderr() -> Iterator[None]:
         capture.close()
 
 
-def connect(address: str | None) -> bool:
+def connect(address: Optional[str]) -> bool:
     """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
     runs in this process already. Returns whether it started (the caller then shuts it down).
     Ray that cannot start is an ElmoResourceError in one line. Ray logs only errors here, and the
@@ -167,16 +173,96 @@ def connect(address: str | None) -> bool:
     return True
 
 
+@contextmanager
+def ray_session(address: Optional[str]) -> Iterator[None]:
+    """Ray for the block (`connect`; shut down after it where this call started it), with Ray Data's
+    progress bars off (the caller reports progress) and its log at ERROR level."""
+    started = connect(address)
+    context, log = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
+    bars, level = context.enable_progress_bars, log.level
+    context.enable_progress_bars = False
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        context.enable_progress_bars = bars
+        log.setLevel(level)
+        if started:
+            ray.shutdown()
+
+
+def pool_size(
+    shards: int, workers: Optional[int], threads_per_worker: int, gpus_per_worker: float
+) -> int:
+    """The actors of the pool: `workers`, else as many as the cluster's CPUs and GPUs hold, at most
+    one per shard. ElmoResourceError where the cluster has fewer than `gpus_per_worker` GPUs."""
+    resources = ray.cluster_resources()
+    cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
+    if gpus_per_worker > gpus:
+        raise ElmoResourceError(
+            f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)"
+        )
+    fit = (
+        cpus // threads_per_worker
+        if not gpus_per_worker
+        else min(cpus // threads_per_worker, int(gpus / gpus_per_worker))
+    )
+    return min(shards, workers or max(1, fit))
+
+
+def map_shards(
+    job: Job,
+    weights: str,
+    todo: list[int],
+    ranges: list[tuple[int, int]],
+    size: int,
+    threads_per_worker: int,
+    gpus_per_worker: float,
+    runtime_env: Optional[dict[str, Any]],
+) -> ray.data.Dataset:
+    """The shards `todo` mapped through a pool of `size` `ShardWriter` actors: a dataset of one row
+    per shard written (`shard`, `lines`, `tokens`, `error`), computed as it is read."""
+    lang = job.nlp.lang if job.nlp is not None else None
+    weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # or a name
+    shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
+    return shards.map_batches(
+        ShardWriter,
+        batch_size=1,
+        batch_format="numpy",
+        fn_constructor_kwargs={
+            # a node's working directory is not ours
+            "job": replace(
+                job,
+                options=replace(
+                    job.options,
+                    input_path=job.input_path.resolve(),
+                    output=job.output.resolve(),
+                ),
+                nlp=None,
+                on_line=None,
+            ),
+            "weights": weights,
+            "lang": lang,
+            "ranges": ranges,
+            "threads": threads_per_worker,
+        },
+        compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
+        num_cpus=threads_per_worker,
+        num_gpus=gpus_per_worker or None,
+        runtime_env=runtime_env,
+    )
+
+
 def embed_job(
     job: Job,
     weights: str,
     *,
-    address: str | None = None,
-    workers: int | None = None,
+    address: Optional[str] = None,
+    workers: Optional[int] = None,
     threads_per_worker: int = 1,
     gpus_per_worker: float = 0.0,
-    runtime_env: dict[str, Any] | None = None,
-    on_shard: Callable[[int, int], None] | None = None,
+    runtime_env: Optional[dict[str, Any]] = None,
+    on_shard: Optional[Callable[[int, int], None]] = None,
 ) -> bool:
     """Write the missing shards of `job` (`new_job` with `shards` N) with a pool of
     `workers` Ray actors of `threads_per_worker` torch threads and `gpus_per_worker` GPUs each
@@ -197,71 +283,20 @@ def embed_job(
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard
         return False
-    with ray_stderr():  # quiet: see `connect`, `ray_stderr`
-        started = connect(address)
-        failures: list[str] = []
-        context, log = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
-        bars, level = context.enable_progress_bars, log.level
-        context.enable_progress_bars = False  # the caller reports progress (on_shard)
-        log.setLevel(logging.ERROR)
-        try:
-            resources = ray.cluster_resources()
-            cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
-            if gpus_per_worker > gpus:
-                raise ElmoResourceError(
-                    f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)"
-                )
-            fit = (
-                cpus // threads_per_worker
-                if not gpus_per_worker
-                else min(cpus // threads_per_worker, int(gpus / gpus_per_worker))
-            )
-            size = min(len(todo), workers or max(1, fit))
-            lang = job.nlp.lang if job.nlp is not None else None
-            weights = (
-                str(Path(weights).resolve()) if Path(weights).exists() else weights
-            )  # else a published name
-            shards = ray.data.from_items(
-                [{"shard": i} for i in todo], override_num_blocks=len(todo)
-            )
-            written = shards.map_batches(
-                ShardWriter,
-                batch_size=1,
-                batch_format="numpy",
-                fn_constructor_kwargs={
-                    "job": replace(
-                        job,
-                        options=replace(
-                            job.options,
-                            input_path=job.input_path.resolve(),
-                            output=job.output.resolve(),
-                        ),
-                        nlp=None,
-                        on_line=None,
-                    ),  # a node's working directory is not ours
-                    "weights": weights,
-                    "lang": lang,
-                    "ranges": ranges,
-                    "threads": threads_per_worker,
-                },
-                compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
-                num_cpus=threads_per_worker,
-                num_gpus=gpus_per_worker or None,
-                runtime_env=runtime_env,
-            )
-            for row in written.iter_rows():
-                if row["error"]:
-                    failures.append(row["error"])
-                    continue
-                job.lines_run += int(row["lines"])
-                record_complete(work)
-                if on_shard is not None:
-                    on_shard(int(row["lines"]), int(row["tokens"]))
-        finally:
-            context.enable_progress_bars = bars
-            log.setLevel(level)
-            if started:
-                ray.shutdown()
+    failures: list[str] = []
+    with ray_stderr(), ray_session(address):  # quiet: see `connect`, `ray_stderr`
+        size = pool_size(len(todo), workers, threads_per_worker, gpus_per_worker)
+        written = map_shards(
+            job, weights, todo, ranges, size, threads_per_worker, gpus_per_worker, runtime_env
+        )
+        for row in written.iter_rows():
+            if row["error"]:
+                failures.append(row["error"])
+                continue
+            job.lines_run += int(row["lines"])
+            record_complete(work)
+            if on_shard is not None:
+                on_shard(int(row["lines"]), int(row["tokens"]))
     if failures:
         more = f" (and {len(failures) - 1} more shard(s) failed)" if len(failures) > 1 else ""
         raise ElmoFileError(

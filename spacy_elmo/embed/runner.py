@@ -9,16 +9,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..bilm.threads import torch_threads
 from .compute import bound_kernel_cache
 from .job import embed_sharded, embed_single, first_missing_line, new_job
 from .options import EmbedOptions
 
-Progress = Callable[
-    [int, int], None
-]  # (lines embedded, those kept from before included; the input's)
+# (lines embedded, those kept from before included; the input's)
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,8 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
 
 
 def embed_with_ray(
-    input_path: str | os.PathLike,
-    output: str | os.PathLike,
+    input_path: Union[str, os.PathLike],
+    output: Union[str, os.PathLike],
     weights: str,
     *,
     shards: int,

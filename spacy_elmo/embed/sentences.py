@@ -8,7 +8,7 @@ import hashlib
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from spacy.language import Language
 from spacy.tokens import DocBin
@@ -70,7 +70,7 @@ def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
 
 def read_sentences(
     path: Path,
-    nlp: Language | None = None,
+    nlp: Optional[Language] = None,
     skip: int = 0,
     max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES,
 ) -> Iterator[tuple[str, list[str]]]:

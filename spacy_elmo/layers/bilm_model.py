@@ -62,16 +62,14 @@ class FrozenBiLM(nn.Module):
     ):
         super().__init__()
         self.configured = options
-        self.state = (
-            None if state is None else StatePolicy.parse(state)
-        )  # None: the weights' own policy
+        # None: the weights' own policy
+        self.state = None if state is None else StatePolicy.parse(state)
         self.batch_size = check_batch_size(batch_size)
         self.token_cache_size = check_cache_size(token_cache_size)
         self.precision = check_precision(precision)
         self.embedder: Optional[ElmoEmbedder] = None
-        if (
-            options is not None and not options.char_table
-        ):  # a character table comes with the weights
+        # a character table comes with the weights
+        if options is not None and not options.char_table:
             self.embedder = ElmoEmbedder(
                 BiLM(options), state=state or "warm", cache_size=token_cache_size
             )
@@ -87,9 +85,8 @@ class FrozenBiLM(nn.Module):
         if self.state is not None:
             embedder.state_policy = self.state
         if embedder.state_policy.warm_start:
-            embedder.network.warm_state(
-                1
-            )  # ElmoConfigError now where there is no warm-up text (see load_bilm)
+            # ElmoConfigError now where there is no warm-up text (see load_bilm)
+            embedder.network.warm_state(1)
         embedder.token_cache.capacity = int(self.token_cache_size)
         embedder.token_cache.clear()
         embedder.eval()

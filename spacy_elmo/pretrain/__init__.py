@@ -2,11 +2,11 @@
 loop."""
 
 from .config import DEFAULT_CONFIG_PATH, load_config
-from .corpus import Vocab
 from .heads import AdaptiveSoftmax, FullSoftmax, SampledSoftmax
 from .lm import BiLanguageModel, dev_nll, perplexities
 from .outputs import load_trained
 from .train import Trainer, train
+from .vocab import Vocab
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -34,8 +34,7 @@ def __getattr__(name: str):
 
         warnings.warn(
             "spacy_elmo.pretrain.PretrainError is deprecated; catch spacy_elmo.ElmoError (or one "
-            "of its "
-            "kinds)",
+            "of its kinds)",
             DeprecationWarning,
             stacklevel=2,
         )

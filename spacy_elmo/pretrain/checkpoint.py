@@ -17,9 +17,10 @@ import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 
 from ..errors import ElmoFileError
 from ..files import (
@@ -54,9 +55,8 @@ def torch_load(
             f"{path}: holds Python objects other than tensors; refused, as loading them could "
             f"run code"
         ) from None
-    except (
-        Exception
-    ) as err:  # torch raises RuntimeError, EOFError, ... for truncated or foreign files
+    # torch raises RuntimeError, EOFError, ... for truncated or foreign files
+    except Exception as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ElmoFileError(
             f"{path}: cannot read it as a torch file of tensors ({type(err).__name__}: {reason})"
@@ -147,6 +147,41 @@ def discard(root: Path, step: int) -> None:
         shutil.rmtree(step_dir(root, step), ignore_errors=True)
 
 
+def barrier(world: int) -> None:
+    """Wait for every process of a run of `world` processes (none to wait for on one)."""
+    if world > 1:
+        dist.barrier()
+
+
+def save(
+    root: Path,
+    step: int,
+    rank: int,
+    world: int,
+    own: Dict[str, Any],
+    shared: Optional[Dict[str, Any]],
+) -> None:
+    """Checkpoint `step` in `root`, called by every process: each writes its `own` part, rank 0
+    also the `shared` model part, then rank 0 publishes them. On any failure (a full disk, a kill)
+    the previous checkpoint stays, with nothing partial beside it."""
+    try:
+        if rank == 0:
+            prepare(root, step)
+        barrier(world)
+        directory = step_dir(root, step)
+        save_part(own, directory / rank_part(rank))
+        if rank == 0:
+            save_part(shared, directory / MODEL_PART)
+        barrier(world)
+        if rank == 0:
+            publish(root, step, world)
+    except BaseException:
+        if rank == 0:
+            discard(root, step)
+        raise
+    barrier(world)
+
+
 def retire(root: Path) -> None:
     """Remove the checkpoint in `root` (of an earlier run), the manifest first, so that a kill on
     the way never leaves it for `--resume`."""
@@ -179,18 +214,15 @@ def read_manifest(root: Path) -> Dict[str, Any]:
             and sorted(manifest["sha256"]) == sorted(part_names(manifest["world"]))
             and all(isinstance(v, str) for v in manifest["sha256"].values())
         )
-    except (
-        ValueError,
-        KeyError,
-        TypeError,
-    ) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(
             f"{path}: not a checkpoint manifest ({type(err).__name__}: {err})"
         ) from None
     if not ok:
         raise ElmoFileError(
             f"{path}: not a checkpoint manifest (step, world, its directory, the sha256 of "
-            f"model.pt and of one rank part per process)"
+            f"{MODEL_PART} and of one rank part per process)"
         )
     return manifest
 

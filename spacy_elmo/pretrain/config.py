@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 from thinc.api import Config
 
@@ -58,11 +58,6 @@ def default_vocab_size() -> int:
     return Config().from_disk(DEFAULT_CONFIG_PATH)["vocab"]["size"]
 
 
-def _need(ok: bool, key: str, what: str, value: Any) -> None:
-    if not ok:
-        raise ElmoConfigError(f"config '{key}' must be {what}, got {value!r}")
-
-
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -71,84 +66,94 @@ def _positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def _seed(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, (int, float)) and 0 <= value < 1
+
+
+class Rule(NamedTuple):
+    """What a setting must be: a test of its value, and its words in the error message."""
+
+    test: Callable[[Any], bool]
+    what: str
+
+
+def _one_of(choices: Tuple[str, ...]) -> Rule:
+    return Rule(lambda value: value in choices, f"one of {choices}")
+
+
+def _or_null(rule: Rule) -> Rule:
+    return Rule(lambda value: value is None or rule.test(value), f"{rule.what} or null")
+
+
+def _positive_int_at_most(most: int) -> Rule:
+    return Rule(
+        lambda value: _positive_int(value) and value <= most,
+        f"a positive integer, at most {most:,}",
+    )
+
+
+POSITIVE_INT = Rule(_positive_int, "a positive integer")
+POSITIVE_NUMBER = Rule(_positive_number, "a positive number")
+# (setting, rule), checked in this order by `check_config`: BUILD_SETTINGS (what a run builds and
+# reads), then `training.state_policy`, then LOOP_SETTINGS (the numbers of the training loop).
+BUILD_SETTINGS = (
+    ("corpus.tokenizer", _one_of(TOKENIZERS)),
+    ("corpus.max_sentence_length", POSITIVE_INT),
+    ("vocab.size", _or_null(POSITIVE_INT)),
+    ("softmax.type", _one_of(SOFTMAX_TYPES)),
+    ("softmax.n_samples", POSITIVE_INT),
+    ("training.scheme", _one_of(SCHEMES)),
+    ("training.optimizer", _one_of(OPTIMIZERS)),
+    ("training.precision", _one_of(TRAINING_PRECISIONS)),
+)
+LOOP_SETTINGS = (
+    ("training.seed", Rule(_seed, f"an integer from 0 to {MAX_SEED}")),
+    ("training.checkpoint_every", POSITIVE_INT),
+    *((f"training.{key}", _positive_int_at_most(most)) for key, most in MAX_BATCH.items()),
+    ("training.max_steps", _or_null(POSITIVE_INT)),
+    ("training.max_epochs", _or_null(POSITIVE_INT)),
+    ("training.eval_every", _or_null(POSITIVE_INT)),
+    ("training.max_minutes", _or_null(POSITIVE_NUMBER)),
+    ("training.eval_every_minutes", _or_null(POSITIVE_NUMBER)),
+    ("training.learning_rate", POSITIVE_NUMBER),
+    ("training.grad_clip", POSITIVE_NUMBER),
+    ("training.dropout", Rule(_fraction, "in [0, 1)")),
+)
+# Settings added after the first configs were written, and what their absence means.
+ADDED_SETTINGS = {"training.precision": "float32"}
+
+
+def _setting(config: Config, key: str) -> Any:
+    """The value of the dotted setting `key` ("training.seed"): KeyError where it is absent."""
+    section, _, name = key.partition(".")
+    if key in ADDED_SETTINGS:
+        return config[section].get(name, ADDED_SETTINGS[key])
+    return config[section][name]
+
+
+def _check_settings(config: Config, table: Tuple[Tuple[str, Rule], ...]) -> None:
+    for key, rule in table:
+        value = _setting(config, key)
+        if not rule.test(value):
+            raise ElmoConfigError(f"config '{key}' must be {rule.what}, got {value!r}")
+
+
 def check_config(config: Config) -> None:
     """Check every value the training loop reads; raise `ElmoConfigError` naming the setting."""
     for section in ("corpus", "vocab", "model", "softmax", "training"):
         if section not in config:
             raise ElmoConfigError(f"config has no [{section}] section")
-    c, v, s, t = config["corpus"], config["vocab"], config["softmax"], config["training"]
-    _need(c["tokenizer"] in TOKENIZERS, "corpus.tokenizer", f"one of {TOKENIZERS}", c["tokenizer"])
-    _need(
-        _positive_int(c["max_sentence_length"]),
-        "corpus.max_sentence_length",
-        "a positive integer",
-        c["max_sentence_length"],
-    )
-    _need(
-        v["size"] is None or _positive_int(v["size"]),
-        "vocab.size",
-        "a positive integer or null",
-        v["size"],
-    )
-    _need(s["type"] in SOFTMAX_TYPES, "softmax.type", f"one of {SOFTMAX_TYPES}", s["type"])
-    _need(_positive_int(s["n_samples"]), "softmax.n_samples", "a positive integer", s["n_samples"])
-    _need(t["scheme"] in SCHEMES, "training.scheme", f"one of {SCHEMES}", t["scheme"])
-    _need(
-        t["optimizer"] in OPTIMIZERS, "training.optimizer", f"one of {OPTIMIZERS}", t["optimizer"]
-    )
-    _need(
-        training_precision(config) in TRAINING_PRECISIONS,
-        "training.precision",
-        f"one of {TRAINING_PRECISIONS}",
-        training_precision(config),
-    )
+    _check_settings(config, BUILD_SETTINGS)
     try:
         model_policy(config)
     except ElmoConfigError as err:
         raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
-    _need(
-        isinstance(t["seed"], int)
-        and not isinstance(t["seed"], bool)
-        and 0 <= t["seed"] <= MAX_SEED,
-        "training.seed",
-        f"an integer from 0 to {MAX_SEED}",
-        t["seed"],
-    )
-    _need(
-        _positive_int(t["checkpoint_every"]),
-        "training.checkpoint_every",
-        "a positive integer",
-        t["checkpoint_every"],
-    )
-    for key, most in MAX_BATCH.items():
-        _need(
-            _positive_int(t[key]) and t[key] <= most,
-            f"training.{key}",
-            f"a positive integer, at most {most:,}",
-            t[key],
-        )
-    for key in ("max_steps", "max_epochs", "eval_every"):
-        _need(
-            t[key] is None or _positive_int(t[key]),
-            f"training.{key}",
-            "a positive integer or null",
-            t[key],
-        )
-    for key in ("max_minutes", "eval_every_minutes"):
-        _need(
-            t[key] is None or _positive_number(t[key]),
-            f"training.{key}",
-            "a positive number or null",
-            t[key],
-        )
-    for key in ("learning_rate", "grad_clip"):
-        _need(_positive_number(t[key]), f"training.{key}", "a positive number", t[key])
-    _need(
-        isinstance(t["dropout"], (int, float)) and 0 <= t["dropout"] < 1,
-        "training.dropout",
-        "in [0, 1)",
-        t["dropout"],
-    )
+    _check_settings(config, LOOP_SETTINGS)
+    t = config["training"]
     if t["scheme"] == "stream" and t["batch_tokens"] < t["window"]:
         raise ElmoConfigError(
             f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "
@@ -192,7 +197,7 @@ def bilm_options(config: Config) -> BiLMOptions:
 
 def training_precision(config: Config) -> str:
     """`training.precision` (float32 in configs written before it existed)."""
-    return config["training"].get("precision", "float32")
+    return _setting(config, "training.precision")
 
 
 def model_policy(config: Config) -> StatePolicy:

@@ -12,7 +12,8 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoEmbedder, LSTMState, StatePolicy, batch_char_ids
-from .corpus import Batch, DevSet
+from .batches import Batch
+from .corpus import DevSet
 
 
 class BiLanguageModel(nn.Module):

@@ -1,10 +1,12 @@
 """A pretraining run's directory: the files it writes and reads back (names, the resume checks, the
 learning curve, the final model), and where a run starts from (`--init-from`).
 
-    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), metrics.jsonl (the
-    learning curve) OUT/checkpoint/       the latest checkpoint (see `checkpoint`)
-    OUT/model/           the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
-    training.json OUT/model-hdf5/      the biLM in the bilm-tf layout (training.export_hdf5)
+    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file),
+        metrics.jsonl (the learning curve)
+    OUT/checkpoint/    the latest checkpoint (see `checkpoint`)
+    OUT/model/         the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
+        training.json
+    OUT/model-hdf5/    the biLM in the bilm-tf layout (training.export_hdf5)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..errors import ElmoFileError, ElmoResumeError
 from ..files import (
     RECORD_BYTES,
     TEXT_ENCODING,
+    append_whole,
     atomic_dir,
     read_regular,
     write_atomic,
@@ -29,16 +32,17 @@ from ..files import (
 )
 from ..weights import export_hdf5, hub, load_bilm, locate, save_bilm
 from ..weights.hub import sha256_file
-from ..weights.own import PRETRAIN_MODEL
+from ..weights.own import OWN_WEIGHTS, PRETRAIN_MODEL
 from . import checkpoint
-from .corpus import Vocab
 from .heads import build_head
+from .vocab import Vocab
 
 CHECKPOINT_DIR = "checkpoint"
 MODEL_DIR = PRETRAIN_MODEL  # where load_bilm(OUT) looks
 HDF5_DIR = "model-hdf5"
-HEAD_FILE = "lm_head.pt"
-VOCAB_FILE = "vocab.txt"
+HEAD_FILE = "lm_head.pt"  # the softmax, in OUT/model
+VOCAB_FILE = "vocab.txt"  # the output vocabulary, in OUT and OUT/model
+TRAINING_SUMMARY = "training.json"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
 METRICS_FILE = "metrics.jsonl"
@@ -60,9 +64,8 @@ def resolve_init(path: str) -> Path:
     """The directory to continue training from: a path, or a published model's directory in the
     cache (`python -m spacy_elmo download NAME`; its files are checked against the recorded
     sha256)."""
-    if hub.is_published(
-        path
-    ):  # a published name, never a directory of that name here (`./NAME` is one)
+    # a published name, never a directory of that name here (`./NAME` is one)
+    if hub.is_published(path):
         try:
             return locate(path, verify=True).config.parent
         except ElmoFileError as err:
@@ -112,10 +115,7 @@ def check_resumable(
     try:
         recorded = json.loads(data.decode(TEXT_ENCODING))
         recorded = {str(k): str(v) for k, v in recorded.items()}
-    except (
-        ValueError,
-        AttributeError,
-    ) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, AttributeError) as err:  # UnicodeDecodeError, JSONDecodeError: ValueErrors
         raise ElmoFileError(
             f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})"
         ) from None
@@ -132,6 +132,30 @@ def check_resumable(
                 f"--resume: the training file {name} {change} since the run started "
                 f"(recorded in {path}); resume only on the same corpus"
             )
+
+
+def start_new_run(
+    output: Path, config: Config, vocab: Vocab, corpus_sha256: Dict[str, str]
+) -> None:
+    """Retire an earlier run's checkpoint and learning curve in `output` (it can no longer be
+    resumed), then record this run's config, vocabulary and corpus digests."""
+    output.mkdir(parents=True, exist_ok=True)
+    checkpoint.retire(output / CHECKPOINT_DIR)
+    (output / METRICS_FILE).unlink(missing_ok=True)
+    for name, text in (
+        (CONFIG_FILE, config.to_str()),
+        (VOCAB_FILE, vocab.to_str()),
+        (CORPUS_RECORD, json.dumps(corpus_sha256, indent=1)),
+    ):
+        with write_errors(output / name):
+            write_atomic(output / name, text)
+
+
+def append_metrics(output: Path, record: Dict[str, Any]) -> None:
+    """Append one record of the learning curve to `metrics.jsonl`, a line whole or not at all."""
+    path = output / METRICS_FILE
+    with write_errors(path, checkpoint.retry_hint(output / CHECKPOINT_DIR)):
+        append_whole(path, (json.dumps(record) + "\n").encode("utf-8"))
 
 
 def forget_metrics_after(output: Path, step: int) -> bool:
@@ -185,16 +209,15 @@ def save_trained(
     with write_errors(model_dir, retry), atomic_dir(model_dir) as tmp:
         save_bilm(bilm, tmp, state=policy)
         with open(tmp / HEAD_FILE, "wb") as f:
-            torch.save(
-                head.state_dict(), f
-            )  # to a file object: a failed write keeps its OSError as the cause
+            # to a file object: a failed write keeps its OSError as the cause
+            torch.save(head.state_dict(), f)
         (tmp / VOCAB_FILE).write_text(vocab.to_str(), encoding="utf-8")
         summary = {
             **summary,
-            "weights_sha256": sha256_file(tmp / "weights.pt"),
+            "weights_sha256": sha256_file(tmp / OWN_WEIGHTS),
             "fingerprint": ElmoEmbedder(bilm, policy).fingerprint(),
         }
-        (tmp / "training.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        (tmp / TRAINING_SUMMARY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     if export:
         with write_errors(output / HDF5_DIR, retry), atomic_dir(output / HDF5_DIR) as tmp:
             export_hdf5(bilm, tmp)
@@ -206,7 +229,7 @@ def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     config)."""
     model_dir = Path(model_dir)
     summary = json.loads(
-        read_regular(model_dir / "training.json", "training summary", RECORD_BYTES)
+        read_regular(model_dir / TRAINING_SUMMARY, "training summary", RECORD_BYTES)
     )
     config = Config().from_str(summary["config"])
     bilm = load_bilm(model_dir).network

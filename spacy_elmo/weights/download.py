@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 from ..errors import ElmoConfigError, ElmoError, ElmoResourceError
 from . import hub
@@ -36,12 +36,12 @@ def file_deadline(max_bytes: int) -> float:
 def download(
     name: str,
     *,
-    cache: str | Path | None = None,
-    base_url: str | None = None,
-    progress: Progress | None = None,
+    cache: Optional[Union[str, Path]] = None,
+    base_url: Optional[str] = None,
+    progress: Optional[Progress] = None,
     attempts: int = 3,
     timeout: float = 60.0,
-    deadline: float | None = None,
+    deadline: Optional[float] = None,
 ) -> Path:
     """Fetch a published model into the cache unless it is there, and return its directory.
 
@@ -74,37 +74,39 @@ def download(
             seconds = file_deadline(limit) if deadline is None else deadline
             try:
                 _fetch(url, target, progress, attempts, timeout, limit, seconds)
-            except (
-                urllib.error.URLError
-            ) as err:  # no network (HTTP errors became ElmoResourceError)
+            except urllib.error.URLError as err:  # no network (HTTP errors: ElmoResourceError)
                 raise ElmoResourceError(
                     f"could not reach {url} ({err.reason}). Without network access, fetch "
                     f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
                 ) from None
             fetched.append(target)
-        try:
-            load_bilm(directory, state="zero")
-        except (ElmoError, OSError) as err:
-            for path in fetched:
-                path.unlink()
-            raise ElmoResourceError(
-                f"model '{name}' does not load, so the download is corrupt: {err} (removed "
-                f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)"
-            ) from None
+        _check_loads(directory, name, fetched)
     except BaseException:
-        if created and not any(
-            directory.iterdir()
-        ):  # nothing to resume from: leave the cache as it was
+        if created and not any(directory.iterdir()):  # nothing to resume: the cache as it was
             directory.rmdir()
         raise
     hub.record(directory, name, dict(files))
     return directory
 
 
+def _check_loads(directory: Path, name: str, fetched: list[Path]) -> None:
+    """Where the model `name` in `directory` does not load: remove the files this call `fetched`
+    (the next call fetches them again) and raise an ElmoResourceError."""
+    try:
+        load_bilm(directory, state="zero")
+    except (ElmoError, OSError) as err:
+        for path in fetched:
+            path.unlink()
+        raise ElmoResourceError(
+            f"model '{name}' does not load, so the download is corrupt: {err} (removed "
+            f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)"
+        ) from None
+
+
 def _fetch(
     url: str,
     target: Path,
-    progress: Progress | None,
+    progress: Optional[Progress],
     attempts: int,
     timeout: float,
     limit: int,
@@ -217,7 +219,7 @@ def _copy(
     part: Path,
     offset: int,
     total: int,
-    progress: Progress | None,
+    progress: Optional[Progress],
     name: str,
     end: float,
     timeout: float,
@@ -234,9 +236,8 @@ def _copy(
                 left = end - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("deadline")
-                sock = getattr(
-                    getattr(response.fp, "raw", None), "_sock", None
-                )  # the wait for the next bytes
+                # the wait for the next bytes
+                sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
                 if sock is not None:
                     sock.settimeout(min(timeout, left))
                 block = response.read1(CHUNK)

@@ -34,14 +34,14 @@ from .state_dict import read_state_dict
 KIND = "efml"
 EFML_CONFIG, EFML_CHARS, EFML_WORDS = "config.json", "char.dic", "word.dic"
 EFML_TOKEN_EMBEDDER, EFML_ENCODER = "token_embedder.pkl", "encoder.pkl"
+# any of them: an EFML directory (`detect`)
 EFML_MARKERS = (
     EFML_CHARS,
     EFML_TOKEN_EMBEDDER,
     EFML_ENCODER,
-)  # any of them: an EFML directory (`detect`)
-MAX_DIC_BYTES = (
-    64 << 20
-)  # the published dictionaries hold thousands of characters and ~100,000s of words
+)
+# the published dictionaries hold thousands of characters and ~100,000s of words
+MAX_DIC_BYTES = 64 << 20
 # The architecture of every published model, which EFML ships as elmoformanylangs/configs/<name> for
 # these names (the two files are the same) and uses where `config_path` is found nowhere else.
 PUBLISHED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
@@ -282,9 +282,8 @@ def efml_to_state_dict(
     for i in range(len(opts.filters)):
         sd[f"token_encoder.convs.{i}.weight"] = token[f"convolutions.{i}.weight"].float()
         sd[f"token_encoder.convs.{i}.bias"] = token[f"convolutions.{i}.bias"].float()
-    for k in range(
-        opts.n_highway
-    ):  # EFML: y = g * x + (1 - g) * relu(.), g = sigmoid(B x + b): t = 1 - g
+    # EFML: y = g * x + (1 - g) * relu(.), g = sigmoid(B x + b): t = 1 - g
+    for k in range(opts.n_highway):
         weight, bias = (
             token[f"highways._layers.{k}.weight"].float(),
             token[f"highways._layers.{k}.bias"].float(),

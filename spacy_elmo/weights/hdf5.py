@@ -100,9 +100,8 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
             f"{path}: dataset '{name}' is declared with shape {shape} but never written "
             f"({stored} of {node.nbytes} bytes stored)"
         )
-    if (
-        node.chunks is not None
-    ):  # a chunk never written reads as the fill value: a file stores less than it declares
+    # a chunk never written reads as the fill value: a file stores less than it declares
+    if node.chunks is not None:
         expected = int(np.prod([-(-n // c) for n, c in zip(node.shape, node.chunks)]))
         written = node.id.get_num_chunks()
         if written < expected:
@@ -285,9 +284,8 @@ def read(model: ModelFiles) -> ModelData:
     options = BiLMOptions.from_file(model.config)
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
     state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
-    state_dict["warm_h"] = torch.zeros(
-        options.n_layers, 2, options.projection_dim
-    )  # not in the file: computed
+    # not in the file: computed
+    state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)
     state_dict["warm_c"] = torch.zeros(options.n_layers, 2, options.lstm_dim)
     return ModelData(options, state_dict, str(model.weights), "warm")
 

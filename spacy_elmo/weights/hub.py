@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Optional, Union
 
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
@@ -27,8 +28,8 @@ BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 MANIFEST = "manifest.json"
 # What a download may receive of each published file, at most. No official sizes exist; the options
 # JSON files are under 1 KB, and a weights file holds the float32 parameters of its architecture
-# (DESIGN.md, counted by `tests/bilm/test_download.py` from `BiLM`: 13.6M small, 28.0M medium, 93.6M
-# original and original-5.5b, which share the architecture) plus the hdf5 structure of some 30
+# (DESIGN.md, counted by `tests/weights/test_download.py` from `BiLM`: 13.6M small, 28.0M medium,
+# 93.6M original and original-5.5b, which share the architecture) plus the hdf5 structure of some 30
 # datasets, well under 1 MB: bound by 5% more + 1 MB.
 OPTIONS_MAX_BYTES = 64 << 10
 PARAMETERS = {
@@ -89,11 +90,11 @@ def cache_dir() -> Path:
     return path
 
 
-def model_dir(name: str, cache: str | Path | None = None) -> Path:
+def model_dir(name: str, cache: Optional[Union[str, Path]] = None) -> Path:
     return Path(cache or cache_dir()) / check_name(name)
 
 
-def make_model_dir(name: str, cache: str | Path | None = None) -> Path:
+def make_model_dir(name: str, cache: Optional[Union[str, Path]] = None) -> Path:
     """`model_dir`, created: ElmoConfigError naming the setting (or `cache`) where that fails."""
     directory = model_dir(name, cache)
     try:
@@ -112,7 +113,7 @@ def base_url() -> str:
     return (os.environ.get("SPACY_ELMO_BASE_URL") or BASE_URL).rstrip("/")
 
 
-def published_files(name: str, base: str | None = None) -> list[tuple[str, str]]:
+def published_files(name: str, base: Optional[str] = None) -> list[tuple[str, str]]:
     """`[(file_name, url)]` of the options JSON and the hdf5 weights of a published model."""
     stem = PUBLISHED[check_name(name)]
     base = (base or base_url()).rstrip("/")
@@ -120,7 +121,7 @@ def published_files(name: str, base: str | None = None) -> list[tuple[str, str]]
     return [(n, f"{base}/{stem}/{n}") for n in names]
 
 
-def sha256_file(path: str | Path, what: str = "file") -> str:
+def sha256_file(path: Union[str, Path], what: str = "file") -> str:
     """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
     h = hashlib.sha256()
     with open_regular(path, what) as f:

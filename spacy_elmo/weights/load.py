@@ -67,12 +67,10 @@ def load_bilm(
         embedder.to(device)
         embedder.precision = precision
         if embedder.state_policy.warm_start:
-            embedder.network.warm_state(
-                1
-            )  # computed now unless loaded (ElmoConfigError where it cannot be)
-    if (
-        files.published and not files.verified
-    ):  # files placed by hand: trusted now that they load, checked from now on
+            # computed now unless loaded (ElmoConfigError where it cannot be)
+            embedder.network.warm_state(1)
+    # files placed by hand: trusted now that they load, checked from now on
+    if files.published and not files.verified:
         hub.record(
             files.config.parent,
             files.published,

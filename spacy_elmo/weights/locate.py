@@ -51,9 +51,8 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
         raise ElmoConfigError(
             f"{directory}: pass a directory or an (options_file, weight_file) pair"
         )
-    fmt = next(
-        fmt for fmt in FORMATS if fmt.detect(directory)
-    )  # the last, hdf5, claims every directory
+    # the last, hdf5, claims every directory
+    fmt = next(fmt for fmt in FORMATS if fmt.detect(directory))
     return fmt.model_files(directory)
 
 

@@ -30,9 +30,8 @@ OWN_CONFIG = "bilm.json"
 OWN_WEIGHTS = "weights.pt"
 OWN_TABLE = "char_table.json"
 PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
-MAX_TABLE_BYTES = (
-    256 << 20
-)  # a character and a word table (a few MB for the published ELMoForManyLangs models)
+# a character and a word table (a few MB for the published ELMoForManyLangs models)
+MAX_TABLE_BYTES = 256 << 20
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
 
@@ -122,13 +121,13 @@ def save_bilm(
     if not network.has_warm_state:
         config["warm_state"] = False
     state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
+    # each file whole, never half written
     with (
         atomic_path(directory / OWN_WEIGHTS) as tmp,
         open(tmp, "wb") as f,
-    ):  # each file whole, never half written
-        torch.save(
-            state_dict, f
-        )  # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
+    ):
+        # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
+        torch.save(state_dict, f)
     table = network.token_encoder.token_ids
     if isinstance(table, CharTable):
         write_atomic(directory / OWN_TABLE, table.to_json())

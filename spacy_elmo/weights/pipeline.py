@@ -12,7 +12,7 @@ import configparser
 import json
 import os
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from ..bilm.embedder import ElmoEmbedder
 from ..bilm.options import StatePolicy
@@ -96,7 +96,7 @@ def describe(directory: Path, name: str) -> str:
 
 
 def load_pipeline(
-    directory: Path, name: str, state: StatePolicy | None, cache_size: int
+    directory: Path, name: str, state: Optional[StatePolicy], cache_size: int
 ) -> ElmoEmbedder:
     """The biLM of component `name`, read by the component's own loader (thinc's `from_disk`)."""
     from ..layers.bilm_model import read_component_bilm  # thinc glue: imported only for a pipeline

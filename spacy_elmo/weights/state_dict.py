@@ -64,9 +64,7 @@ def read_state_dict(
     )
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
-    except (
-        Exception
-    ) as err:  # torch raises many types for bad archives (UnpicklingError, RuntimeError, ...)
+    except Exception as err:  # torch raises many types for bad archives (UnpicklingError, ...)
         # torch's message spans lines and suggests weights_only=False (never do that): keep its
         # cause only
         cause = re.search(
@@ -87,6 +85,13 @@ def read_state_dict(
         raise ElmoFileError(
             f"{source}: expected a dict of tensors, got {type(state_dict).__name__}"
         )
+    check_entries(state_dict, source)
+    return state_dict
+
+
+def check_entries(state_dict: Dict[str, torch.Tensor], source: str) -> None:
+    """ElmoFileError naming `source` and the entry where an entry of `state_dict` is not a named
+    dense tensor with its data on the CPU."""
     for name, tensor in state_dict.items():
         if (
             not isinstance(name, str)
@@ -99,11 +104,9 @@ def read_state_dict(
                 else type(tensor).__name__
             )
             raise ElmoFileError(f"{source}: entry {name!r} is a {kind}, not a named dense tensor")
-        if (
-            tensor.device.type != "cpu"
-        ):  # map_location keeps a "meta" tensor (a shape without data) where it is
+        # map_location keeps a "meta" tensor (a shape without data) where it is
+        if tensor.device.type != "cpu":
             raise ElmoFileError(
                 f"{source}: entry {name!r} is a tensor on device '{tensor.device.type}' without "
                 "data in the file; weights are saved from the CPU"
             )
-    return state_dict

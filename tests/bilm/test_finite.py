@@ -3,8 +3,6 @@ dtype that computes, and what the biLM returns is checked once per batch, in eve
 
 from __future__ import annotations
 
-import shutil
-
 import h5py
 import numpy as np
 import pytest
@@ -12,24 +10,16 @@ import spacy
 import torch
 
 from spacy_elmo import ElmoConfigError, ElmoError, ElmoFileError, load_bilm, save_bilm
-from spacy_elmo.bilm import precision as precision_module
 
 from ..helpers import one_error_line, run_cli, write_lines
+from ..model_files import W_0, hdf5_model
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], ["ZZZZZ", "run"]]
-W_0 = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
-
-
-@pytest.fixture()
-def native_bf16(monkeypatch):
-    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
 
 
 def hdf5_copy(fixture_dir, directory, edit):
     """The fixture as options.json + weights.hdf5 in `directory`, `edit(h5py.File)` applied."""
-    directory.mkdir()
-    shutil.copy(fixture_dir / "options.json", directory / "options.json")
-    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
+    hdf5_model(fixture_dir, directory)
     with h5py.File(directory / "weights.hdf5", "r+") as f:
         edit(f)
     return directory
@@ -94,9 +84,8 @@ def test_the_error_names_the_first_sentence_with_non_finite_vectors(
 def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture_dir, tmp_path):
     def edit(f):
         w = f[W_0][...]
-        w[16:] = (
-            3e37  # the hidden product: 16 inputs of up to proj_clip 3 -> 1.4e39, beyond float32
-        )
+        # the hidden product: 16 inputs of up to proj_clip 3 -> 1.4e39, beyond float32
+        w[16:] = 3e37
         f[W_0][...] = w
 
     directory = hdf5_copy(fixture_dir, tmp_path / "m", edit)

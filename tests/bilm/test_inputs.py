@@ -9,9 +9,8 @@ from spacy_elmo.bilm import batch_char_ids, word_char_ids
 from ..helpers import FLOAT32_ATOL
 from ..reference_bilm import ReferenceBiLM
 
-pytestmark = (
-    pytest.mark.numeric
-)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+# also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = pytest.mark.numeric
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +162,8 @@ def test_the_char_id_cache_holds_no_long_token():
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(300):
-            word_char_ids(
-                f"{i:04d}" + "y" * 100_000
-            )  # 30 MB of token text, each dropped after its call
+            # 30 MB of token text, each dropped after its call
+            word_char_ids(f"{i:04d}" + "y" * 100_000)
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()

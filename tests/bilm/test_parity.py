@@ -13,9 +13,8 @@ from spacy_elmo.bilm import words_char_ids
 from ..helpers import FLOAT32_ATOL, FLOAT64_ATOL
 from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
-pytestmark = (
-    pytest.mark.numeric
-)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+# also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = pytest.mark.numeric
 
 SENTS = [
     "The quick brown fox jumps over the lazy dog .".split(),

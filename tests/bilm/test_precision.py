@@ -49,13 +49,6 @@ def relative_errors(low, ref) -> list:
 
 
 @pytest.fixture()
-def native_bf16(monkeypatch):
-    """Run the bfloat16 products as a CPU with native bfloat16 would (emulated here, slower, same
-    numbers)."""
-    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
-
-
-@pytest.fixture()
 def no_native_bf16(monkeypatch):
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
 

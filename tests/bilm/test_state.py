@@ -9,9 +9,8 @@ from spacy_elmo import load_bilm
 from ..helpers import FLOAT32_ATOL
 from ..reference_bilm import TINY_OPTIONS, ReferenceBiLM, write_random_weights
 
-pytestmark = (
-    pytest.mark.numeric
-)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+# also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = pytest.mark.numeric
 
 TARGET = "The bank raised its rates on Tuesday .".split()
 OTHERS = [

@@ -114,10 +114,11 @@ def test_spacy_train_on_the_written_config_learns_ELMo_mixes(
     learned = {name: s for name, s in mixes(trained).items() if s}
     assert set(learned) == readers
     for name, (s,) in learned.items():
+        # the mix logits start at 0: ELMo was read and trained
         assert np.abs(s).max() > 1e-4, (
             name,
             s,
-        )  # the mix logits start at 0: ELMo was read and trained
+        )
     doc = trained("The cat sat on the mat .")
     assert doc._.elmo.shape == (7, 32) and all(t.tag_ for t in doc)
 
@@ -165,17 +166,19 @@ def test_every_supported_component_reads_ELMo(fixture_dir, ud, tmp_path, optimiz
 @pytest.mark.parametrize(
     "elmo_at,optimize,expected",
     [
+        # the shared tok2vec reads no ELMo; each head its own
         (
             "output",
             "efficiency",
             {"tagger": [3], "ner": [3]},
-        ),  # the shared tok2vec reads no ELMo; each head its own
+        ),
         ("both", "efficiency", {"tok2vec": [3], "tagger": [3], "ner": [3]}),
+        # each component: input and output, two mixes
         (
             "both",
             "accuracy",
             {"tagger": [3, 3], "ner": [3, 3]},
-        ),  # each component: input and output, two mixes
+        ),
     ],
 )
 def test_elmo_at_the_output_gives_each_component_its_own_mix(
@@ -196,9 +199,8 @@ def test_elmo_at_the_output_gives_each_component_its_own_mix(
     with warnings.catch_warnings():
         warnings.simplefilter("error", ElmoUnusedWarning)
         optimizer = nlp.initialize(lambda: train)
-    for _ in range(
-        3
-    ):  # the heads' output layers start at zero: the encoder's gradient arrives from the 2nd
+    # the heads' output layers start at zero: the encoder's gradient arrives from the 2nd
+    for _ in range(3):
         nlp.update(train, sgd=optimizer, annotates=["elmo"])
     found = {name: sorted(len(s) for s in found) for name, found in mixes(nlp).items() if found}
     assert found == expected
@@ -233,19 +235,19 @@ def test_elmo_layers_go_to_every_mix(fixture_dir, ud, tmp_path):
     for name, (s,) in found.items():
         assert s.shape == (2,) and np.abs(s).max() > 0, (name, s)
     edited = write(tmp_path, "-p", "tagger", "-w", fixture_dir, "--elmo-layers", "0,1", "--force")
+    # by hand: init-config refuses 0,3
     edited["components"]["tok2vec"]["model"]["embed"]["elmo"]["layers"] = [
         0,
         3,
-    ]  # by hand: init-config refuses 0,3
+    ]
     beyond = spacy.util.load_model_from_config(edited, auto_fill=False)
     with pytest.raises(
         ElmoConfigError,
         match=r"layers = \[0, 3\], but the biLM has layers 0 to 2 .*: set "
         r"--components\.tok2vec\.model\.embed\.elmo\.layers to indices below 3",
     ):
-        beyond.initialize(
-            lambda: examples(beyond, ud[:2])
-        )  # checked against the biLM when training starts
+        # checked against the biLM when training starts
+        beyond.initialize(lambda: examples(beyond, ud[:2]))
 
 
 def test_options(fixture_dir, tmp_path, capsys):
@@ -257,9 +259,8 @@ def test_options(fixture_dir, tmp_path, capsys):
     assert config.interpolate()["components"]["elmo"]["weights"] == str(fixture_dir)
     assert config["nlp"]["pipeline"] == ["elmo", "tok2vec", "ner"]
     assert "spacy train" in capsys.readouterr().out
-    assert (
-        run_cli("init-config", "-", "-p", "elmo,tok2vec,tagger", "-w", fixture_dir) == 0
-    )  # elmo, tok2vec: added
+    # elmo, tok2vec: added
+    assert run_cli("init-config", "-", "-p", "elmo,tok2vec,tagger", "-w", fixture_dir) == 0
     out = capsys.readouterr().out
     printed = Config().from_str(out, interpolate=False)
     assert (

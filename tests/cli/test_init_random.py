@@ -15,7 +15,7 @@ from spacy_elmo.errors import ElmoUntrainedWarning
 from spacy_elmo.weights import hub
 
 from ..helpers import ENV, run_cli, write_lines
-from ..test_readme import README, readme_blocks
+from ..readme_blocks import README, readme_blocks
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,6 @@ from ..helpers import (
     run_cli,
     write_lines,
 )
-from ..reference_bilm import TINY_OPTIONS, write_random_weights
-
-
-@pytest.fixture(params=["fixture", "random"])
-def weights(request, fixture_dir, tmp_path_factory):
-    if request.param == "fixture":
-        return fixture_dir
-    return write_random_weights(tmp_path_factory.mktemp("random"), TINY_OPTIONS, seed=11)
 
 
 @pytest.mark.parametrize("layer", ["all", "top", "average", "1"])

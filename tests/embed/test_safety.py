@@ -584,10 +584,11 @@ def _group(f, tmp):
         (_replaced(np.ones((3, 7, 32), dtype=np.complex64)), "dtype complex64"),
         (_replaced(np.ones(7, dtype=np.float32)), "shape (7,)"),
         (_replaced(np.ones((2, 3, 7, 32), dtype=np.float32)), "shape (2, 3, 7, 32)"),
+        # --layer all writes (layers, tokens, dim)
         (
             _replaced(np.ones((7, 32), dtype=np.float32)),
             "shape (7, 32)",
-        ),  # --layer all writes (layers, tokens, dim)
+        ),
         (_replaced(np.ones((3, 7, 32), dtype=np.float64)), "dtype float64"),  # written as float32
     ],
 )

@@ -140,9 +140,8 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert run_cli(*args(text, out, fixture_dir, "--shards", 3)) == 0
     assert "400 in this run" in capsys.readouterr().err
     assert_same_lines(one, out)
-    assert (
-        run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1
-    )  # other shard count: refused
+    # other shard count: refused
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1
     assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
 
 
@@ -328,23 +327,26 @@ def _flip_a_value(out):
 @pytest.mark.parametrize(
     "edit, shard, on_open",
     [
+        # overlaps the next
         (
             _edit_manifest(lambda m: m["ranges"].__setitem__(0, [0, 160])),
             0,
             True,
-        ),  # overlaps the next
+        ),
+        # the last range shortened
         (
             _edit_manifest(lambda m: m["ranges"].__setitem__(3, [450, 550])),
             3,
             True,
-        ),  # the last range shortened
+        ),
         (_swap, 1, True),
         (_truncate, 2, True),
+        # found by its sha256: a rerun, or open_embeddings(..., verify=True)
         (
             _flip_a_value,
             1,
             False,
-        ),  # found by its sha256: a rerun, or open_embeddings(..., verify=True)
+        ),
     ],
 )
 def test_a_shard_that_disagrees_with_the_manifest_is_named(

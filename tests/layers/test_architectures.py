@@ -13,27 +13,7 @@ from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed
 from spacy_elmo.doc_data import ElmoDocData, install_extensions
 from spacy_elmo.layers import learned_mix
 
-N_LAYERS, WIDTH = 3, 8
-
-
-def docs_with_layers(lengths, seed=0, dtype=np.float32):
-    install_extensions()
-    rng = np.random.default_rng(seed)
-    nlp = spacy.blank("en")
-    docs = []
-    for n in lengths:
-        doc = Doc(nlp.vocab, words=["w%d" % i for i in range(n)])
-        doc._.elmo_data = ElmoDocData(
-            layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype),
-            mixed=None,
-            mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"),
-        )
-        docs.append(doc)
-    return docs
-
-
-def mix_layer(model):
-    return next(node for node in model.walk() if node.name == "elmo_mix")
+from ..helpers import N_LAYERS, WIDTH, docs_with_layers, mix_layer
 
 
 def test_mix_values():

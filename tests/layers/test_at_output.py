@@ -13,10 +13,15 @@ from spacy_elmo import ElmoConfigError
 from spacy_elmo.architectures import ElmoAtOutput, ElmoFeaturesLayers
 from spacy_elmo.layers import MIX_NAME, learned_mix
 
-from ..helpers import data_path, read_conllu, tagged_examples
-from .test_architectures import N_LAYERS, docs_with_layers, mix_layer
-
-FIXTURE_WIDTH = 32
+from ..helpers import (
+    FIXTURE_WIDTH,
+    N_LAYERS,
+    data_path,
+    docs_with_layers,
+    mix_layer,
+    read_conllu,
+    tagged_examples,
+)
 
 
 def features_v3(**settings):
@@ -41,9 +46,8 @@ def test_a_subset_mixes_only_its_layers():
     model.initialize(X=docs)
     mix = mix_layer(model)
     assert mix.get_param("s").shape == (2,)
-    mix.set_param(
-        "s", np.array([0.3, -0.2], dtype="f")
-    )  # layers sorted: s[0] for layer 0, s[1] for layer 1
+    # layers sorted: s[0] for layer 0, s[1] for layer 1
+    mix.set_param("s", np.array([0.3, -0.2], dtype="f"))
     w = np.exp([0.3, -0.2]) / np.exp([0.3, -0.2]).sum()
     for doc, y in zip(docs, model.predict(docs)):
         layers = doc._.elmo_data.layers
@@ -57,9 +61,8 @@ def test_bad_layer_lists_are_one_config_error(layers):
     with pytest.raises(
         ElmoConfigError, match="layers must be a non-empty list of distinct layer indices"
     ):
-        ElmoFeaturesLayers(
-            layers=layers
-        )  # from Python; a config's types are checked by spaCy first
+        # from Python; a config's types are checked by spaCy first
+        ElmoFeaturesLayers(layers=layers)
 
 
 def test_a_layer_the_biLM_lacks_is_named_at_initialize():
@@ -126,24 +129,23 @@ def test_a_tagger_with_elmo_at_input_and_output_trains_and_round_trips(fixture_d
     tok2vec = nlp.get_pipe("tagger").model.get_ref("tok2vec")
     assert tok2vec.get_dim("nO") == 24 + FIXTURE_WIDTH  # encoder + ELMo
     mixes = [node for node in tok2vec.walk() if node.name == MIX_NAME]
+    # output: layers [1, 2]; input: all
     assert sorted(m.get_param("s").shape for m in mixes) == [
         (2,),
         (3,),
-    ]  # output: layers [1, 2]; input: all
+    ]
     elmo = nlp.get_pipe("elmo")
     assert set(elmo.listening_components) == {"tagger"}
-    assert sorted(map(id, elmo.listeners)) == sorted(
-        map(id, mixes)
-    )  # each mix listens, with its sizes from elmo
+    # each mix listens, with its sizes from elmo
+    assert sorted(map(id, elmo.listeners)) == sorted(map(id, mixes))
     assert all((m.get_dim("nL"), m.get_dim("nO")) == (N_LAYERS, FIXTURE_WIDTH) for m in mixes)
     before = [m.get_param("s").copy() for m in mixes]
     for _ in range(3):
         for batch in spacy.util.minibatch(examples, 8):
             nlp.update(batch, sgd=optimizer, annotates=["elmo"])
     after = [m.get_param("s") for m in mixes]
-    assert all(
-        np.abs(a - b).max() > 1e-3 for a, b in zip(after, before)
-    )  # both mixes learn, separately
+    # both mixes learn, separately
+    assert all(np.abs(a - b).max() > 1e-3 for a, b in zip(after, before))
     texts = [" ".join(words) for words, _ in train[:10]]
     expected = [[t.tag_ for t in doc] for doc in nlp.pipe(texts)]
     scores = nlp.get_pipe("tagger").predict(

@@ -18,9 +18,8 @@ from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
 
 from ..helpers import FLOAT32_ATOL
 
-pytestmark = (
-    pytest.mark.numeric
-)  # also run on MKL's compatible path and torch's default kernels (.ci/run)
+# also run on MKL's compatible path and torch's default kernels (.ci/run)
+pytestmark = pytest.mark.numeric
 
 SENTENCES = [
     "The quick brown fox jumped over the lazy dog .".split(),
@@ -78,9 +77,8 @@ def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
     np.testing.assert_allclose(doc._.elmo, expected.mean(0), atol=2e-3, rtol=2e-3)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16"})
-    doc = nlp(
-        words_doc(nlp, SENTENCES[0])
-    )  # the views the README names: float16, the layers float32
+    # the views the README names: float16, the layers float32
+    doc = nlp(words_doc(nlp, SENTENCES[0]))
     assert doc._.elmo.dtype == doc[0]._.elmo.dtype == doc[0:3]._.elmo.dtype == np.float16
     assert doc._.elmo_data.layers.dtype == np.float16 and doc._.elmo_layers.dtype == np.float32
 
@@ -180,9 +178,8 @@ def test_cached_features_equal_fresh_ones(fixture_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
     texts = [" ".join(s) for s in SENTENCES]
-    nlp.initialize(
-        lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts]
-    )  # training: the cache is on
+    # training: the cache is on
+    nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {}) for t in texts])
     fresh_nlp = spacy.blank("en")
     fresh_nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_mb": 0})
     fresh_nlp.initialize(lambda: [Example.from_dict(fresh_nlp.make_doc(t), {}) for t in texts])

@@ -146,9 +146,8 @@ def test_stored_docs_take_the_bytes_the_readme_gives(fixture_dir, store, save_la
     stored = sum(len(d.to_bytes()) for d in docs)  # before compression (a DocBin zips this)
     width, itemsize = docs[0]._.elmo.shape[1], np.dtype(store).itemsize
     expected = (width * itemsize * (3 if save_layers else 1) + 8) * tokens
-    assert (
-        expected <= stored - plain <= 1.05 * expected + 300 * len(docs)
-    )  # + each Doc's keys and array headers
+    # + each Doc's keys and array headers
+    assert expected <= stored - plain <= 1.05 * expected + 300 * len(docs)
 
 
 @pytest.mark.timeout(300)
@@ -241,11 +240,12 @@ def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # the mix, as stored
     assert done.stdout.split() == [
         str(sum(len(d) for d in docs)),
         "float16",
         "None",
-    ]  # the mix, as stored
+    ]
 
 
 BROKEN_INPUT = """

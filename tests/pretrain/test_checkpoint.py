@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoFileError, ElmoResourceError
-from spacy_elmo.cli import main
-from spacy_elmo.pretrain import train
 from spacy_elmo.weights.hub import sha256_file
 
 from ..helpers import (
     REPO,
     full_disk_in_torch_save,
     override_args,
+    quiet_train,
+    run_pretrain,
     tiny_config,
     toy_sentences,
     write_corpus,
@@ -62,10 +62,6 @@ def hooked(*args, **kwargs):
 setattr(target, attribute, hooked)
 train(tiny_config(train_path, None, **eval(settings)), out, progress_bar=False, log=lambda m: None)
 """
-
-
-def quiet_train(config, out, **kwargs):
-    return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
 
 
 def assert_same_model(a, b):
@@ -142,23 +138,17 @@ def rehash(out, part):
     manifest_path.write_text(json.dumps(manifest))
 
 
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", *map(str, args)])
-    return exit_info.value.code, capsys.readouterr().err
-
-
 @pytest.fixture()
 def cli_run(corpus, tmp_path, capsys):
     """A finished 3-step run through the CLI; returns its arguments."""
     args = [tmp_path / "out", "--no-progress", *override_args(corpus, None, training__max_steps=3)]
-    assert run_cli(args, capsys)[0] == 0
+    assert run_pretrain(args, capsys)[0] == 0
     return args
 
 
 def test_resume_without_config_is_one_error_line(cli_run, tmp_path, capsys):
     (tmp_path / "out" / "config.cfg").unlink()
-    code, err = run_cli([*cli_run, "--resume"], capsys)
+    code, err = run_pretrain([*cli_run, "--resume"], capsys)
     assert code == 1 and err.count("\n") == 1 and err.startswith("error:"), err
     assert str(tmp_path / "out" / "config.cfg") in err
 
@@ -168,7 +158,7 @@ def test_hostile_checkpoint_is_refused_unread(cli_run, tmp_path, capsys):
     part = tmp_path / "out" / "checkpoint" / "step-000000003" / "model.pt"
     torch.save({"model": Evil(marker)}, part)
     rehash(tmp_path / "out", part)  # the manifest vouches for it: only the unpickler stands guard
-    code, err = run_cli([*cli_run, "--resume", "--training.max_steps", "5"], capsys)
+    code, err = run_pretrain([*cli_run, "--resume", "--training.max_steps", "5"], capsys)
     assert code == 1 and err.count("\n") == 1 and err.startswith("error:"), err
     assert str(part) in err and not marker.exists()
 
@@ -231,7 +221,7 @@ def test_a_hostile_softmax_to_continue_from_is_refused_unread(
         tmp_path / "out" / "model",
         *override_args(corpus, None, training__max_steps=1),
     ]
-    code, err = run_cli(args, capsys)
+    code, err = run_pretrain(args, capsys)
     assert (
         code == 1 and "Traceback" not in err and err.endswith("\n") and err.count("error:") == 1
     ), err
@@ -247,9 +237,8 @@ def test_a_new_run_in_the_same_directory_retires_the_old_checkpoint(corpus, tmp_
     out = tmp_path / "out"
     quiet_train(tiny_config(corpus, None, training__max_steps=3, training__eval_every=1), out)
     new = tiny_config(corpus, None, training__max_steps=3, training__seed=7)
-    Trainer(
-        new, out, progress_bar=False, log=lambda m: None
-    )  # set up, then "killed" before a checkpoint
+    # set up, then "killed" before a checkpoint
+    Trainer(new, out, progress_bar=False, log=lambda m: None)
     assert not (out / "metrics.jsonl").exists()
     with pytest.raises(ElmoFileError, match="no checkpoint"):
         quiet_train(new, out, resume=True)
@@ -273,7 +262,7 @@ def test_a_full_disk_while_checkpointing_then_resume_is_bit_exact(
     out = tmp_path / "out"
     args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
     full_disk_in_torch_save(monkeypatch, "model.pt", number=2)
-    code, err = run_cli(args, capsys)
+    code, err = run_pretrain(args, capsys)
     assert code == 1 and full_disk_line(err) == (
         f"error: disk full while writing {out}/checkpoint/step-000000008/"
         "model.pt: free space and run again with --resume"
@@ -284,7 +273,7 @@ def test_a_full_disk_while_checkpointing_then_resume_is_bit_exact(
     ]
     assert not (out / "model").exists()
     monkeypatch.undo()
-    assert run_cli([*args, "--resume"], capsys)[0] == 0
+    assert run_pretrain([*args, "--resume"], capsys)[0] == 0
     assert_same_model(out, uninterrupted)
     assert metric_steps(out) == [3, 6, 9, 10]
 
@@ -314,7 +303,7 @@ def test_a_full_disk_while_saving_the_model_leaves_none(
     out = tmp_path / "out"
     args = [out, "--no-progress", *override_args(corpus, None, **SETTINGS)]
     full_disk_in_torch_save(monkeypatch, part, number=1)
-    code, err = run_cli(args, capsys)
+    code, err = run_pretrain(args, capsys)
     assert code == 1 and full_disk_line(err) == (
         f"error: disk full while writing {out}/model: free space and run again with --resume"
     )
@@ -326,7 +315,7 @@ def test_a_full_disk_while_saving_the_model_leaves_none(
         "vocab.txt",
     ]
     monkeypatch.undo()
-    assert run_cli([*args, "--resume"], capsys)[0] == 0
+    assert run_pretrain([*args, "--resume"], capsys)[0] == 0
     assert_same_model(out, uninterrupted)
 
 
@@ -353,7 +342,7 @@ def test_a_full_disk_while_recording_metrics_keeps_whole_lines(
         "--no-progress",
         *override_args(corpus, None, training__max_steps=4, training__eval_every=1),
     ]
-    code, err = run_cli(args, capsys)
+    code, err = run_pretrain(args, capsys)
     assert code == 1 and full_disk_line(err) == (
         f"error: disk full while writing {out}/metrics.jsonl: free space and run again"
     )

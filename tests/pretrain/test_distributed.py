@@ -11,9 +11,7 @@ import sys
 import pytest
 import torch
 
-from spacy_elmo.pretrain import train
-
-from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
+from ..helpers import override_args, quiet_train, tiny_config, toy_sentences, write_corpus
 
 
 @pytest.mark.slow
@@ -43,9 +41,8 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
         "--no-progress",
         *override_args(train_path, None, **settings),
     ]
-    if (
-        scheme == "stream"
-    ):  # stopped at step 3, then resumed: every rank's part of the checkpoint counts
+    # stream: stopped at step 3, then resumed: every rank's part of the checkpoint counts
+    if scheme == "stream":
         result = subprocess.run(
             [*cmd, "--training.max_steps", "3"],
             capture_output=True,
@@ -66,12 +63,7 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
     # one process, batches twice as large: rank r's rows / sentences are its share of each global
     # batch
     settings["training__batch_tokens"] = 120
-    train(
-        tiny_config(train_path, None, **settings),
-        tmp_path / "single",
-        progress_bar=False,
-        log=lambda m: None,
-    )
+    quiet_train(tiny_config(train_path, None, **settings), tmp_path / "single")
     for name in ("weights.pt", "lm_head.pt"):
         a = torch.load(tmp_path / "ddp" / "model" / name, weights_only=True)
         b = torch.load(tmp_path / "single" / "model" / name, weights_only=True)
@@ -81,12 +73,7 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
     # and the two ranks did not each train alone: a single process on one rank's batches differs
     settings["training__batch_tokens"] = 60
-    train(
-        tiny_config(train_path, None, **settings),
-        tmp_path / "half",
-        progress_bar=False,
-        log=lambda m: None,
-    )
+    quiet_train(tiny_config(train_path, None, **settings), tmp_path / "half")
     a = torch.load(tmp_path / "ddp" / "model" / "weights.pt", weights_only=True)
     c = torch.load(tmp_path / "half" / "model" / "weights.pt", weights_only=True)
     assert not torch.allclose(a["lstm.layers.0.w_input"], c["lstm.layers.0.w_input"], atol=1e-5)

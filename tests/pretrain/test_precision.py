@@ -17,7 +17,7 @@ from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import TrainingCorpus, Vocab, make_tokenizer
 from spacy_elmo.pretrain.outputs import CONFIG_FILE
 
-from ..helpers import tiny_config, toy_sentences, write_corpus
+from ..helpers import quiet_train, tiny_config, toy_sentences, write_corpus
 
 NATIVE = native_bfloat16(torch.device("cpu"))
 
@@ -28,14 +28,6 @@ def toy(tmp_path_factory):
     return write_corpus(d / "train.txt", toy_sentences(300)), write_corpus(
         d / "dev.txt", toy_sentences(30, seed=1)
     )
-
-
-def quiet_train(config, out, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore", RuntimeWarning
-        )  # bfloat16 on a CPU without it: float32, said once
-        return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
 
 
 def test_the_objective_under_bfloat16_autocast_keeps_a_float32_cell_state(toy):
@@ -94,13 +86,14 @@ def test_a_run_resumes_only_in_its_precision_and_configs_before_the_setting_mean
     kwargs = dict(training__max_steps=4, training__checkpoint_every=2)
     quiet_train(tiny_config(*toy, **kwargs), tmp_path)
     config_file = tmp_path / CONFIG_FILE
+    # as a run of an earlier version saved it
     config_file.write_text(
         "".join(
             line
             for line in config_file.read_text().splitlines(keepends=True)
             if not line.startswith("precision")
         )
-    )  # as a run of an earlier version saved it
+    )
     with pytest.raises(
         ElmoResumeError, match="training.precision is 'bfloat16' but .* with 'float32'"
     ):

@@ -10,18 +10,11 @@ import pytest
 import torch
 import typer
 
-from spacy_elmo.cli import app, main
+from spacy_elmo.cli import app
 from spacy_elmo.cli.pretrain import split_overrides
 from spacy_elmo.pretrain import train
 
-from ..helpers import override_args, tiny_config, toy_sentences, write_corpus
-
-
-def run(args, capsys, stream="err"):
-    """`python -m spacy_elmo pretrain ARGS` in this process -> (exit code, stderr or stdout)."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", *map(str, args)])
-    return exit_info.value.code, getattr(capsys.readouterr(), stream)
+from ..helpers import override_args, run_pretrain, tiny_config, toy_sentences, write_corpus
 
 
 def test_split_overrides():
@@ -33,7 +26,7 @@ def test_split_overrides():
 
 
 def test_help(capsys):
-    code, out = run(["--help"], capsys, "out")
+    code, out = run_pretrain(["--help"], capsys, "out")
     assert code == 0
     assert "--section.key" in out
 
@@ -56,12 +49,14 @@ def test_a_typer_command_with_help_on_every_option(capsys):
         "show_config",
     } <= options.keys()
     assert [name for name, p in options.items() if not p.help] == []
-    code, out = run(["--help"], capsys, "out")
+    code, out = run_pretrain(["--help"], capsys, "out")
     assert code == 0 and "torch device" in out
 
 
 def test_show_config_applies_overrides(capsys):
-    code, out = run(["--show-config", "--training.max_steps", "7", "--whitespace"], capsys, "out")
+    code, out = run_pretrain(
+        ["--show-config", "--training.max_steps", "7", "--whitespace"], capsys, "out"
+    )
     assert code == 0
     assert "max_steps = 7" in out and 'tokenizer = "whitespace"' in out
 
@@ -94,7 +89,7 @@ def test_bad_input_gives_a_message(tmp_path, capsys, case):
         (tmp_path / "d").mkdir()
         train = tmp_path / "d"
         expect = "holds no files"
-    code, err = run([tmp_path / "out", *override_args(train, dev), *extra], capsys)
+    code, err = run_pretrain([tmp_path / "out", *override_args(train, dev), *extra], capsys)
     assert code == 1
     assert "Traceback" not in err
     assert err.startswith("error:") and expect in err, err
@@ -103,11 +98,11 @@ def test_bad_input_gives_a_message(tmp_path, capsys, case):
 def test_cli_trains_and_resumes(tmp_path, capsys):
     train = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     args = [tmp_path / "out", "--no-progress", *override_args(train, train, training__max_steps=3)]
-    assert run(args, capsys)[0] == 0
+    assert run_pretrain(args, capsys)[0] == 0
     assert (tmp_path / "out" / "model" / "bilm.json").is_file()
-    code, err = run([*args, "--resume", "--training.max_steps", "5"], capsys)
+    code, err = run_pretrain([*args, "--resume", "--training.max_steps", "5"], capsys)
     assert code == 0 and "resumed at step 3" in err
-    code, err = run([*args, "--resume", "--model.lstm_dim", "8"], capsys)
+    code, err = run_pretrain([*args, "--resume", "--model.lstm_dim", "8"], capsys)
     assert code == 1 and "model.lstm_dim" in err
 
 
@@ -119,7 +114,7 @@ def test_several_training_files_after_train(tmp_path, capsys):
         for arg in override_args(a, None, training__max_steps=2)
         if "paths.train" not in arg and arg != str(a)
     ]
-    code, err = run([tmp_path / "out", "--train", a, b, "--no-progress", *args], capsys)
+    code, err = run_pretrain([tmp_path / "out", "--train", a, b, "--no-progress", *args], capsys)
     assert code == 0, err
     assert sorted(json.loads((tmp_path / "out" / "corpus.json").read_text())) == [str(a), str(b)]
 
@@ -129,7 +124,7 @@ def test_default_vocab_size_shrinks_to_a_small_corpus(tmp_path, capsys):
     args = override_args(train_path, None, training__max_steps=2)
     i = args.index("--vocab.size")
     del args[i : i + 2]  # the built-in vocab.size (40000) stays
-    code, err = run([tmp_path / "out", "--no-progress", *args], capsys)
+    code, err = run_pretrain([tmp_path / "out", "--no-progress", *args], capsys)
     assert code == 0, err
     n_words = len((tmp_path / "out" / "vocab.txt").read_text().splitlines()) - 3
     assert 0 < n_words < 100
@@ -163,7 +158,7 @@ def test_a_diverging_run_stops_with_one_error_and_keeps_the_last_good_checkpoint
             training__learning_rate=1e30,
         ),
     ]
-    code, err = run(args, capsys)
+    code, err = run_pretrain(args, capsys)
     assert code == 1, err
     assert "Traceback" not in err and err.splitlines()[-1].startswith(
         "error: pretrain diverged at step "
@@ -184,7 +179,7 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     out = tmp_path / "out"
     args = [out, "--no-progress", *override_args(train_path, None, training__max_steps=2)]
-    assert run(args, capsys)[0] == 0
+    assert run_pretrain(args, capsys)[0] == 0
     root = out / "checkpoint"
     step = json.loads((root / "checkpoint.json").read_text())["step"]
     part = checkpoint.step_dir(root, step) / checkpoint.MODEL_PART
@@ -193,7 +188,7 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
     shared["model"][name].fill_(float("nan"))
     checkpoint.save_part(shared, part)
     checkpoint.publish(root, step, 1)
-    code, err = run([*args, "--resume", "--training.max_steps", "4"], capsys)
+    code, err = run_pretrain([*args, "--resume", "--training.max_steps", "4"], capsys)
     assert code == 1 and "Traceback" not in err
     assert err.startswith("error:") and "non-finite" in err and name in err, err
 
@@ -210,7 +205,9 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
 )
 def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
-    code, err = run([tmp_path / "out", *override_args(train_path, None), f"--{key}", value], capsys)
+    code, err = run_pretrain(
+        [tmp_path / "out", *override_args(train_path, None), f"--{key}", value], capsys
+    )
     assert code == 1 and "Traceback" not in err
     assert err.startswith(f"error: config '{key}' must be") and expect in err, err
 
@@ -223,11 +220,11 @@ def test_a_torn_last_metrics_line_is_dropped_at_resume(tmp_path, capsys):
         "--no-progress",
         *override_args(train_path, train_path, training__max_steps=2, training__eval_every=1),
     ]
-    assert run(args, capsys)[0] == 0
+    assert run_pretrain(args, capsys)[0] == 0
     metrics = out / "metrics.jsonl"
     whole = metrics.read_text()
     metrics.write_text(whole + '{"step": 3, "epoch": 0, "tok')  # a kill in the middle of a line
-    code, err = run([*args, "--resume", "--training.max_steps", "3"], capsys)
+    code, err = run_pretrain([*args, "--resume", "--training.max_steps", "3"], capsys)
     assert code == 0, err
     assert "dropped a torn last line" in err
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]

@@ -17,7 +17,8 @@ def copy_project(target):
             target / "project" / part,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
-    shutil.copy(REPO / "project" / "assets.json", target / "project" / "assets.json")
+    for name in ("assets.json", "__init__.py"):
+        shutil.copy(REPO / "project" / name, target / "project" / name)
 
 
 def spacy_project(*args, cwd, env=None, check=True, timeout=900):

@@ -230,12 +230,14 @@ def test_unset_data_dir_reads_the_data_beside_the_repository(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(REPO / "project" / "scripts" / "fetch_assets.py"),
+            "-m",
+            "project.scripts.fetch_assets",
             "--out",
             str(tmp_path),
             "--only",
             "ud",
         ],
+        cwd=REPO,
         env=environment(),
         capture_output=True,
         text=True,

@@ -1,29 +1,15 @@
 """The project's data scripts: assets from a local directory (offline, sha256-checked) and
 conversion."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 import spacy
 from spacy.tokens import DocBin
 
+from project.scripts import convert_data, fetch_assets
+
 from ..helpers import REPO, data_path
-
-SCRIPTS = REPO / "project" / "scripts"
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fetch_assets = load_script("fetch_assets")
-convert_data = load_script("convert_data")
 
 
 def test_every_asset_is_in_the_local_data_directory_with_its_checksum(tmp_path):

@@ -9,18 +9,18 @@ import pytest
 import spacy
 from thinc.api import Config
 
-from ..helpers import CONFIGS, REPO, tagged_examples
+from project.scripts import summarize
+from project.scripts.run_study import Study, size_overrides
+from project.scripts.scoring import learned_mixes
+from project.scripts.study import ELMO_SYSTEMS, SCALES
+
+from ..helpers import CONFIGS, tagged_examples
 
 TAGGED = [
     (["Ann", "saw", "Paris", "."], ["PROPN", "VERB", "PROPN", "PUNCT"]),
     (["It", "rains", "."], ["PRON", "VERB", "PUNCT"]),
 ]
 INPUT, TAGGER_OUTPUT = "components.tok2vec.model.embed.elmo", "components.tagger.model.tok2vec.elmo"
-
-
-@pytest.fixture()
-def scripts(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
 
 
 @pytest.mark.parametrize(
@@ -32,13 +32,9 @@ def scripts(monkeypatch):
         ("elmo-layers01", [INPUT]),
     ],
 )
-def test_each_elmo_system_trains_its_config_with_sizes_for_each_of_its_mixes(
-    scripts, system, paths
-):
+def test_each_elmo_system_trains_its_config_with_sizes_for_each_of_its_mixes(system, paths):
     """The overrides name every ElmoFeatures block of the system's config, and only blocks it has
     (spaCy refuses an override of a setting the config lacks)."""
-    from run_study import ELMO_SYSTEMS, size_overrides
-
     config = CONFIGS / f"tagger_{ELMO_SYSTEMS[system]}.cfg"
     overrides = size_overrides(config, 3, 32)
     assert overrides == [
@@ -53,15 +49,14 @@ def test_each_elmo_system_trains_its_config_with_sizes_for_each_of_its_mixes(
 
 
 @pytest.mark.parametrize("system", ["elmo", "elmo-output", "elmo-both", "elmo-layers01"])
-def test_runs_of_every_elmo_system_are_redone_after_the_bilm_changes(scripts, tmp_path, system):
-    from run_study import SCALES, Study
-
+def test_runs_of_every_elmo_system_are_redone_after_the_bilm_changes(tmp_path, system):
     study = Study(SCALES["smoke"], None, "uner")
+    # the biLM's sizes and fingerprint, without loading one
     study.__dict__["bilm_info"] = (
         3,
         32,
         "current",
-    )  # the biLM's sizes and fingerprint, without loading one
+    )
     pos, record = study.tasks[0], tmp_path / "train.json"
     for fingerprint, stale in (("earlier", True), ("current", False)):
         record.write_text(
@@ -75,10 +70,9 @@ def test_runs_of_every_elmo_system_are_redone_after_the_bilm_changes(scripts, tm
 
 
 @pytest.mark.parametrize("output_first", [False, True])
-def test_every_mix_is_recorded_under_its_own_config_path(scripts, fixture_dir, output_first):
+def test_every_mix_is_recorded_under_its_own_config_path(fixture_dir, output_first):
     """One component with two mixes (its own encoder reading layers [0, 1], ELMo at its output
     reading all): each record names the block that made it, whichever comes first in the config."""
-    from scoring import learned_mixes
 
     config = Config().from_disk(CONFIGS / "tagger_elmo_both.cfg")
     config["components"]["elmo"]["weights"] = str(fixture_dir)
@@ -89,10 +83,11 @@ def test_every_mix_is_recorded_under_its_own_config_path(scripts, fixture_dir, o
         {"@architectures": "spacy_elmo.ElmoFeatures.v3", "layers": [0, 1]}
     )
     at_output = config["components"]["tagger"]["model"]["tok2vec"]
+    # the listener gives way to the encoder
     features, _ = (
         at_output.pop("elmo"),
         at_output.pop("tok2vec"),
-    )  # the listener gives way to the encoder
+    )
     at_output.update(
         {"elmo": features, "tok2vec": encoder}
         if output_first
@@ -149,14 +144,9 @@ def run_record(system, fraction, seed, score, fingerprint="current", dev=None):
     return record
 
 
-def test_the_summary_shows_where_elmo_goes_beside_the_input_and_the_baseline(scripts, tmp_path):
-    """Each placement is a column of its own table (mean ± sd over seeds), and the one with the best
-    dev score is chosen, by dev and not by test; the scores table and the claims keep to ELMo at the
-    input, and the placement chosen on dev gets claims of its own; the layers table has a row per
-    mix; a run of another biLM is left out, and without placement runs there is no such table."""
-    import summarize
-
-    metrics = tmp_path / "metrics"
+def placement_metrics(metrics):
+    """A metrics directory of tagger runs of the baseline and every ELMo placement at 10% and 100%,
+    2 seeds each (ELMo at the output best on dev, not on test), and one run of an earlier biLM."""
     (metrics / "runs").mkdir(parents=True)
     (metrics / "bilm.json").write_text(
         json.dumps({"path": "bilm", "fingerprint": "current", "sha256": {"weights.pt": "abc"}})
@@ -179,6 +169,15 @@ def test_the_summary_shows_where_elmo_goes_beside_the_input_and_the_baseline(scr
     (metrics / "runs" / "pos-elmo-both-f1-s2.json").write_text(
         json.dumps(run_record("elmo-both", 1.0, 2, 0.10, fingerprint="earlier"))
     )
+    return metrics
+
+
+def test_the_summary_shows_where_elmo_goes_beside_the_input_and_the_baseline(tmp_path):
+    """Each placement is a column of its own table (mean ± sd over seeds), and the one with the best
+    dev score is chosen, by dev and not by test; the scores table and the claims keep to ELMo at the
+    input, and the placement chosen on dev gets claims of its own; the layers table has a row per
+    mix; a run of another biLM is left out, and without placement runs there is no such table."""
+    metrics = placement_metrics(tmp_path / "metrics")
     summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
     summary = (tmp_path / "summary.md").read_text()
     assert (
@@ -207,9 +206,8 @@ def test_the_summary_shows_where_elmo_goes_beside_the_input_and_the_baseline(scr
         in summary
     )
     assert "Made with an earlier biLM and left out until rerun: pos-elmo-both-f1-s2." in summary
-    assert (
-        "| pos | UD English-EWT (UPOS) | ELMo at output | 1,000 | 6.0 | 1.0 |" in summary
-    )  # cost of each system
+    # cost of each system
+    assert "| pos | UD English-EWT (UPOS) | ELMo at output | 1,000 | 6.0 | 1.0 |" in summary
     assert (
         "| task | data | system | mix | layer 0 | layer 1 | layer 2 | gamma |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n"

@@ -11,10 +11,34 @@ import sys
 import pytest
 import spacy
 
+from project.scripts.run_study import Study, claim
+from project.scripts.study import SCALES, TASKS
+from project.scripts.summarize import gain_grows
+
 from ..helpers import REPO, data_path
 from .project_copy import copy_project, spacy_project
 
 pytestmark = pytest.mark.slow
+SMOKE_METRICS = "project/training/smoke/metrics"
+
+
+def summarize(project, metrics, out):
+    """`python -m project.scripts.summarize --metrics METRICS --out OUT`, run in `project` (a copy
+    of the study, or the repository)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "project.scripts.summarize",
+            "--metrics",
+            str(metrics),
+            "--out",
+            str(out),
+        ],
+        cwd=project,
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +53,7 @@ def smoke_project(tmp_path_factory):
 
 
 def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
-    metrics = smoke_project / "project" / "training" / "smoke" / "metrics"
+    metrics = smoke_project / SMOKE_METRICS
     bilm = json.loads((metrics / "bilm.json").read_text())
     assert bilm["trained_here"] and bilm["training"]["steps"] == 20
     assert (smoke_project / bilm["path"] / "weights.pt").is_file()
@@ -45,9 +69,8 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     [mix] = runs["pos-elmo-f1-s0"]["mixes"]
     assert mix["path"] == "components.tok2vec.model.embed.elmo" and mix["layers"] == [0, 1, 2]
     assert abs(sum(mix["weights"]) - 1) < 1e-5 and mix["gamma"] > 0
-    assert (
-        runs["pos-floret-f1-s0"]["pipeline_mb"] > runs["pos-base-f1-s0"]["pipeline_mb"]
-    )  # carries its vectors
+    # carries its vectors
+    assert runs["pos-floret-f1-s0"]["pipeline_mb"] > runs["pos-base-f1-s0"]["pipeline_mb"]
     # the 10% subsets are a tenth of the (sliced) training set
     assert (
         runs["pos-base-f0.1-s0"]["train_sentences"] == 20
@@ -106,12 +129,12 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
 
     def study(name, *args):
         return step(
-            "project/scripts/run_study.py", name, "--scale", "smoke", "--tasks", "pos", *args
+            "-m", "project.scripts.run_study", name, "--scale", "smoke", "--tasks", "pos", *args
         )
 
     study("placement", "--fractions", "0.1")
     study("evaluate")
-    metrics = tmp_path / "project" / "training" / "smoke" / "metrics"
+    metrics = tmp_path / SMOKE_METRICS
     bilm = json.loads((metrics / "bilm.json").read_text())
     runs = {
         system: json.loads((metrics / "runs" / f"pos-{system}-f0.1-s0.json").read_text())
@@ -136,39 +159,34 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
         run["bilm_fingerprint"] == bilm["fingerprint"] and 0 <= run["test"]["tag_acc"] <= 1
         for run in runs.values()
     )
-    step("project/scripts/summarize.py", "--scale", "smoke")
+    step("-m", "project.scripts.summarize", "--scale", "smoke")
     table = (metrics / "summary.md").read_text().split("## Where ELMo goes")[1].split("##")[0]
     row = next(line for line in table.splitlines() if line.startswith("| pos (UPOS accuracy) |"))
-    assert (
-        "| 10% |" in row and "–" not in row
-    )  # baseline, input, output, both, layers [0, 1]: all run
+    # baseline, input, output, both, layers [0, 1]: all run
+    assert "| 10% |" in row and "–" not in row
     assert "0 run(s) to train" in study("placement", "--fractions", "0.1")
 
 
 def test_finished_steps_are_skipped(smoke_project):
     """A step whose deps and outputs are unchanged does not run again: summarize.py, which always
     writes summary.md and the plots, leaves them untouched."""
-    metrics = smoke_project / "project" / "training" / "smoke" / "metrics"
+    metrics = smoke_project / SMOKE_METRICS
     outputs = [metrics / "summary.md", *sorted(metrics.glob("*.png"))]
     written = [path.stat().st_mtime_ns for path in outputs]
-    spacy_project("run", "smoke-summary", ".", cwd=smoke_project)
+    spacy_project(
+        "run",
+        "summary",
+        ".",
+        "--vars.scale=smoke",
+        f"--vars.metrics_dir={SMOKE_METRICS}",
+        cwd=smoke_project,
+    )
     assert [path.stat().st_mtime_ns for path in outputs] == written
 
 
 def test_summary_rerenders_identically_from_the_metrics(smoke_project, tmp_path):
-    metrics = smoke_project / "project" / "training" / "smoke" / "metrics"
-    subprocess.run(
-        [
-            sys.executable,
-            str(smoke_project / "project" / "scripts" / "summarize.py"),
-            "--metrics",
-            str(metrics),
-            "--out",
-            str(tmp_path),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    metrics = smoke_project / SMOKE_METRICS
+    summarize(smoke_project, metrics, tmp_path)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
 
 
@@ -178,18 +196,7 @@ def test_committed_summary_matches_the_committed_metrics(tmp_path):
     assert (metrics / "summary.md").exists(), (
         "run `spacy project run all` and commit project/metrics"
     )
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "project" / "scripts" / "summarize.py"),
-            "--metrics",
-            str(metrics),
-            "--out",
-            str(tmp_path),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    summarize(REPO, metrics, tmp_path)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
 
 
@@ -197,7 +204,7 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     """Each ELMo run and the probe record the fingerprint of their biLM; after the biLM changes, the
     summary leaves them out (and says so) instead of mixing two biLMs in one table."""
     metrics = tmp_path / "metrics"
-    shutil.copytree(smoke_project / "project" / "training" / "smoke" / "metrics", metrics)
+    shutil.copytree(smoke_project / SMOKE_METRICS, metrics)
     bilm = json.loads((metrics / "bilm.json").read_text())
     elmo_runs = [json.loads(p.read_text()) for p in (metrics / "runs").glob("*-elmo-*.json")]
     assert elmo_runs and all(r["bilm_fingerprint"] == bilm["fingerprint"] for r in elmo_runs)
@@ -205,18 +212,7 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
         json.loads((metrics / "probe.json").read_text())["bilm_fingerprint"] == bilm["fingerprint"]
     )
     (metrics / "bilm.json").write_text(json.dumps({**bilm, "fingerprint": "0" * 64}))
-    subprocess.run(
-        [
-            sys.executable,
-            str(smoke_project / "project" / "scripts" / "summarize.py"),
-            "--metrics",
-            str(metrics),
-            "--out",
-            str(tmp_path),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    summarize(smoke_project, metrics, tmp_path)
     summary = (tmp_path / "summary.md").read_text()
     note = next(
         line for line in summary.splitlines() if line.startswith("Made with an earlier biLM")
@@ -228,43 +224,35 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     assert "| ELMo |" not in summary.split("## The claims")[0]
 
 
-def test_processes_sharing_a_step_claim_each_run_once(tmp_path, monkeypatch):
+def test_processes_sharing_a_step_claim_each_run_once(tmp_path):
     """`run_study.py train` run by two processes at once: each run is claimed by one of them; the
     lock of a process that died is taken over."""
-    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
-    from run_study import claim
-
     lock = tmp_path / "pos-elmo-f1-s0.lock"
     with claim(lock) as first:
         with claim(lock) as second:
             assert first and not second
     assert not lock.exists()
+    # a dead process's pid; a lock cut off before its pid was written
     for left_behind in (
         "999999999",
         "",
-    ):  # a dead process's pid; a lock cut off before its pid was written
+    ):
         lock.write_text(left_behind)
         with claim(lock) as mine:
             assert mine and lock.read_text() == str(os.getpid())
 
 
-def test_the_gain_claim_needs_a_gain(monkeypatch):
+def test_the_gain_claim_needs_a_gain():
     """ "The gain grows as the data shrinks" holds for gains that shrink as data grows, not for
     losses that do."""
-    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
-    from summarize import gain_grows
-
     assert gain_grows([5.9, 1.3, 0.5]) is True
     assert gain_grows([-0.4, -0.9, -1.5]) is False  # ordered, but a loss everywhere
     assert gain_grows([1.0, 2.0]) is False and gain_grows([3.0]) is None
 
 
-def test_the_ner_data_sets_keep_their_own_runs(tmp_path, monkeypatch):
+def test_the_ner_data_sets_keep_their_own_runs(tmp_path):
     """Runs on UNER and on CoNLL-2003 have their own names, run folders and corpus folders (neither
     replaces the other); a record whose data is not its task's is stale, so the steps redo it."""
-    monkeypatch.syspath_prepend(str(REPO / "project" / "scripts"))
-    from run_study import SCALES, TASKS, Study
-
     study, conll = Study(SCALES["smoke"], None, "uner"), Study(SCALES["smoke"], None, "conll2003")
     ner, conll_ner = study.tasks[1], conll.tasks[1]
     assert study.run_id(ner, "elmo", 1.0, 0) == "ner-uner-elmo-f1-s0"
@@ -297,13 +285,7 @@ def test_a_summary_gives_each_ner_data_set_its_rows(tmp_path):
             data="UNER (test)", test={**run["test"], "ents_f": run["test"]["ents_f"] - 0.005}
         )
         path.with_name(path.name.replace("conll2003", "uner")).write_text(json.dumps(run))
-    summarize = [
-        sys.executable,
-        str(REPO / "project" / "scripts" / "summarize.py"),
-        "--metrics",
-        str(metrics),
-    ]
-    subprocess.run([*summarize, "--out", str(tmp_path)], check=True, capture_output=True)
+    summarize(REPO, metrics, tmp_path)
     summary = (tmp_path / "summary.md").read_text()
     committed = (REPO / "project" / "metrics" / "summary.md").read_text()
     conll_rows = [line for line in committed.splitlines() if "| CoNLL-2003 English |" in line]

@@ -96,18 +96,16 @@ def test_spacy_pipeline_gives_efml_outputs(efml_dir, tmp_path, lang, text):
     nlp.add_pipe("elmo", config={"weights": str(efml_dir)})
     doc = nlp(text)
     words = [t.text for t in doc]
-    cut = (
-        words.index("." if lang == "de" else "。") + 1
-    )  # the component embeds each sentence on its own
+    # the component embeds each sentence on its own
+    cut = words.index("." if lang == "de" else "。") + 1
     expected = np.concatenate(efml_outputs(efml_dir, [words[:cut], words[cut:]]), axis=1)
     assert float(np.abs(doc._.elmo_layers - expected).max()) <= EFML_ATOL
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.get_pipe("elmo").bilm.state_policy == "zero"
     assert np.array_equal(loaded(text)._.elmo_layers, doc._.elmo_layers)
-    assert np.array_equal(
-        pickle.loads(pickle.dumps(nlp))(text)._.elmo_layers, doc._.elmo_layers
-    )  # n_process
+    # n_process
+    assert np.array_equal(pickle.loads(pickle.dumps(nlp))(text)._.elmo_layers, doc._.elmo_layers)
 
 
 def test_convert_round_trips(efml_dir, tmp_path, capsys):
@@ -123,9 +121,8 @@ def test_convert_round_trips(efml_dir, tmp_path, capsys):
         np.array_equal(a, b) for a, b in zip(converted.embed(SENTENCES), original.embed(SENTENCES))
     )
     capsys.readouterr()
-    assert (
-        run_cli("convert", tmp_path / "own", tmp_path / "back") == 1
-    )  # the bilm-tf layout has no table
+    # the bilm-tf layout has no table
+    assert run_cli("convert", tmp_path / "own", tmp_path / "back") == 1
     assert "no character table" in one_error_line(capsys.readouterr().err)
 
 
@@ -165,9 +162,8 @@ def test_config_path_is_looked_for_where_efml_looks(tmp_path):
     (relative / "tiny.json").rename(relative / "configs" / "tiny.json")
     assert read_architecture(relative)[0] == ARCHITECTURE
     absolute = write_efml_model(tmp_path / "absolute", config_path=str(tmp_path / "elsewhere.json"))
-    assert read_architecture(absolute)[1] == str(
-        absolute / "elsewhere.json"
-    )  # its file name, inside
+    # its file name, inside
+    assert read_architecture(absolute)[1] == str(absolute / "elsewhere.json")
     (absolute / "elsewhere.json").rename(tmp_path / "elsewhere.json")
     with pytest.raises(ElmoFileError, match="was found neither in"):  # never read from outside
         read_architecture(absolute)

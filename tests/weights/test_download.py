@@ -107,9 +107,8 @@ def test_download_then_use_by_name(server, fixture_dir, fixture_bilm, tmp_path, 
     nlp.initialize()
     assert nlp("The cat sat .")._.elmo.shape == (4, 32)
     n_requests = len(server.log)
-    assert (
-        run_cli("download", "small", "--no-progress") == 0 and len(server.log) == n_requests
-    )  # cached
+    # cached
+    assert run_cli("download", "small", "--no-progress") == 0 and len(server.log) == n_requests
     assert run_cli("info", "small", "--json") == 0
     assert str(weights_file) in capsys.readouterr().out
 
@@ -157,9 +156,8 @@ def test_a_changed_cached_file_is_an_error_naming_it(server, tmp_path, capsys):
 
 def test_no_network_and_unknown_names(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setenv(
-        "SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo"
-    )  # the discard port: refused
+    # the discard port: refused
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")
     assert run_cli("download", "medium", "--no-progress") == 1
     err = capsys.readouterr().err
     assert "could not reach" in err and f"place them in {tmp_path / 'medium'}" in err
@@ -174,9 +172,8 @@ def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir
         load_bilm("original")
     assert str(tmp_path / "original") in str(err.value)
     assert "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5" in str(err.value)
-    with pytest.raises(
-        ElmoFileError, match="spacy_elmo download original"
-    ):  # at add_pipe, before any use
+    # at add_pipe, before any use
+    with pytest.raises(ElmoFileError, match="spacy_elmo download original"):
         spacy.blank("en").add_pipe("elmo", config={"weights": "original"})
 
 
@@ -217,9 +214,8 @@ def test_the_deadline_is_derived_from_the_expected_size():
         == download_module.DEADLINE_BASE + 1000 / download_module.MIN_RATE
     )
     small_options, small_weights = hub.max_bytes("small")
-    assert (
-        download_module.file_deadline(small_options) < 2 * download_module.DEADLINE_BASE
-    )  # a few KB: ~a minute
+    # a few KB: ~a minute
+    assert download_module.file_deadline(small_options) < 2 * download_module.DEADLINE_BASE
     assert download_module.file_deadline(hub.max_bytes("original")[1]) < 4 * 3600
 
 

@@ -72,12 +72,10 @@ def test_study_config_validates_and_trains(fixture_dir, gold_docs, tmp_path, nam
     assert sorted(map(id, nlp.get_pipe("elmo").listeners)) == sorted(map(id, mixes))
     examples = [Example(Doc(nlp.vocab, words=[t.text for t in doc]), doc) for doc in gold_docs]
     optimizer = nlp.initialize(lambda: examples)
-    for _ in range(
-        3
-    ):  # a shared tok2vec's mix first gets a gradient in the third update (heads start at 0)
+    # a shared tok2vec's mix first gets a gradient in the third update (heads start at 0)
+    for _ in range(3):
         nlp.update(examples, sgd=optimizer, annotates=["elmo"])
     for mix in mixes:
         assert (mix.get_dim("nL"), mix.get_dim("nO")) == (FIXTURE_LAYERS, FIXTURE_WIDTH)
-        assert (
-            np.abs(mix.get_param("s")).max() > 0
-        )  # s starts at 0, where weight decay leaves it: trained
+        # s starts at 0, where weight decay leaves it: trained
+        assert np.abs(mix.get_param("s")).max() > 0

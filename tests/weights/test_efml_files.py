@@ -15,8 +15,8 @@ import torch
 from spacy_elmo import ElmoFileError, load_bilm, save_bilm
 
 from ..efml_models import write_efml_model
-from ..helpers import one_error_line, run_cli
-from ..test_hostile_files import edit_pipeline_bilm, load_in_3gb
+from ..helpers import one_error_line, refused, run_cli
+from ..model_files import edit_pipeline_bilm, load_in_3gb
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +31,6 @@ def copy(model_dir, tmp_path) -> Path:
     for f in model_dir.iterdir():
         (directory / f.name).write_bytes(f.read_bytes())
     return directory
-
-
-def refused(path, *fragments) -> str:
-    with pytest.raises(ElmoFileError) as err:
-        load_bilm(path)
-    message = str(err.value)
-    assert "\n" not in message and all(f in message for f in fragments), message
-    return message
 
 
 def edit_tensors(path: Path, edit, legacy: bool = False) -> None:
@@ -134,9 +126,8 @@ def test_a_pkl_that_holds_code_is_refused(copy, legacy):
 @pytest.mark.timeout(120)
 def test_huge_declared_legacy_storage_fails_fast_without_allocating(copy):
     tensors = torch.load(copy / "encoder.pkl", weights_only=True)
-    with mock.patch.object(
-        torch.storage.TypedStorage, "_size", lambda self: 2**40
-    ):  # declares 4 TB per storage
+    # declares 4 TB per storage
+    with mock.patch.object(torch.storage.TypedStorage, "_size", lambda self: 2**40):
         torch.save(tensors, copy / "encoder.pkl", _use_new_zipfile_serialization=False)
     seconds, message = load_in_3gb("bilm", copy)
     assert (

@@ -1,0 +1,179 @@
+"""The study's metrics files read into what the summary and its plots show: runs grouped by task and
+data set, scores per (group, system, fraction) as mean ± sd over seeds, the placement chosen on dev,
+and the learned layer mixes."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from .study import ELMO_SYSTEMS
+
+SYSTEM_NAMES = {
+    "base": "baseline",
+    "spacy-pretrain": "spacy pretrain",
+    "floret": "floret vectors",
+    "elmo": "ELMo",
+    "elmo-output": "ELMo at output",
+    "elmo-both": "ELMo at input + output",
+    "elmo-layers01": "ELMo layers [0, 1]",
+}
+# the scores table; the others are placements
+MAIN_SYSTEMS = [
+    "base",
+    "spacy-pretrain",
+    "floret",
+    "elmo",
+]
+# the columns of "Where ELMo goes"
+PLACEMENTS = {
+    "base": "baseline",
+    "elmo": "input",
+    "elmo-output": "output",
+    "elmo-both": "input + output",
+    "elmo-layers01": "input, layers [0, 1]",
+}
+# where the `elmo` configs mix, for records of layer_weights only
+INPUT_MIX = "components.tok2vec.model.embed.elmo"
+METRIC_NAMES = {"pos": ("tag_acc", "UPOS accuracy"), "ner": ("ents_f", "entity F1")}
+
+
+class Group(NamedTuple):
+    """The runs of one task on one data set: a row group of every table."""
+
+    task: str  # "pos" or "ner"
+    data: str  # the data set, as the run records name it
+
+    def label(self) -> str:
+        return f"{self.task} ({METRIC_NAMES[self.task][1]})"
+
+
+def group_of(run: Dict) -> Group:
+    return Group(run["task"], run["data"])
+
+
+class Cell:
+    """Scores (in %) of one task/system/fraction over its seeds."""
+
+    def __init__(self, values: List[float]):
+        self.values = values
+        self.mean = statistics.fmean(values)
+        self.sd = statistics.stdev(values) if len(values) > 1 else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.mean:.2f} ± {self.sd:.2f}" if len(self.values) > 1 else f"{self.mean:.2f}"
+
+
+class Metrics(NamedTuple):
+    """Everything the summary and the plots read, loaded once: the run records, the other files,
+    the scores per (group, system, fraction), and the groups present (pos first, then NER by data
+    set)."""
+
+    runs: List[Dict]
+    bilm: Dict
+    baselines: Dict
+    probe: Dict
+    table: Dict[Tuple[Group, str, float], Cell]
+    # the same on the dev set (the score each run's training kept)
+    dev: Dict[Tuple[Group, str, float], Cell]
+    groups: List[Group]
+    left_out: List[str]  # ELMo runs (and the probe) made with an earlier biLM
+
+
+def load(metrics: Path) -> Metrics:
+    named = [
+        (p.stem, json.loads(p.read_text(encoding="utf-8")))
+        for p in sorted((metrics / "runs").glob("*.json"))
+    ]
+    if not named:
+        raise SystemExit(
+            f"error: no run metrics in {metrics / 'runs'}; run the train and evaluate steps first"
+        )
+
+    def optional(name: str) -> Dict:
+        path = metrics / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    bilm, probe = optional("bilm.json"), optional("probe.json")
+    current = bilm.get("fingerprint")
+
+    def other_bilm(record: Dict) -> bool:
+        return current is not None and record.get("bilm_fingerprint") != current
+
+    left_out = [name for name, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
+    if probe and other_bilm(probe):
+        left_out.append("the layer probe")
+        probe = {}
+    groups = sorted(
+        {group_of(r) for r in runs}, key=lambda g: (("pos", "ner").index(g.task), g.data)
+    )
+    return Metrics(
+        runs,
+        bilm,
+        optional("baselines.json"),
+        probe,
+        cells(runs),
+        cells(runs, dev=True),
+        groups,
+        left_out,
+    )
+
+
+def cells(runs: List[Dict], dev: bool = False) -> Dict[Tuple[Group, str, float], Cell]:
+    """Test scores (or, with `dev`, the dev score of the model each run kept) per (group, system,
+    fraction)."""
+    scores = defaultdict(list)
+    for run in runs:
+        score = run["dev"] if dev else run["test"][METRIC_NAMES[run["task"]][0]]
+        scores[group_of(run), run["system"], run["fraction"]].append(100 * score)
+    return {key: Cell(values) for key, values in scores.items()}
+
+
+def chosen_on_dev(m: Metrics, g: Group, fraction: float) -> Optional[str]:
+    """The ELMo placement with the best mean dev score for this group and fraction; None without
+    placement runs."""
+    placed = [s for s in PLACEMENTS if s != "base" and (g, s, fraction) in m.dev]
+    if not any(s not in MAIN_SYSTEMS for s in placed):
+        return None
+    return max(placed, key=lambda s: m.dev[g, s, fraction].mean)
+
+
+def run_mixes(run: Dict) -> List[Dict]:
+    """A run's learned mixes; a record of `layer_weights` alone (before gamma was kept) is one input
+    mix."""
+    if "layer_weights" in run:
+        weights = run["layer_weights"]
+        return [{"path": INPUT_MIX, "layers": list(range(len(weights))), "weights": weights}]
+    return run.get("mixes", [])
+
+
+class Mix(NamedTuple):
+    """A learned mix, averaged over seeds: softmax(s) over all the biLM's layers, the layers it
+    reads, gamma."""
+
+    weights: List[float]
+    layers: List[int]
+    gamma: Optional[float]
+
+
+def learned_mixes(runs: List[Dict]) -> Dict[Tuple[Group, str, str], Mix]:
+    """The mean learned mix per (group, system, config path), over the runs on 100% of the data."""
+    group = defaultdict(list)
+    for run in runs:
+        if run["fraction"] == 1.0:
+            for mix in run_mixes(run):
+                group[group_of(run), run["system"], mix["path"]].append(mix)
+    return {
+        key: Mix(
+            [statistics.fmean(ws) for ws in zip(*(m["weights"] for m in mixes))],
+            mixes[0]["layers"],
+            statistics.fmean(m["gamma"] for m in mixes)
+            if all("gamma" in m for m in mixes)
+            else None,
+        )
+        for key, mixes in group.items()
+    }

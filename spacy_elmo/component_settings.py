@@ -1,0 +1,120 @@
+"""The `elmo` component's settings, checked: its config values, its `weights`, the training wiring
+around it (sentence setters, components that read ELMo), and the fixed mix of `doc._.elmo`."""
+
+from __future__ import annotations
+
+import warnings
+from typing import List, Optional, Union
+
+import numpy as np
+from spacy.language import Language
+from thinc.api import Model
+
+from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
+from .layers import MIX_NAME
+from .weights import locate
+
+STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
+SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
+# The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far
+# beyond any sensible weight, which keeps the sums far inside float32's range (NaN and inf weights
+# are refused).
+MAX_MIX_WEIGHT = 1e4
+
+
+def check_settings(
+    store: str, mix: Union[str, List[float]], max_length: int, cache_mb: float
+) -> None:
+    """ElmoConfigError naming the first of the component's settings that is out of its range."""
+    if store not in STORE_DTYPES:
+        raise ElmoConfigError(
+            f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}"
+        )
+    if mix not in ("average", "top") and not (
+        isinstance(mix, (list, tuple))
+        and mix
+        and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and abs(w) <= MAX_MIX_WEIGHT
+            for w in mix
+        )
+    ):
+        raise ElmoConfigError(
+            f"elmo: mix must be 'average', 'top' or a list of layer weights from "
+            f"-{MAX_MIX_WEIGHT:g} to {MAX_MIX_WEIGHT:g}, got {mix!r}"
+        )
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 4:
+        raise ElmoConfigError(
+            f"elmo: max_length must be an integer of at least 4, got {max_length!r}"
+        )
+    if cache_mb < 0:
+        raise ElmoConfigError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
+
+
+def check_weights(weights: Optional[str], name: str) -> None:
+    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights`
+    (only directory listings are read: the weights load at `nlp.initialize` or first use)."""
+    if weights is None:
+        return
+    try:
+        locate(weights)
+    except ElmoError as err:
+        raise type(err)(f"[components.{name}] weights: {err}") from None
+
+
+def check_wiring(nlp: Language, name: str, use_sents: bool) -> None:
+    """Training and evaluation must give a Doc the same sentences: a sentence setter before the
+    component `name` runs at evaluation, so it must also annotate during training."""
+    annotating = set(nlp.config["training"].get("annotating_components") or [])
+    if name not in annotating or not use_sents:
+        return
+    for before in nlp.pipe_names:
+        if before == name:
+            break
+        assigns = nlp.get_pipe_meta(before).assigns
+        if any(a in assigns for a in SENT_ASSIGNS) and before not in annotating:
+            raise ElmoConfigError(
+                f"'{before}' sets sentence boundaries before '{name}' but is not in [training] "
+                f"annotating_components, so '{name}' would split training Docs differently from "
+                f"evaluation Docs. Add '{before}' to annotating_components, or set "
+                f"[components.{name}] use_sents = false."
+            )
+
+
+def check_read(nlp: Language, name: str) -> None:
+    """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
+    builds such a pipeline); the warning names the caller of the component's `initialize`. A
+    pipeline that trains nothing (`elmo` to annotate Docs) is fine."""
+    trained = [
+        other
+        for other, proc in nlp.pipeline
+        if other != name and getattr(proc, "is_trainable", False)
+    ]
+    reads = any(
+        node.name == MIX_NAME
+        for _, proc in nlp.pipeline
+        if isinstance(getattr(proc, "model", None), Model)
+        for node in proc.model.walk()
+    )
+    if trained and not reads:
+        warnings.warn(
+            f"'{name}' computes ELMo but no component reads it: {', '.join(map(repr, trained))} "
+            "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. in "
+            "a config written by `python -m spacy_elmo init-config`, or leave out the elmo "
+            "component",
+            ElmoUnusedWarning,
+            stacklevel=3,
+        )
+
+
+def fixed_mix(mix: Union[str, List[float]], n_layers: int) -> np.ndarray:
+    """The fixed mix `mix` ("average", "top" or one weight per layer) of `n_layers` layers:
+    `(n_layers,)` float32."""
+    if mix == "average":
+        return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
+    if mix == "top":
+        return np.eye(n_layers, dtype=np.float32)[-1]
+    if len(mix) != n_layers:
+        raise ElmoConfigError(
+            f"elmo: mix has {len(mix)} weights but the biLM has {n_layers} output layers"
+        )
+    return np.asarray(mix, dtype=np.float32)

@@ -1,0 +1,100 @@
+"""What a run trains, built from its config and `--init-from`: the output vocabulary, the biLM and
+the softmax head."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+import torch
+from thinc.api import Config
+
+from ..bilm import BiLM
+from ..errors import ElmoConfigError
+from ..weights import load_bilm
+from ..weights.untrained import UNTRAINED_KEY
+from . import checkpoint
+from .config import bilm_options, default_vocab_size
+from .heads import build_head
+from .outputs import HEAD_FILE, VOCAB_FILE
+from .vocab import SPECIALS, Vocab
+
+
+def training_vocab(
+    config: Config,
+    counts: Counter,
+    *,
+    resumed_run: Optional[Path],
+    init_dir: Optional[Path],
+    log: Callable[[str], None],
+) -> Vocab:
+    """The output vocabulary: the resumed run's, the `--init-from` model's (where its softmax is
+    saved beside it), or the `vocab.size` most frequent words of the training corpus's `counts`."""
+    if resumed_run is not None:
+        return Vocab.from_disk(resumed_run / VOCAB_FILE)
+    if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
+        log(f"vocabulary and softmax from {init_dir}")
+        return Vocab.from_disk(init_dir / VOCAB_FILE)
+    size, unk = config["vocab"]["size"], config["corpus"]["unk_token"]
+    vocab = Vocab.build(counts, size, unk, shrink=size == default_vocab_size())
+    n_words = len(vocab) - len(SPECIALS)
+    if size is not None and n_words < size:
+        log(
+            f"warning: vocab.size = {size} is larger than the {n_words} distinct words of the "
+            f"training corpus: the output vocabulary keeps all of them"
+        )
+    return vocab
+
+
+def initial_bilm(config: Config, init_dir: Optional[Path], init_from: Optional[str]) -> BiLM:
+    """The biLM to train: the one in `init_dir` (`--init-from init_from`), or a new one as the
+    config's `model` section says, initialized from torch's random generator."""
+    bilm = load_bilm(init_dir).network if init_dir else BiLM(bilm_options(config))
+    # `init-random`'s label of untrained weights: they are trained from here on
+    bilm.options.extra.pop(UNTRAINED_KEY, None)
+    if bilm.options.char_table:
+        raise ElmoConfigError(
+            f"--init-from {init_from}: a model with a character table (ELMoForManyLangs) "
+            "cannot be trained here; pretrain reads utf-8 bytes"
+        )
+    return bilm
+
+
+def initial_head(
+    softmax: Dict[str, Any],
+    bilm: BiLM,
+    vocab_size: int,
+    rng: torch.Generator,
+    init_dir: Optional[Path],
+) -> torch.nn.Module:
+    """The softmax head that the config's `softmax` section says, over `vocab_size` words of
+    `bilm`'s top layer, drawing its samples from `rng`; its weights from `init_dir` where one is
+    saved there."""
+    try:
+        head = build_head(
+            softmax["type"],
+            bilm.options.projection_dim,
+            vocab_size,
+            softmax["n_samples"],
+            softmax["adaptive_cutoffs"],
+            rng,
+        )
+    except ValueError as err:
+        raise ElmoConfigError(str(err)) from None
+    if init_dir and (init_dir / HEAD_FILE).is_file():
+        load_head(head, init_dir / HEAD_FILE, softmax["type"])
+    return head
+
+
+def load_head(head: torch.nn.Module, path: Path, softmax_type: str) -> None:
+    """Load the softmax weights saved at `path` into `head`, which must be of their type."""
+    state = checkpoint.torch_load(path, what="softmax weights")
+    if {k: getattr(v, "shape", None) for k, v in state.items()} != {
+        k: v.shape for k, v in head.state_dict().items()
+    }:
+        raise ElmoConfigError(
+            f"{path}: the saved softmax does not match softmax.type = "
+            f"{softmax_type!r}; set it to the type it was trained with"
+        )
+    head.load_state_dict(state)

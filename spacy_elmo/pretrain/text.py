@@ -1,0 +1,138 @@
+"""Corpus text: the files of a corpus, their lines, the tokenizers, and each file tokenized once.
+
+A corpus is a file or a directory of files (optionally gzipped), one sentence per line. Each file
+is tokenized once into `TokenizedFile`: its distinct token texts, their counts, and every sentence
+as an array of indices into them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Sequence
+
+import numpy as np
+
+from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
+from ..errors import ElmoConfigError, ElmoFileError
+from ..files import TEXT_ENCODING, open_regular, regular_file
+
+Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
+
+
+def corpus_files(path, what: str) -> List[Path]:
+    """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of
+    those."""
+    if path is None:
+        raise ElmoConfigError(f"no {what} corpus given (set --{what} or corpus.{what})")
+    if isinstance(path, (list, tuple)):
+        return [f for p in path for f in corpus_files(p, what)]
+    path = Path(path)
+    if not path.exists():
+        raise ElmoFileError(f"{what} corpus not found: {path}")
+    if not path.is_dir():
+        regular_file(path, f"{what} corpus file")
+        return [path]
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if not p.is_dir() and not any(s.startswith(".") for s in p.relative_to(path).parts)
+    )
+    if not files:
+        raise ElmoFileError(f"{what} corpus directory {path} holds no files")
+    for file in files:  # a FIFO or a device among them is refused, not skipped
+        regular_file(file, f"{what} corpus file")
+    return files
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
+    try:
+        with open_regular(path, "corpus file") as raw:
+            text = (
+                gzip.open(raw, "rt", encoding=TEXT_ENCODING)
+                if path.suffix == ".gz"
+                else io.TextIOWrapper(raw, TEXT_ENCODING)
+            )
+            with text:
+                yield from text
+    except (OSError, UnicodeDecodeError) as err:
+        raise ElmoFileError(f"cannot read {path}: {err}") from None
+
+
+def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Tokenizer:
+    """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`."""
+    if kind == "whitespace":
+
+        def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
+            for line in lines:
+                yield (line.lower() if lowercase else line).split()
+
+        return tokenize
+    import spacy
+
+    try:
+        tokenizer = spacy.blank(lang).tokenizer
+    except Exception as err:  # spaCy raises ImportError / ValueError for unknown languages
+        raise ElmoConfigError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
+
+    def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
+        stripped = ((line.lower() if lowercase else line).strip() for line in lines)
+        for doc in tokenizer.pipe(stripped, batch_size=1000):
+            yield [t.text for t in doc if not t.is_space]
+
+    return tokenize
+
+
+@dataclass
+class TokenizedFile:
+    """One corpus file: distinct token `texts` (0, 1 = `<S>`, `</S>`), their `counts` `(n_texts,)`,
+    and `sentences`, each an int32 array of indices into `texts` (boundaries not included)."""
+
+    path: Path
+    texts: List[str]
+    counts: np.ndarray
+    sentences: List[np.ndarray]
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.counts.sum())
+
+
+def tokenize_file(path: Path, tokenize: Tokenizer, max_len: int) -> TokenizedFile:
+    """Read and tokenize `path`; empty lines are skipped, long sentences cut into `max_len`
+    pieces."""
+    index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+    sentences: List[np.ndarray] = []
+    for tokens in tokenize(read_lines(path)):
+        ids = np.fromiter(
+            (index.setdefault(t, len(index)) for t in tokens), dtype=np.int32, count=len(tokens)
+        )
+        sentences.extend(ids[i : i + max_len] for i in range(0, len(ids), max_len))
+    counts = (
+        np.bincount(np.concatenate(sentences), minlength=len(index))
+        if sentences
+        else np.zeros(len(index))
+    )
+    return TokenizedFile(path, list(index), counts.astype(np.int64), sentences)
+
+
+def merge_files(files: Sequence[TokenizedFile]) -> TokenizedFile:
+    """The sentences of several files as one `TokenizedFile` (token texts shared, in file order)."""
+    if len(files) == 1:
+        return files[0]
+    index: Dict[str, int] = {BOS_TOKEN: 0, EOS_TOKEN: 1}
+    remaps = [
+        np.fromiter(
+            (index.setdefault(t, len(index)) for t in f.texts), dtype=np.int32, count=len(f.texts)
+        )
+        for f in files
+    ]
+    counts = np.zeros(len(index), dtype=np.int64)
+    sentences: List[np.ndarray] = []
+    for f, remap in zip(files, remaps):
+        np.add.at(counts, remap, f.counts)
+        sentences.extend(remap[s] for s in f.sentences)
+    return TokenizedFile(files[0].path.parent, list(index), counts, sentences)

@@ -1,0 +1,85 @@
+"""The fixture biLM written as each kind of model a test can then damage (options.json and
+weights.hdf5, this project's own format, a saved pipeline), and a load in a child process whose
+address space is bounded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import spacy
+import srsly
+
+from spacy_elmo import load_bilm, save_bilm
+
+B_PROJ = "CNN_proj/b_proj"
+W_0 = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
+
+
+def fixture_options(fixture_dir) -> dict:
+    return json.loads((fixture_dir / "options.json").read_text())
+
+
+def hdf5_model(fixture_dir, directory, options=None):
+    """A copy of the fixture as options.json + weights.hdf5 in `directory` (options replaced if
+    given)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "options.json").write_text(json.dumps(options or fixture_options(fixture_dir)))
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / "weights.hdf5")
+    return directory
+
+
+def own_model(fixture_dir, directory):
+    """The fixture saved in this project's format (bilm.json + weights.pt) in `directory`."""
+    save_bilm(load_bilm(fixture_dir, state="zero"), directory)
+    return directory
+
+
+def pipeline(fixture_dir, directory):
+    """A blank English pipeline with the fixture's `elmo`, saved in `directory` -> elmo/model."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    nlp.initialize()
+    nlp.to_disk(directory)
+    return directory / "elmo" / "model"
+
+
+def edit_pipeline_bilm(path, edit):
+    """Rewrite the biLM message inside a saved pipeline's elmo/model: `edit(message_dict)`."""
+    outer = srsly.msgpack_loads(path.read_bytes())
+    shim = srsly.msgpack_loads(outer["shims"][0][0])
+    inner = srsly.msgpack_loads(shim["state"])
+    edit(inner)
+    shim["state"] = srsly.msgpack_dumps(inner)
+    outer["shims"][0][0] = srsly.msgpack_dumps(shim)
+    path.write_bytes(srsly.msgpack_dumps(outer))
+
+
+BOUNDED_LOAD = textwrap.dedent("""
+    import resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    import spacy, spacy_elmo
+    start = time.perf_counter()
+    try:
+        spacy.load(sys.argv[2]) if sys.argv[1] == "pipeline" else spacy_elmo.load_bilm(sys.argv[2])
+    except spacy_elmo.ElmoFileError as err:
+        print("seconds", time.perf_counter() - start)
+        print("error", err)
+        sys.exit(3)
+""")
+
+
+def load_in_3gb(kind, path):
+    """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BOUNDED_LOAD, kind, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    return float(lines["seconds"]), lines["error"]

@@ -1,0 +1,180 @@
+"""Hostile, corrupt and mistyped HDF5 weight files (bilm-tf layout): each is refused with one
+ElmoFileError that names the file, the dataset and the problem, before anything large is read;
+float16 and float64 datasets are read. Every file is a damaged copy of the fixture, in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from spacy_elmo import ElmoResourceError, load_bilm
+from spacy_elmo.bilm import BiLMOptions
+
+from ..helpers import refused
+from ..model_files import B_PROJ, W_0, fixture_options, hdf5_model, load_in_3gb
+
+
+@pytest.mark.timeout(300)
+def test_declared_but_unwritten_hdf5_fails_fast(fixture_dir, tmp_path):
+    """A 2**21-wide LSTM whose datasets are declared but never written (a few KB on disk)."""
+    opts = fixture_options(fixture_dir)
+    opts["lstm"]["dim"] = 2**21
+    directory = tmp_path / "m"
+    directory.mkdir()
+    (directory / "options.json").write_text(json.dumps(opts))
+    from spacy_elmo.weights.hdf5 import expected_shapes
+
+    with h5py.File(directory / "weights.hdf5", "w") as f:
+        for name, shape in expected_shapes(
+            BiLMOptions.from_dict(fixture_options(fixture_dir))
+        ).items():
+            big = tuple(
+                2**21 * s // 64 if "LSTMCell" in name and s in (64, 256) else s for s in shape
+            )
+            f.create_dataset(name, shape=big, dtype="f4")
+    assert (directory / "weights.hdf5").stat().st_size < 100_000
+    seconds, message = load_in_3gb("bilm", directory)
+    assert seconds < 5 and "lstm.dim" in message and "options.json" in message
+
+
+def test_unwritten_dataset_of_plausible_size_is_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        shape = f[W_0].shape
+        del f[W_0]
+        f.create_dataset(W_0, shape=shape, dtype="f4")
+    refused(directory, "weights.hdf5", W_0, "never written")
+
+
+def _group_for_dataset(f):
+    del f[B_PROJ]
+    f.create_group(B_PROJ)
+
+
+def _dangling_link(f):
+    del f[B_PROJ]
+    f[B_PROJ] = h5py.SoftLink("/nowhere/at/all")
+
+
+def _compound(f):
+    del f[B_PROJ]
+    f.create_dataset(B_PROJ, data=np.zeros(16, dtype=[("a", "f4"), ("b", "f4")]))
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (_group_for_dataset, "not a dataset"),
+        (_dangling_link, "dangling"),
+        (_compound, "dtype"),
+    ],
+)
+def test_hdf5_structure_problems(fixture_dir, tmp_path, edit, problem):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        edit(f)
+    refused(directory, "weights.hdf5", B_PROJ, problem)
+
+
+def test_corrupt_btree(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    data = bytearray((directory / "weights.hdf5").read_bytes())
+    at = data.index(b"TREE")
+    data[at : at + 24] = b"XXXX" + b"\xff" * 20
+    (directory / "weights.hdf5").write_bytes(bytes(data))
+    refused(directory, "weights.hdf5", "corrupt")
+
+
+def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(h5py.Dataset, "read_direct", no_memory)
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", no_memory)
+    with pytest.raises(ElmoResourceError, match="weights.hdf5: not enough memory"):
+        load_bilm(directory)
+
+
+@pytest.mark.parametrize("dtype", ["i4", "?", "c8", "u1"])
+def test_hdf5_weights_must_be_float(fixture_dir, tmp_path, dtype):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        data = f[B_PROJ][...]
+        del f[B_PROJ]
+        f.create_dataset(B_PROJ, data=data.astype(dtype))
+    refused(directory, "weights.hdf5", B_PROJ, "dtype")
+
+
+def test_hdf5_float16_and_float64_are_read(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        for name, dtype in ((B_PROJ, "f2"), (W_0, "f8")):
+            data = f[name][...]
+            del f[name]
+            f.create_dataset(name, data=data.astype(dtype))
+    assert load_bilm(directory).embed([["a", "b"]])[0].shape == (3, 2, 32)
+
+
+def test_hdf5_external_storage_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(16, dtype="f4").tobytes())
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        del f[B_PROJ]
+        f.create_dataset(B_PROJ, shape=(16,), dtype="f4", external=[(str(secret), 0, 64)])
+    refused(directory, "weights.hdf5", B_PROJ, "external")
+
+
+def test_hdf5_external_link_refused(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with (
+        h5py.File(tmp_path / "other.hdf5", "w") as other,
+        h5py.File(directory / "weights.hdf5", "r+") as f,
+    ):
+        other["b"] = f[B_PROJ][...]
+        del f[B_PROJ]
+        f[B_PROJ] = h5py.ExternalLink(str(tmp_path / "other.hdf5"), "/b")
+    refused(directory, "weights.hdf5", B_PROJ, "external")
+
+
+def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
+    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check
+    (compressed data may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        values = f[W_0][...]
+        del f[W_0]
+        dataset = f.create_dataset(
+            W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip"
+        )
+        dataset[:8, :16] = values[:8, :16]
+    refused(directory, "weights.hdf5", W_0, "partly written or crafted", "chunks")
+
+
+def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """Every dataset the options imply, all zeros, in gzip'd chunks: the file stores far fewer bytes
+    than it declares (a real trained model does not compress like that), so nothing is
+    decompressed."""
+    from spacy_elmo.weights import hdf5 as hdf5_format
+
+    # the fixture's datasets are small
+    monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 1024)
+    directory = tmp_path / "bomb"
+    directory.mkdir()
+    shutil.copy(fixture_dir / "options.json", directory / "options.json")
+    with h5py.File(directory / "weights.hdf5", "w") as f:
+        for name, shape in hdf5_format.expected_shapes(
+            BiLMOptions.from_file(fixture_dir / "options.json")
+        ).items():
+            f.create_dataset(
+                name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip"
+            )
+    refused(directory, "weights.hdf5", "'char_embed'", "compress")

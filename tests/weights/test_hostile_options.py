@@ -1,0 +1,65 @@
+"""Options files (options.json) of the wrong shape, type or size, or out of float32's range: each
+is refused with one ElmoFileError that names the file and the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..helpers import refused
+from ..model_files import fixture_options, hdf5_model
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda o: o.update(lstm=[1, 2]), "'lstm'"),
+        (lambda o: o.update(char_cnn="cnn"), "'char_cnn'"),
+        (lambda o: o["char_cnn"].update(embedding=4), "char_cnn.embedding"),
+        (lambda o: o["char_cnn"].update(filters=7), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1, 2, 3]]), "char_cnn.filters"),
+    ],
+)
+def test_options_of_the_wrong_shape(fixture_dir, tmp_path, edit, key):
+    opts = fixture_options(fixture_dir)
+    edit(opts)
+    refused(hdf5_model(fixture_dir, tmp_path / "m", opts), "options.json", key)
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda o: o["char_cnn"].update(filters=[["1", "4"], ["2", "8"]]), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 8.0]]), "char_cnn.filters"),
+        (lambda o: o["char_cnn"].update(filters=[[1.9, 4]]), "char_cnn.filters"),
+        (lambda o: o["lstm"].update(use_skip_connections="false"), "lstm.use_skip_connections"),
+        (lambda o: o["lstm"].update(use_skip_connections=1), "lstm.use_skip_connections"),
+        (lambda o: o["char_cnn"].update(n_characters=262.0), "char_cnn.n_characters"),
+        (lambda o: o["lstm"].update(dim=64.0), "lstm.dim"),
+        (lambda o: o["lstm"].update(cell_clip="3"), "lstm.cell_clip"),
+    ],
+)
+def test_options_of_the_wrong_type(fixture_dir, tmp_path, edit, key):
+    opts = fixture_options(fixture_dir)
+    edit(opts)
+    refused(hdf5_model(fixture_dir, tmp_path / "m", opts), "options.json", key)
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (lambda opts: "[" * 100_000, "not a valid JSON"),
+        (lambda opts: json.dumps(opts) + " " * (2 << 20), "too large"),
+    ],
+)
+def test_deeply_nested_or_huge_json_options(fixture_dir, tmp_path, text, problem):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    (directory / "options.json").write_text(text(fixture_options(fixture_dir)))
+    refused(directory, "options.json", problem)
+
+
+def test_a_forget_bias_out_of_float32_range_in_options_json_is_refused(fixture_dir, tmp_path):
+    options = fixture_options(fixture_dir)
+    options["lstm"]["forget_bias"] = 1e39
+    refused(hdf5_model(fixture_dir, tmp_path / "m", options), "options.json", "lstm.forget_bias")

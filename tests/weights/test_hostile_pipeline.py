@@ -1,0 +1,47 @@
+"""The biLM inside a saved pipeline (elmo/model) damaged, corrupt or holding non-finite weights:
+`spacy.load` and `from_bytes` raise one ElmoFileError naming it."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import spacy
+import torch
+
+from spacy_elmo import ElmoFileError
+
+from ..model_files import edit_pipeline_bilm, pipeline
+
+
+def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
+    model = pipeline(fixture_dir, tmp_path / "p")
+
+    def edit(msg):
+        state = torch.load(io.BytesIO(msg["state_dict"]), weights_only=True)
+        state["token_encoder.w_proj"][5, 1] = float("inf")
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        msg["state_dict"] = buf.getvalue()
+
+    edit_pipeline_bilm(model, edit)
+    with pytest.raises(ElmoFileError, match="elmo/model.*token_encoder.w_proj.*NaN or infinite"):
+        spacy.load(tmp_path / "p")
+
+
+@pytest.mark.parametrize(
+    "damage", [lambda b: b + b"xx", lambda b: b[: len(b) // 2], lambda b: b"\x93garbage" * 5]
+)
+def test_corrupt_pipeline_model_names_the_file(fixture_dir, tmp_path, damage):
+    model = pipeline(fixture_dir, tmp_path / "p")
+    model.write_bytes(damage(model.read_bytes()))
+    with pytest.raises(ElmoFileError, match="elmo/model"):
+        spacy.load(tmp_path / "p")
+
+
+def test_corrupt_pipeline_bytes(fixture_dir, tmp_path):
+    pipeline(fixture_dir, tmp_path / "p")
+    nlp = spacy.load(tmp_path / "p")
+    data = nlp.get_pipe("elmo").model.to_bytes()
+    with pytest.raises(ElmoFileError, match="serialized"):
+        nlp.get_pipe("elmo").model.from_bytes(data[:-100])
