@@ -113,6 +113,11 @@ class ElmoEmbedder(nn.Module):
         # weights that overflow in this precision are refused here
         self.runner.set_precision(precision)
 
+    @property
+    def precision_reason(self) -> str:
+        """Why `precision` is what it is, in one line ("auto: ..." names the kind of host)."""
+        return self.runner.precision_reason
+
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""
         self._carried = None

@@ -319,9 +319,8 @@ class BiLSTMStack(nn.Module):
             tree = trees[d]
             word_gates = products[0][d].input(words)  # (U, 4D)
 
-            def gates(
-                start: int, rows: int
-            ) -> Tensor:  # (rows, 4D): each node's word's gate inputs
+            def gates(start: int, rows: int) -> Tensor:
+                """`(rows, 4D)`: the gate inputs of each node's word."""
                 return word_gates[tree.words[start : start + rows]]
 
             for l, layer in enumerate(self.layers):

@@ -16,7 +16,10 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   token layer) stay float32. torchao's int8 route runs `torch._int_mm`, whose CPU kernel is a
   reference loop (about 1 GFLOP/s on a 2-core AVX2 host, against 60-100 for float32) unless
   compiled, so these kernels are the fast int8 route on CPUs.
-- "auto": bfloat16 where native, else int8 where a kernel exists (CPU), else float32.
+- "auto": the path measured fastest on this kind of host (`choose_auto`'s table, each row checked
+  by `bench/bench_precision.py` on such a host: bench/README.md). A table keyed by the CPU's
+  features, not a timing at load, so every process of a machine (shards, a resumed run) picks the
+  same path and writes the same bits.
 """
 
 from __future__ import annotations
@@ -87,18 +90,48 @@ def int8_engine() -> Optional[str]:
     return engine if engine in ("x86", "fbgemm", "qnnpack") else None
 
 
+class AutoChoice(NamedTuple):
+    """What "auto" runs (`precision`) and why (`reason`, one line)."""
+
+    precision: str
+    reason: str
+
+
+def choose_auto(device: torch.device, allow_int8: bool = True) -> AutoChoice:
+    """The precision "auto" runs on `device`, by the kind of host. Measured (bench/README.md): AMX
+    bfloat16 2.5-2.6x float32, int8 1.4x; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8 2.1x,
+    bfloat16 1.9x; AVX2 only: int8 1.4-1.5x, bfloat16 emulated (slower than float32). `allow_int8`
+    False (training, which has no int8 path): bfloat16 where native, else float32."""
+    int8 = allow_int8 and device.type == "cpu" and int8_engine() is not None
+    native = native_bfloat16(device)
+    flags = cpu_flags()
+    if device.type != "cpu":
+        kind = f"{device.type.upper()} {'with' if native else 'without'} bfloat16"
+        return AutoChoice("bfloat16" if native else "float32", kind)
+    if native and "amx_bf16" in flags:
+        return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest (2.5x float32, int8 1.4x)")
+    if native and int8 and flags & {"avx512_vnni", "avx_vnni"}:
+        return AutoChoice(
+            "int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest (2.1x float32, bf16 1.9x)"
+        )
+    if native:
+        return AutoChoice("bfloat16", "native bfloat16 products, no int8 kernel faster measured")
+    if int8:
+        return AutoChoice(
+            "int8", "no native bfloat16: int8 measured fastest (AVX2: 1.4x float32; bf16 slower)"
+        )
+    return AutoChoice("float32", "no native bfloat16 and no int8 path here")
+
+
 def resolve_precision(
     precision: str, device: torch.device, allow_int8: bool = True, stacklevel: int = 3
 ) -> str:
-    """The precision the products run in on `device`: "auto" chosen, "bfloat16" without native
-    support -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted from here);
-    ElmoConfigError for "int8" where no int8 kernel runs. `allow_int8` False (training, which has no
-    int8 path): "auto" never gives int8."""
+    """The precision the products run in on `device`: "auto" chosen (`choose_auto`), "bfloat16"
+    without native support -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted
+    from here); ElmoConfigError for "int8" where no int8 kernel runs."""
     check_precision(precision)
     if precision == "auto":
-        if native_bfloat16(device):
-            return "bfloat16"
-        return "int8" if allow_int8 and device.type == "cpu" and int8_engine() else "float32"
+        return choose_auto(device, allow_int8).precision
     if precision == "bfloat16" and not native_bfloat16(device):
         warnings.warn(
             f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix "
@@ -255,10 +288,7 @@ class PrecisionCopies:
 
     def __init__(self, network: "BiLM", source: str):
         # `source`: what an error about the weights names
-        self.network, self.source = (
-            network,
-            source,
-        )
+        self.network, self.source = network, source
         self.precision = "float32"
         self._products: Optional[List[List[LayerProducts]]] = None
         self._encoder: Optional["TokenEncoder"] = None

@@ -10,6 +10,7 @@ across them. Also here: the checks of what `embed` is given.
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -22,8 +23,10 @@ from .finite import NonFiniteError, check_finite, naming_weights
 from .lstm import LSTMState
 from .model import BiLM
 from .policy import StatePolicy
-from .precision import PrecisionCopies, resolve_precision
+from .precision import PrecisionCopies, choose_auto, resolve_precision
 from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word_index
+
+logger = logging.getLogger("spacy_elmo")
 
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
@@ -98,6 +101,7 @@ class PackedRunner:
             check_cache_size(cache_size), network.options.projection_dim
         )
         self.copies = PrecisionCopies(network, source)
+        self.precision_reason = "as asked"
         self._after_boundary: dict = {}
 
     def clear(self) -> None:
@@ -112,6 +116,12 @@ class PackedRunner:
         make the copies."""
         # warns where it was set
         resolved = resolve_precision(precision, self.network.device, stacklevel=4)
+        if precision == "auto":
+            reason = choose_auto(self.network.device).reason
+            logger.info("precision auto: %s (%s)", resolved, reason)
+            self.precision_reason = f"auto: {reason}"
+        else:
+            self.precision_reason = "as asked" if resolved == precision else "bfloat16 not native"
         self.clear()
         self.copies.make(resolved)
 

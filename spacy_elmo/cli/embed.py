@@ -244,6 +244,8 @@ def report(result: EmbedResult, output_path: Path, weights: str) -> None:
     """What a run did, on stderr: the lines and tokens it wrote, and their speed."""
     if describe_source(weights) != weights:  # a spaCy pipeline: say whose biLM
         typer.echo(f"weights: the {describe_source(weights)}", err=True)
+    if result.precision_reason.startswith("auto"):
+        typer.echo(f"precision {result.precision} ({result.precision_reason})", err=True)
     if not result.wrote:
         typer.echo(f"{output_path} is complete already ({result.lines_done} lines)", err=True)
         return

@@ -24,7 +24,8 @@ Progress = Callable[[int, int], None]
 class EmbedResult:
     """What a run did: `output`, the input's `lines`, `lines_done` (complete before the run, kept),
     `lines_run` and `tokens` (embedded by the run), in `seconds`; `wrote`: False where the output
-    was complete already. `source`: the biLM used (`ElmoEmbedder.source`)."""
+    was complete already. `source`: the biLM used (`ElmoEmbedder.source`); `precision` of its
+    products and why (`ElmoEmbedder.precision_reason`)."""
 
     output: Path
     lines: int
@@ -34,6 +35,8 @@ class EmbedResult:
     seconds: float
     wrote: bool
     source: str
+    precision: str
+    precision_reason: str
 
 
 class EmbedInterrupted(KeyboardInterrupt):
@@ -62,10 +65,10 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
     with torch_threads((options.threads_per_worker or 1) if ray else options.threads):
         bilm, job = new_job(options)
         total, source, tokens, embedded = job.settings["lines"], bilm.source, 0, 0
+        precision = (bilm.precision, bilm.precision_reason)
 
-        def on_lines(
-            n_tokens: int, lines: int = 1
-        ) -> None:  # a line embedded here, or a shard by an actor
+        # a line embedded here, or a shard by an actor
+        def on_lines(n_tokens: int, lines: int = 1) -> None:
             nonlocal tokens, embedded
             tokens, embedded = tokens + n_tokens, embedded + lines
             if progress is not None:
@@ -103,6 +106,7 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
         time.perf_counter() - start,
         wrote,
         source,
+        *precision,
     )
 
 

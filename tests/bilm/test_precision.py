@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import platform
 
 import numpy as np
 import pytest
@@ -92,11 +93,29 @@ def test_bfloat16_without_native_support_says_so_and_runs_float32(
         np.testing.assert_array_equal(a, b)
 
 
-def test_auto_takes_bfloat16_where_native_else_int8_else_float32(fixture_dir, monkeypatch):
-    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
-    assert load_bilm(fixture_dir, precision="auto").precision == "bfloat16"
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU flags")
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx2", "amx_bf16", "avx512_bf16", "avx512_vnni"}, "bfloat16"),  # Intel Xeon, AMX
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, "int8"),  # AMD Zen 4: int8 2.1x, bfloat16 1.9x
+        ({"avx2", "fma"}, "int8"),  # AVX2 only: bfloat16 emulated
+    ],
+)
+def test_auto_takes_the_path_measured_fastest_on_each_kind_of_host(
+    fixture_dir, monkeypatch, flags, expected
+):
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset(flags))
+    bilm = load_bilm(fixture_dir, precision="auto")
+    assert bilm.precision == expected
+    assert (
+        bilm.precision_reason.startswith("auto: ") and "measured fastest" in bilm.precision_reason
+    )
+    assert load_bilm(fixture_dir, precision="float32").precision_reason == "as asked"
+
+
+def test_auto_without_native_bfloat16_or_int8_runs_float32(fixture_dir, monkeypatch):
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
-    assert load_bilm(fixture_dir, precision="auto").precision == "int8"
     monkeypatch.setattr(precision_module, "int8_engine", lambda: None)
     assert load_bilm(fixture_dir, precision="auto").precision == "float32"
     with pytest.raises(ElmoConfigError, match="precision 'int8' runs on CPUs"):

@@ -3,6 +3,7 @@ input, resume after an interruption or a kill (crash safety in depth: test_safet
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -486,3 +487,16 @@ def test_a_large_index_is_written_in_pieces_to_the_same_bytes(fixture_dir, tmp_p
     monkeypatch.setattr(h5writer, "INDEX_IN_PIECES", 0)
     assert run_cli("embed", text, tmp_path / "pieces.hdf5", *args) == 0
     assert (tmp_path / "whole.hdf5").read_bytes() == (tmp_path / "pieces.hdf5").read_bytes()
+
+
+def test_embed_says_what_auto_picked_and_records_it(fixture_dir, tmp_path, capsys):
+    """`--precision auto` names the path it picked and why on stderr; the output's settings record
+    the path (a resumed run or another shard on this host resolves it the same way)."""
+    text = write_lines(tmp_path / "in.txt", ["a b c", "d e"])
+    args = ("embed", text, tmp_path / "out.hdf5", "--weights", fixture_dir, "--whitespace")
+    assert run_cli(*args, "--precision", "auto", "--no-progress") == 0
+    bilm = load_bilm(fixture_dir, precision="auto")
+    err = capsys.readouterr().err
+    assert f"precision {bilm.precision} ({bilm.precision_reason})" in err
+    with h5py.File(tmp_path / "out.hdf5", "r") as f:
+        assert json.loads(f.attrs["spacy_elmo.settings"])["precision"] == bilm.precision
