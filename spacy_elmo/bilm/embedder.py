@@ -103,9 +103,8 @@ class ElmoEmbedder(nn.Module):
 
     @property
     def precision(self) -> str:
-        """The precision of the matrix products (resolved: "float32", "bfloat16" or "int8"; see
-        `PrecisionCopies`); set it to one of those or "auto" (see `precision.resolve_precision`).
-        The "carry" policy runs float32."""
+        """The matrix products' precision, resolved ("float32", "bfloat16" or "int8"); set it to one
+        of those or "auto" (`precision.choose_auto`). The "carry" policy runs float32."""
         return self.runner.copies.precision
 
     @precision.setter
@@ -132,8 +131,7 @@ class ElmoEmbedder(nn.Module):
             self._derived_from = key
 
     def fingerprint(self) -> str:
-        """`BiLM.fingerprint()` of the weights as they are (kept until they change): identifies the
-        outputs."""
+        """`BiLM.fingerprint()` of the weights as they are (kept until they change)."""
         self._follow_weights()
         if self._fingerprint is None:
             self._fingerprint = self.network.fingerprint()
