@@ -67,9 +67,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    for (
-        trained
-    ) in args.trained:  # before anything is measured: one line, not a traceback minutes later
+    # before anything is measured: one line, not a traceback minutes later
+    for trained in args.trained:
         if not Path(trained).exists():
             study = (
                 (

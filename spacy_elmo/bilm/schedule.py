@@ -102,9 +102,8 @@ def direction_trees(
 ) -> Tuple[Tuple[PrefixTree, PrefixTree], np.ndarray]:
     """word_ids `(B, T)` in token order, lengths `(B,)` >= 1 -> the prefix trees of the forward and
     the backward reading order, and `(2, B, T)` the node of each token in each (-1 on padding)."""
-    back = reverse_index(
-        torch.from_numpy(lengths), word_ids.shape[1]
-    ).numpy()  # backward step t reads token back[b, t]
+    # backward step t reads token back[b, t]
+    back = reverse_index(torch.from_numpy(lengths), word_ids.shape[1]).numpy()
     forward, forward_node = prefix_tree(word_ids, lengths, device)
     backward, backward_node = prefix_tree(
         np.take_along_axis(word_ids, back, axis=1), lengths, device

@@ -139,10 +139,11 @@ def _fetch(
                 problem = "the server refused to continue the partial file"
                 continue
             raise ElmoResourceError(f"{url}: the server answered {err.code} {err.reason}") from None
+        # connection dropped or timed out: continue
         except (
             OSError,
             http.client.HTTPException,
-        ) as err:  # connection dropped or timed out: continue
+        ) as err:
             _wait(end, timeout, target, part, url, seconds)  # unless the deadline has passed
             if isinstance(err, urllib.error.URLError):  # no connection at all: the caller says so
                 raise

@@ -123,9 +123,8 @@ def check_legacy(file: BinaryIO, source: str) -> int:
         return total
     except ElmoFileError:
         raise
-    except (
-        Exception
-    ) as err:  # pickle raises many types for bad data (UnpicklingError, EOFError, ValueError, ...)
+    # pickle raises many types for bad data (UnpicklingError, EOFError, ValueError, ...)
+    except Exception as err:
         raise ElmoFileError(
             f"{source}: not a readable torch state dict ({type(err).__name__}: {err})"
         ) from None

@@ -88,9 +88,8 @@ def test_conll2003_without_conll_dir_says_what_to_set(project, no_conll_data):
         "error: ner_data 'conll2003' needs your copy of CoNLL-2003" in log
         and "--vars.conll_dir=DIR" in log
     )
-    assert not (
-        project / "project" / "assets" / "conll2003"
-    ).exists()  # refused before fetching anything
+    # refused before fetching anything
+    assert not (project / "project" / "assets" / "conll2003").exists()
 
 
 def test_conll_dir_without_ner_data_conll2003_is_refused(project, no_conll_data):
