@@ -45,6 +45,7 @@ class Scale:
     pretrain_overrides: Dict[str, Any] = field(default_factory=dict)
     train_overrides: Dict[str, Any] = field(default_factory=dict)
     baseline_overrides: Dict[str, Any] = field(default_factory=dict)
+    tune_overrides: Dict[str, Any] = field(default_factory=dict)  # of the biLM's tuning config
     probe_sentences: Optional[int] = None
 
     def slice_text(self, path: Path, out_dir: Path, dev: bool = False) -> Path:
@@ -106,6 +107,12 @@ SCALES = {
             "nlp.batch_size": 32,
         },
         baseline_overrides={"pretraining.max_epochs": 1},
+        # a few steps; 4-row batches, as a 10% subset of 200 sentences fills few of them
+        tune_overrides={
+            "training.max_steps": 3,
+            "training.batch_tokens": 80,
+            "training.checkpoint_every": 2,
+        },
     ),
 }
 

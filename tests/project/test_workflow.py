@@ -2,6 +2,7 @@
 of the project, and the committed summary re-rendered from the committed metrics."""
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -14,6 +15,7 @@ import spacy
 from project.scripts.run_study import Study, claim
 from project.scripts.study import SCALES, TASKS
 from project.scripts.summarize import gain_grows
+from spacy_elmo import load_bilm
 
 from ..helpers import REPO, data_path
 from .project_copy import copy_project, spacy_project
@@ -102,6 +104,27 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     assert "Where ELMo goes" not in summary  # no placement runs in `smoke`
     for png in ("accuracy_by_fraction.png", "layer_weights.png"):
         assert (metrics / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
+    """The `tune` step: a record per task and training set (the whole split, the 10% subset of seed
+    0), perplexities before and after, and a tuned biLM that loads."""
+    metrics = smoke_project / SMOKE_METRICS
+    bilm = json.loads((metrics / "bilm.json").read_text())
+    records = json.loads((metrics / "tuned.json").read_text())["records"]
+    assert sorted((r["task"], r["fraction"], r["seed"] or 0) for r in records) == [
+        ("ner", 0.1, 0),
+        ("ner", 1.0, 0),
+        ("pos", 0.1, 0),
+        ("pos", 1.0, 0),
+    ]
+    for record in records:
+        before, after = (record["dev_perplexity"][when] for when in ("before", "after"))
+        assert all(math.isfinite(p[d]) for p in (before, after) for d in ("forward", "mean"))
+        assert record["bilm"]["fingerprint"] == bilm["fingerprint"] and record["steps"] == 3
+        assert record["text"]["train"]["sentences"] == (200 if record["fraction"] == 1 else 20)
+        tuned = load_bilm(smoke_project / record["path"])
+        assert tuned.fingerprint() == record["fingerprint"] != bilm["fingerprint"]
 
 
 def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_project, tmp_path):
