@@ -10,10 +10,8 @@ texts for a worker that left keeps its feeder thread writing into a pipe nobody 
 the parent's exit.
 
 So, once per worker: close the inherited read ends of pipes that the worker does not read (a worker
-reads only its queue of texts), and at the worker's exit read what is left in its queue of texts,
-through a copy of its read end (a worker that meets the broken pipe closes its queue before it
-exits).
-A process that is not such a worker is left alone.
+reads only its queue of texts), and at the worker's exit read what is left in its queue of texts. A
+process that is not such a worker is left alone.
 """
 
 from __future__ import annotations
@@ -60,8 +58,7 @@ def guard_spacy_worker() -> None:
             and id(obj) not in queue_readers
         ):
             obj.close()
-    reader = Connection(os.dup(texts._reader.fileno()), writable=False)
-    Finalize(None, _drain, args=(reader,), exitpriority=100)
+    Finalize(None, _drain, args=(texts._reader,), exitpriority=100)
 
 
 def _drain(reader: Connection) -> None:
@@ -74,5 +71,3 @@ def _drain(reader: Connection) -> None:
             reader.recv_bytes()
     except (OSError, EOFError):
         pass
-    finally:
-        reader.close()

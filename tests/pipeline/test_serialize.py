@@ -295,3 +295,61 @@ def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, meth
         pytest.fail(f"nlp.pipe(n_process=2) hung after its input raised ({method})")
     assert run.returncode == 0, err[-3000:]
     assert "caller got: the input broke at text 20" in out
+
+
+WORKER_CLOSES_ITS_QUEUE = """
+import multiprocessing, sys, threading
+import spacy
+from spacy.language import _WORK_DONE_SENTINEL, _apply_pipes
+from spacy.tokens.underscore import Underscore
+from spacy_elmo.workers import guard_spacy_worker
+
+def elmo_like(docs):
+    guard_spacy_worker()  # what the `elmo` component does on its first batch
+    yield from docs
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    nlp = spacy.blank("en")
+    texts = multiprocessing.Queue()
+    receive, send = multiprocessing.Pipe(False)
+    worker = multiprocessing.Process(
+        target=_apply_pipes,
+        args=(nlp.make_doc, [elmo_like], texts, send, Underscore.get_state()),
+    )
+    worker.start()
+    receive.close()  # the caller's input raised: spaCy stops reading
+    for i in range(10):  # 80 KB a batch: more than a pipe holds
+        texts.put([(" ".join(["word"] * 4000), None)] * 4)
+    texts.put(_WORK_DONE_SENTINEL)
+    texts.close()
+    feeder = threading.Thread(target=texts.join_thread, daemon=True)
+    feeder.start()
+    feeder.join(60)
+    worker.join(60)
+    print("hung" if feeder.is_alive() else "ok", worker.exitcode)
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_that_closes_its_queue_still_takes_the_texts_left_for_it(tmp_path, method):
+    """spaCy's worker closes its queue of texts when it meets the parent's closed pipe: what the
+    parent still sends it is read at the worker's exit all the same, so the parent's feeder thread
+    (which its exit joins) ends."""
+    script = tmp_path / "worker_closes_its_queue.py"
+    script.write_text(WORKER_CLOSES_ITS_QUEUE, encoding="utf-8")
+    run = subprocess.Popen(
+        [sys.executable, str(script), method],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = run.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        pytest.fail(f"the parent hung at exit ({method})")
+    assert out.split() == ["ok", "0"], (out, err[-2000:])
