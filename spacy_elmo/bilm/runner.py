@@ -114,13 +114,12 @@ class PackedRunner:
     def set_precision(self, precision: str) -> None:
         """Resolve `precision` ("auto" included) for the network's device, forget what was derived,
         make the copies."""
-        # warns where it was set
-        resolved = resolve_precision(precision, self.network.device, stacklevel=4)
         if precision == "auto":
-            reason = choose_auto(self.network.device).reason
+            resolved, reason = choose_auto(self.network.device)
             logger.info("precision auto: %s (%s)", resolved, reason)
             self.precision_reason = f"auto: {reason}"
-        else:
+        else:  # warns where it was set
+            resolved = resolve_precision(precision, self.network.device, stacklevel=4)
             self.precision_reason = "as asked" if resolved == precision else "bfloat16 not native"
         self.clear()
         self.copies.make(resolved)
