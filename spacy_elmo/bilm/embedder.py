@@ -54,9 +54,9 @@ class ElmoEmbedder(nn.Module):
         self._policy = StatePolicy.parse(state)
         self.runner = PackedRunner(network, cache_size, source)
         self._carried: Optional[LSTMState] = None
-        self.precision = precision
         self._fingerprint: Optional[str] = None
         self._derived_from = network.state_key()
+        self.precision = precision
 
     @property
     def bilm(self) -> BiLM:
@@ -109,8 +109,8 @@ class ElmoEmbedder(nn.Module):
 
     @precision.setter
     def precision(self, precision: Precision) -> None:
-        # weights that overflow in this precision are refused here
-        self.runner.set_precision(precision)
+        self._follow_weights()  # first: the copies made now are then those of these weights
+        self.runner.set_precision(precision)  # weights that overflow in it are refused here
 
     @property
     def precision_reason(self) -> str:

@@ -65,10 +65,12 @@ def load_bilm(
         else:
             embedder = build(format_of(files).read(files), state, cache_size)
         embedder.to(device)
-        embedder.precision = precision
         if embedder.state_policy.warm_start:
             # computed now unless loaded (ElmoConfigError where it cannot be)
             embedder.network.warm_state(1)
+        # after the warm state, which marks what was derived from the weights out of date: the
+        # copies made here are those the first call uses
+        embedder.precision = precision
     # files placed by hand: trusted now that they load, checked from now on
     if files.published and not files.verified:
         hub.record(

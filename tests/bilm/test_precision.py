@@ -148,6 +148,20 @@ def test_int8_products_pickle_and_follow_new_weights(fixture_dir, sentences):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("precision", ["int8", "bfloat16"])
+def test_the_copies_made_at_load_are_the_ones_the_first_call_uses(
+    fixture_dir, sentences, precision, native_bf16
+):
+    """The weights in low precision are made once, by `load_bilm` (which also checks them), not
+    again by the first call: that would cost a one-shot `embed` seconds at the published size."""
+    bilm = load_bilm(fixture_dir, precision=precision)
+    copies = bilm.runner.copies
+    made = (copies._products, copies._encoder)
+    assert made[0] is not None and (made[1] is not None) == (precision == "bfloat16")
+    bilm.embed(sentences[:5])
+    assert copies._products is made[0] and copies._encoder is made[1]
+
+
 def test_changing_the_precision_recomputes_the_token_layers(fixture_dir, sentences, native_bf16):
     """bfloat16 runs the token encoder in bfloat16 too, so the token layers cached in another
     precision (and the boundary states made from them) are dropped when the precision changes."""
