@@ -3,7 +3,7 @@ projection."""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import List, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from ..errors import ElmoConfigError
 from .chars import ByteIds, CharTable
 from .options import BiLMOptions
+from .precision import MatrixProduct, RowScaledInt8Product
 
 
 class Highway(nn.Module):
@@ -27,11 +28,30 @@ class Highway(nn.Module):
         self.w_carry = nn.Parameter(torch.empty(dim, dim))
         self.b_carry = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: `(N, F)` -> `(N, F)`."""
-        t = torch.sigmoid(torch.addmm(self.b_carry, x, self.w_carry))
-        h = torch.relu(torch.addmm(self.b_transform, x, self.w_transform))
-        return torch.lerp(x, h, t)
+    def forward(self, x: Tensor, product: Optional[MatrixProduct] = None) -> Tensor:
+        """x: `(N, F)` -> `(N, F)`. `product`: `x [W_carry W_transform] + [b_carry b_transform]`
+        `(N, 2F)` in another precision (`int8_product`); None: float32."""
+        if product is None:
+            carry = torch.addmm(self.b_carry, x, self.w_carry)
+            transform = torch.addmm(self.b_transform, x, self.w_transform)
+        else:
+            carry, transform = product(x).chunk(2, dim=1)
+        return torch.lerp(x, torch.relu(transform), torch.sigmoid(carry))
+
+    def int8_product(self) -> MatrixProduct:
+        """Both products of the layer as one int8 product, inputs scaled per row."""
+        return RowScaledInt8Product(
+            torch.cat([self.w_carry, self.w_transform], dim=1),
+            torch.cat([self.b_carry, self.b_transform]),
+        )
+
+
+class EncoderProducts(NamedTuple):
+    """The token encoder's products in another precision: each highway layer's `(F, 2F)`, the
+    projection."""
+
+    highways: List[MatrixProduct]
+    proj: MatrixProduct
 
 
 class TokenEncoder(nn.Module):
@@ -90,18 +110,28 @@ class TokenEncoder(nn.Module):
             with torch.no_grad():
                 self.word_embedding.weight[0].zero_()
 
-    def forward(self, char_ids: Tensor) -> Tensor:
-        """char_ids: `(..., token_ids.width)` int64 -> `(..., projection_dim)` float."""
+    def forward(self, char_ids: Tensor, products: Optional[EncoderProducts] = None) -> Tensor:
+        """char_ids: `(..., token_ids.width)` int64 -> `(..., projection_dim)` float. `products`:
+        the highway and projection products in another precision (`int8_products`); None:
+        float32."""
         lead = char_ids.shape[:-1]
         ids = char_ids.reshape(-1, char_ids.shape[-1])
         chars = ids if self.word_embedding is None else ids[:, :-1]
         x = torch.cat(self._filters(chars), dim=1)  # (N, F)
-        for hw in self.highways:
-            x = hw(x)
+        for k, hw in enumerate(self.highways):
+            x = hw(x, None if products is None else products.highways[k])
         if self.word_embedding is not None:
             x = torch.cat([self.word_embedding(ids[:, -1]), x], dim=1)  # (N, word_dim + F)
-        x = torch.addmm(self.b_proj, x, self.w_proj)
+        x = torch.addmm(self.b_proj, x, self.w_proj) if products is None else products.proj(x)
         return x.reshape(*lead, -1)
+
+    def int8_products(self) -> EncoderProducts:
+        """The highway and projection products in int8, inputs scaled per row (nothing bounds
+        them); the convolutions stay float32."""
+        return EncoderProducts(
+            [hw.int8_product() for hw in self.highways],
+            RowScaledInt8Product(self.w_proj, self.b_proj),
+        )
 
     def _filters(self, ids: Tensor):
         """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the

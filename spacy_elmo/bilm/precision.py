@@ -12,10 +12,12 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
   accumulation: torch's fbgemm (x86) / qnnpack (Arm) kernels. A fixed grid, not one fitted to each
   call's range, keeps every row's result independent of the rows computed with it (a sentence gets
-  the same vectors in any batch). Products whose input has no bound (the first layer's, from the
-  token layer) stay float32. torchao's int8 route runs `torch._int_mm`, whose CPU kernel is a
-  reference loop (about 1 GFLOP/s on a 2-core AVX2 host, against 60-100 for float32) unless
-  compiled, so these kernels are the fast int8 route on CPUs.
+  the same vectors in any batch). Inputs with no bound (those of the token encoder's highway and
+  projection, and the token layer, the first LSTM layer's input) are scaled per row onto that grid
+  instead (`RowScaledInt8Product`); the character convolutions stay float32. torchao's int8 route
+  runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
+  host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
+  CPUs.
 - "auto": the path measured fastest on this kind of host (`choose_auto`'s table, each row checked
   by `bench/bench_precision.py` on such a host: bench/README.md). A table keyed by the CPU's
   features, not a timing at load, so every process of a machine (shards, a resumed run) picks the
@@ -27,8 +29,8 @@ from __future__ import annotations
 import copy
 import platform
 import warnings
-from functools import lru_cache
-from typing import TYPE_CHECKING, List, Literal, NamedTuple, Optional
+from functools import lru_cache, partial
+from typing import TYPE_CHECKING, Callable, List, Literal, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -37,7 +39,6 @@ from ..errors import ElmoConfigError
 from .finite import check_finite, naming_weights
 
 if TYPE_CHECKING:
-    from .encoder import TokenEncoder
     from .model import BiLM
 
 Precision = Literal["float32", "bfloat16", "int8", "auto"]
@@ -245,28 +246,34 @@ class Int8Product(MatrixProduct):
         return out.copy_(self(x))
 
 
-class CheckedProduct(MatrixProduct):
-    """A float32 product of unbounded inputs whose results feed int8 products: they are checked,
-    because int8 quantisation would turn NaN into finite values."""
+class RowScaledInt8Product(Int8Product):
+    """int8 products of inputs that nothing bounds (the token encoder's and the token layer's): each
+    row scaled by its own largest |x| onto the grid of [-1, 1] and the result scaled back, the bias
+    added in float32, so each row's result still depends on that row alone. A row holding NaN or
+    an infinity comes out NaN or infinite (its scale is), as in float32, for the output check."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
+        super().__init__(weight, None, bound=1.0)
+        self.bias = None if bias is None else bias.detach().float()
 
     def __call__(self, x: Tensor) -> Tensor:
-        out = super().__call__(x)
-        check_finite(out, "the LSTM's weights", "the float32 gate inputs of an int8 biLM")
-        return out
+        scale = x.abs().amax(dim=1, keepdim=True)  # (N, 1)
+        y = super().__call__(x / scale.clamp(min=torch.finfo(torch.float32).tiny))
+        return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
 
 
 def make_product(
     precision: str, weight: Tensor, bias: Optional[Tensor] = None, bound: float = float("inf")
 ) -> MatrixProduct:
     """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8
-    needs a finite one, and runs float32 without)."""
+    puts x on the fixed grid of a finite bound, and scales each row without one)."""
     if precision == "bfloat16":
         return BFloat16Product(weight, bias)
     if precision == "int8":
         return (
             Int8Product(weight, bias, bound=bound)
             if bound < float("inf")
-            else CheckedProduct(weight, bias)
+            else RowScaledInt8Product(weight, bias)
         )
     return MatrixProduct(weight, bias)
 
@@ -282,16 +289,15 @@ class LayerProducts(NamedTuple):
 
 class PrecisionCopies:
     """A network's weights as the inference path runs them in `precision` (resolved: "float32",
-    "bfloat16" or "int8"): the LSTM's products, and under "bfloat16" a bfloat16 copy of the token
-    encoder (int8 has no bounded input there: it runs float32). Made once per weights; `clear()`
-    when they change. Not pickled: made again."""
+    "bfloat16" or "int8"): the LSTM's products and the token encoder's (under "bfloat16" a bfloat16
+    copy of it). Made once per weights; `clear()` when they change. Not pickled: made again."""
 
     def __init__(self, network: "BiLM", source: str):
         # `source`: what an error about the weights names
         self.network, self.source = network, source
         self.precision = "float32"
         self._products: Optional[List[List[LayerProducts]]] = None
-        self._encoder: Optional["TokenEncoder"] = None
+        self._encoder: Optional[Callable[[Tensor], Tensor]] = None
 
     def make(self, precision: str) -> None:
         """Run in `precision` (resolved, see `resolve_precision`), its copies made now: weights that
@@ -315,15 +321,20 @@ class PrecisionCopies:
                 self._products = self.network.lstm_products(self.precision)
         return self._products
 
-    def token_encoder(self) -> "TokenEncoder":
-        """The token encoder in this precision: under bfloat16 a bfloat16 copy."""
-        if self.precision != "bfloat16":
+    def token_encoder(self) -> Callable[[Tensor], Tensor]:
+        """The token encoder in this precision: under bfloat16 a bfloat16 copy; under int8 the
+        network's, its highway and projection products in int8 (`TokenEncoder.int8_products`)."""
+        if self.precision == "float32":
             return self.network.token_encoder
         if self._encoder is None:
-            encoder = copy.deepcopy(self.network.token_encoder).to(torch.bfloat16)
-            for name, values in encoder.state_dict().items():
-                check_finite(values, self.source, f"'token_encoder.{name}' as bfloat16")
-            self._encoder = encoder
+            encoder = self.network.token_encoder
+            with naming_weights(self.source):
+                if self.precision == "int8":
+                    self._encoder = partial(encoder, products=encoder.int8_products())
+                else:
+                    self._encoder = copy.deepcopy(encoder).to(torch.bfloat16)
+                    for name, values in self._encoder.state_dict().items():
+                        check_finite(values, self.source, f"'token_encoder.{name}' as bfloat16")
         return self._encoder
 
     def __getstate__(self) -> dict:
