@@ -1,13 +1,17 @@
-"""One step of the packed LSTM at the original size, by part, in float32 and bfloat16 (where its
-time goes).
+"""One step of the packed LSTM at the original size, by part, in float32, int8 and bfloat16 (where
+its time goes).
 
     python bench/bench_lstm_step.py [--rows 256] [--threads 1]
 
 The operations `ProjectedLSTMLayer.forward_packed` runs for one step of one direction, timed apart:
 the hidden product added to the step's input product, the element-wise gates and cell update
-(float32 in both), the cell projection; bfloat16 as `BFloat16Product` computes them (bfloat16
-operands; the hidden product added to the bfloat16 gate inputs inside the kernel, the gates turned
-into float32). Milliseconds per step, median of 5 repeats of 20. Prints one JSON line.
+(float32 in every precision), the cell projection; bfloat16 as `BFloat16Product` computes them
+(bfloat16 operands; the hidden product added to the bfloat16 gate inputs inside the kernel, the
+gates turned into float32); int8 as `Int8Product` computes them (the hidden state put on its fixed
+grid, the int8 product, its float32 result added to the gate inputs; the cell projection written
+into the output). bfloat16 is timed only where the CPU has it natively (emulated, it takes minutes).
+Milliseconds per step, median of 5 repeats of 20. Prints one JSON line; `bench_profile.py` gives
+the same parts over a whole pass.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import time
 
 import torch
 from common import machine
+
+from spacy_elmo.bilm.lstm import ProjectedLSTMLayer
+from spacy_elmo.bilm.precision import Int8Product, native_bfloat16
 
 
 def ms(f, n: int = 20) -> float:
@@ -44,30 +51,39 @@ def main() -> None:
     h, c, xw, m = torch.randn(R, P), torch.randn(R, D), torch.randn(R, 4 * D), torch.rand(R, D)
     bf_xw = xw.bfloat16()
 
-    def gates():
-        g = xw.clone()
-        g[:, : 3 * D].sigmoid_()
-        g[:, 3 * D :].tanh_()
-        cell = torch.mul(g[:, D : 2 * D], c).addcmul_(g[:, :D], g[:, 3 * D :]).clamp_(-3, 3)
-        return torch.tanh(cell).mul_(g[:, 2 * D : 3 * D])
+    layer = ProjectedLSTMLayer(P, D, P, cell_clip=3.0, proj_clip=3.0)
 
+    def gates():
+        """The layer's own element-wise step (its projection left out: a view)."""
+        return layer.cell(xw.clone(), c, lambda m: m[:, :P], in_place=True)
+
+    int8_hidden = Int8Product(w_hidden, bound=3.0)
+    int8_proj = Int8Product(w_proj, bound=1.0)
+    out = torch.empty(R, P)
     parts = {
+        "int8": {
+            "hidden": ms(lambda: int8_hidden.gates(xw.clone(), h)),
+            "gates": ms(gates),
+            "projection": ms(lambda: int8_proj.into(out, m).clamp_(-3, 3)),
+        },
         "float32": {
             "hidden": ms(lambda: xw.clone().addmm_(h, w_hidden)),
             "gates": ms(gates),
             "projection": ms(lambda: torch.mm(m, w_proj).clamp_(-3, 3)),
         },
-        "bfloat16": {
+        "copy_of_the_input_product": ms(lambda: xw.clone()),
+    }
+    if native_bfloat16(torch.device("cpu")):
+        parts["bfloat16"] = {
             "hidden": ms(lambda: torch.addmm(bf_xw, h.bfloat16(), bf_hidden).float()),
             "hidden_product_only": ms(lambda: torch.mm(h.bfloat16(), bf_hidden)),
             "gates": ms(gates),
             "projection": ms(lambda: torch.mm(m.bfloat16(), bf_proj).float().clamp_(-3, 3)),
-        },
-        "copy_of_the_input_product": ms(lambda: xw.clone()),
-    }
+        }
     step = {
         p: round(sum(v for k, v in parts[p].items() if k != "hidden_product_only"), 2)
-        for p in ("float32", "bfloat16")
+        for p in ("float32", "int8", "bfloat16")
+        if p in parts
     }
     print(
         json.dumps(
@@ -76,7 +92,7 @@ def main() -> None:
                 "threads": args.threads,
                 "ms": parts,
                 "step_ms": step,
-                "step_speedup": round(step["float32"] / step["bfloat16"], 2),
+                "step_speedup": {p: round(step["float32"] / t, 2) for p, t in step.items()},
                 "machine": machine(),
             }
         )
