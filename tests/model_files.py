@@ -58,28 +58,47 @@ def edit_pipeline_bilm(path, edit):
     path.write_bytes(srsly.msgpack_dumps(outer))
 
 
-BOUNDED_LOAD = textwrap.dedent("""
-    import resource, sys, time
+BOUNDED_LOADS = textwrap.dedent("""
+    import json, resource, sys, time, traceback
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
     import spacy, spacy_elmo
-    start = time.perf_counter()
-    try:
-        spacy.load(sys.argv[2]) if sys.argv[1] == "pipeline" else spacy_elmo.load_bilm(sys.argv[2])
-    except spacy_elmo.ElmoFileError as err:
-        print("seconds", time.perf_counter() - start)
-        print("error", err)
-        sys.exit(3)
+    for kind, path in zip(sys.argv[1::2], sys.argv[2::2]):
+        start = time.perf_counter()
+        try:
+            spacy.load(path) if kind == "pipeline" else spacy_elmo.load_bilm(path)
+        except spacy_elmo.ElmoFileError as err:
+            print(json.dumps({"seconds": time.perf_counter() - start, "error": str(err)}))
+        except BaseException:
+            print(json.dumps({"failed": traceback.format_exc()}))
+        else:
+            print(json.dumps({"failed": "loaded without an ElmoFileError"}))
+        sys.stdout.flush()
 """)
 
 
-def load_in_3gb(kind, path):
-    """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
+def loads_in_3gb(loads):
+    """Each `(kind, path)` of `loads` ("pipeline": `spacy.load`, else `load_bilm`) loaded in turn in
+    one subprocess limited to 3 GB of address space (one start for all) -> a result per load, in
+    their order, for `refused_in_3gb`."""
+    args = [str(part) for load in loads for part in load]
     proc = subprocess.run(
-        [sys.executable, "-c", BOUNDED_LOAD, kind, str(path)],
+        [sys.executable, "-c", BOUNDED_LOADS, *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
-    return float(lines["seconds"]), lines["error"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(loads), proc.stdout[-2000:]
+    return results
+
+
+def refused_in_3gb(result):
+    """A result of `loads_in_3gb` that must be one ElmoFileError -> (seconds, error message)."""
+    assert "failed" not in result, result["failed"][-2000:]
+    return result["seconds"], result["error"]
+
+
+def load_in_3gb(kind, path):
+    """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
+    return refused_in_3gb(loads_in_3gb([(kind, path)])[0])

@@ -89,13 +89,14 @@ def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
         for line in src:
             dst.write(json.loads(line)["text"] + "\n")
     epochs = scale.baseline_overrides.get("pretraining.max_epochs", 1) * 2
+    bucket = scale.baseline_overrides.get("floret.bucket", 50000)  # rows of the vector table
     start = time.perf_counter()
     model = floret.train_unsupervised(
         str(text),
         model="cbow",
         mode="floret",
         hashCount=2,
-        bucket=50000,
+        bucket=bucket,
         minn=3,
         maxn=5,
         minCount=2,

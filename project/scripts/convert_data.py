@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from itertools import islice
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -89,11 +90,10 @@ def read(kind: str, path: Path) -> Iterator[Sentence]:
 def convert(
     kind: str, source: Path, target: Path, fraction: float = 1.0, seed: int = 0, limit: int = 0
 ) -> int:
-    sentences = list(read(kind, source))
+    # the first `limit` sentences, read lazily: a smoke run reads a slice, not the whole file
+    sentences = list(islice(read(kind, source), limit or None))
     if not sentences:
         raise SystemExit(f"error: no sentences in {source}")
-    if limit:
-        sentences = sentences[:limit]
     if fraction < 1.0:
         keep = max(1, round(len(sentences) * fraction))
         sentences = random.Random(seed).sample(sentences, keep)

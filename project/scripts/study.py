@@ -82,7 +82,9 @@ SCALES = {
     ),
     "smoke": Scale(
         name="smoke",
-        text_lines=300,
+        # the baselines' `spacy pretrain` epoch takes time in proportion to the text; the biLM's
+        # steps are counted (training.max_steps)
+        text_lines=100,
         dev_text_lines=50,
         train_sentences=200,
         eval_sentences=60,
@@ -106,7 +108,8 @@ SCALES = {
             "training.patience": 0,
             "nlp.batch_size": 32,
         },
-        baseline_overrides={"pretraining.max_epochs": 1},
+        # floret.bucket: the rows of floret's vector table (50000 at full scale)
+        baseline_overrides={"pretraining.max_epochs": 1, "floret.bucket": 5000},
         # a few steps; 4-row batches, as a 10% subset of 200 sentences fills few of them
         tune_overrides={
             "training.max_steps": 3,

@@ -4,6 +4,7 @@ of the project, and the committed summary re-rendered from the committed metrics
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -15,6 +16,7 @@ import spacy
 from project.scripts.run_study import Study, claim
 from project.scripts.study import SCALES, TASKS
 from project.scripts.summarize import gain_grows
+from project.scripts.summarize import main as summarize_main
 from spacy_elmo import load_bilm
 
 from ..helpers import REPO, data_path
@@ -24,23 +26,11 @@ pytestmark = pytest.mark.slow
 SMOKE_METRICS = "project/training/smoke/metrics"
 
 
-def summarize(project, metrics, out):
-    """`python -m project.scripts.summarize --metrics METRICS --out OUT`, run in `project` (a copy
-    of the study, or the repository)."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "project.scripts.summarize",
-            "--metrics",
-            str(metrics),
-            "--out",
-            str(out),
-        ],
-        cwd=project,
-        check=True,
-        capture_output=True,
-    )
+def summarize(metrics, out):
+    """`python -m project.scripts.summarize --metrics METRICS --out OUT`, run in this process (the
+    copy of the study holds the same scripts; with both paths given, nothing depends on where the
+    project lies)."""
+    summarize_main(["--metrics", str(metrics), "--out", str(out)])
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +117,25 @@ def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
         assert tuned.fingerprint() == record["fingerprint"] != bilm["fingerprint"]
 
 
+# The steps of the placement test, run one after another in one interpreter (each as its
+# `python -m project.scripts.run_study|summarize ARGS` runs it: `main` with those arguments), in the
+# project copy that is the working directory; a line `#step# STEP` comes before each step's output.
+STEPS = """
+import sys
+from project.scripts import run_study, summarize
+
+for step in sys.argv[1:]:
+    module, *args = step.split()
+    print(f"#step# {step}", flush=True)
+    if module == "summarize":
+        summarize.main(args)
+    else:
+        sys.argv = [f"project.scripts.{module}", *args]
+        run_study.main()
+    sys.stdout.flush()
+"""
+
+
 def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_project, tmp_path):
     """`run_study.py placement` (here one task and fraction) trains ELMo at the encoder's output, at
     its input and output, and at its input on layers [0, 1]; `evaluate` records each pipeline's
@@ -139,24 +148,21 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-
-    def step(*args):
-        return subprocess.run(
-            [sys.executable, *args],
-            cwd=tmp_path,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    def study(name, *args):
-        return step(
-            "-m", "project.scripts.run_study", name, "--scale", "smoke", "--tasks", "pos", *args
-        )
-
-    study("placement", "--fractions", "0.1")
-    study("evaluate")
+    study = "run_study {} --scale smoke --tasks pos"
+    placement = study.format("placement") + " --fractions 0.1"
+    steps = [placement, study.format("evaluate"), "summarize --scale smoke", placement]
+    # one interpreter for the four steps (each `python -m` start costs seconds of imports); the
+    # files each step writes are checked below, and the last step's output
+    out = subprocess.run(
+        [sys.executable, "-c", STEPS, *steps],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    outputs = re.split(r"^#step# ", out, flags=re.M)[1:]
+    assert [o.splitlines()[0] for o in outputs] == steps
     metrics = tmp_path / SMOKE_METRICS
     bilm = json.loads((metrics / "bilm.json").read_text())
     runs = {
@@ -182,12 +188,11 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
         run["bilm_fingerprint"] == bilm["fingerprint"] and 0 <= run["test"]["tag_acc"] <= 1
         for run in runs.values()
     )
-    step("-m", "project.scripts.summarize", "--scale", "smoke")
     table = (metrics / "summary.md").read_text().split("## Where ELMo goes")[1].split("##")[0]
     row = next(line for line in table.splitlines() if line.startswith("| pos (UPOS accuracy) |"))
     # baseline, input, output, both, layers [0, 1]: all run
     assert "| 10% |" in row and "–" not in row
-    assert "0 run(s) to train" in study("placement", "--fractions", "0.1")
+    assert "0 run(s) to train" in outputs[-1]
 
 
 def test_finished_steps_are_skipped(smoke_project):
@@ -209,7 +214,7 @@ def test_finished_steps_are_skipped(smoke_project):
 
 def test_summary_rerenders_identically_from_the_metrics(smoke_project, tmp_path):
     metrics = smoke_project / SMOKE_METRICS
-    summarize(smoke_project, metrics, tmp_path)
+    summarize(metrics, tmp_path)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
 
 
@@ -219,7 +224,7 @@ def test_committed_summary_matches_the_committed_metrics(tmp_path):
     assert (metrics / "summary.md").exists(), (
         "run `spacy project run all` and commit project/metrics"
     )
-    summarize(REPO, metrics, tmp_path)
+    summarize(metrics, tmp_path)
     assert (tmp_path / "summary.md").read_text() == (metrics / "summary.md").read_text()
 
 
@@ -235,7 +240,7 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
         json.loads((metrics / "probe.json").read_text())["bilm_fingerprint"] == bilm["fingerprint"]
     )
     (metrics / "bilm.json").write_text(json.dumps({**bilm, "fingerprint": "0" * 64}))
-    summarize(smoke_project, metrics, tmp_path)
+    summarize(metrics, tmp_path)
     summary = (tmp_path / "summary.md").read_text()
     note = next(
         line for line in summary.splitlines() if line.startswith("Made with an earlier biLM")
@@ -308,7 +313,7 @@ def test_a_summary_gives_each_ner_data_set_its_rows(tmp_path):
             data="UNER (test)", test={**run["test"], "ents_f": run["test"]["ents_f"] - 0.005}
         )
         path.with_name(path.name.replace("conll2003", "uner")).write_text(json.dumps(run))
-    summarize(REPO, metrics, tmp_path)
+    summarize(metrics, tmp_path)
     summary = (tmp_path / "summary.md").read_text()
     committed = (REPO / "project" / "metrics" / "summary.md").read_text()
     conll_rows = [line for line in committed.splitlines() if "| CoNLL-2003 English |" in line]

@@ -16,48 +16,45 @@ from ..model_files import (
     edit_pipeline_bilm,
     fixture_options,
     hdf5_model,
-    load_in_3gb,
+    loads_in_3gb,
     own_model,
     pipeline,
+    refused_in_3gb,
 )
 
+HUGE = [
+    ("options", "char_cnn.n_highway", 10**9),
+    ("options", "lstm.n_layers", 10**7),
+    ("options", "char_cnn.max_characters_per_token", 10**9),
+    ("own", "lstm.dim", 10**9),
+    ("pipeline", "lstm.dim", 10**9),
+]
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "kind, key, value",
-    [
-        ("options", "char_cnn.n_highway", 10**9),
-        ("options", "lstm.n_layers", 10**7),
-        ("options", "char_cnn.max_characters_per_token", 10**9),
-        ("own", "lstm.dim", 10**9),
-        ("pipeline", "lstm.dim", 10**9),
-    ],
-)
-def test_huge_sizes_fail_fast_without_allocating(fixture_dir, tmp_path, kind, key, value):
+
+def huge_model(fixture_dir, directory, kind, key, value):
+    """The fixture as a model of `kind` whose option `key` is `value` -> (what loads it, its path,
+    the file the error must name)."""
     section, name = key.split(".")
+    directory.mkdir(parents=True)
     if kind == "options":
         opts = fixture_options(fixture_dir)
         opts[section][name] = value
-        path = hdf5_model(fixture_dir, tmp_path / "m", opts)
-        named = "options.json"
-    elif kind == "own":
-        path = own_model(fixture_dir, tmp_path / "m")
+        return "bilm", hdf5_model(fixture_dir, directory / "m", opts), "options.json"
+    if kind == "own":
+        path = own_model(fixture_dir, directory / "m")
         config = json.loads((path / "bilm.json").read_text())
         config["options"][section][name] = value
         (path / "bilm.json").write_text(json.dumps(config))
-        named = "bilm.json"
-    else:
-        model = pipeline(fixture_dir, tmp_path / "p")
+        return "bilm", path, "bilm.json"
+    model = pipeline(fixture_dir, directory / "p")
 
-        def edit(msg):
-            opts = json.loads(msg["options"])
-            opts[section][name] = value
-            msg["options"] = json.dumps(opts)
+    def edit(msg):
+        opts = json.loads(msg["options"])
+        opts[section][name] = value
+        msg["options"] = json.dumps(opts)
 
-        edit_pipeline_bilm(model, edit)
-        path, named = tmp_path / "p", "elmo/model"
-    seconds, message = load_in_3gb("pipeline" if kind == "pipeline" else "bilm", path)
-    assert seconds < 5 and key in message and named in message and str(value) in message
+    edit_pipeline_bilm(model, edit)
+    return "pipeline", directory / "p", "elmo/model"
 
 
 def oversized_own_model(fixture_dir, directory):
@@ -70,23 +67,49 @@ def oversized_own_model(fixture_dir, directory):
     return path
 
 
-@pytest.mark.timeout(300)
-def test_sizes_the_weights_do_not_have_are_refused_before_allocating(fixture_dir, tmp_path):
-    """Options within the bounds (805M parameters, 3.2 GB) beside the fixture's small weights.pt."""
-    path = oversized_own_model(fixture_dir, tmp_path / "m")
-    seconds, message = load_in_3gb("bilm", path)
-    assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
-
-
-@pytest.mark.timeout(300)
-def test_views_of_one_storage_do_not_count_as_weights(fixture_dir, tmp_path):
-    """1000 entries viewing one 4 MB storage look like 10**9 values, but only 4 MB is stored."""
-    path = oversized_own_model(fixture_dir, tmp_path / "m")
+def shared_views_model(fixture_dir, directory):
+    """The oversized model plus 1000 entries viewing one 4 MB storage: they look like 10**9
+    values, but only 4 MB is stored."""
+    path = oversized_own_model(fixture_dir, directory)
     state = torch.load(path / "weights.pt", weights_only=True)
     shared = torch.zeros(2**20)
     state.update({f"view_{i}": shared[:] for i in range(1000)})
     torch.save(state, path / "weights.pt")
-    seconds, message = load_in_3gb("bilm", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bounded(fixture_dir, tmp_path_factory):
+    """Every model of this module that must be refused, each loaded in turn in one child bounded
+    to 3 GB of address space (one start, not one per test): case -> its result (`refused_in_3gb`)
+    and the file the error must name."""
+    tmp = tmp_path_factory.mktemp("bounded")
+    models = {case: huge_model(fixture_dir, tmp / f"huge{i}", *case) for i, case in enumerate(HUGE)}
+    models["oversized"] = ("bilm", oversized_own_model(fixture_dir, tmp / "oversized"), None)
+    models["views"] = ("bilm", shared_views_model(fixture_dir, tmp / "views"), None)
+    results = loads_in_3gb([(kind, path) for kind, path, _ in models.values()])
+    return {case: (result, model[2]) for (case, model), result in zip(models.items(), results)}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind, key, value", HUGE)
+def test_huge_sizes_fail_fast_without_allocating(bounded, kind, key, value):
+    result, named = bounded[(kind, key, value)]
+    seconds, message = refused_in_3gb(result)
+    assert seconds < 5 and key in message and named in message and str(value) in message
+
+
+@pytest.mark.timeout(300)
+def test_sizes_the_weights_do_not_have_are_refused_before_allocating(bounded):
+    """Options within the bounds (805M parameters, 3.2 GB) beside the fixture's small weights.pt."""
+    seconds, message = refused_in_3gb(bounded["oversized"][0])
+    assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
+
+
+@pytest.mark.timeout(300)
+def test_views_of_one_storage_do_not_count_as_weights(bounded):
+    """1000 entries viewing one 4 MB storage look like 10**9 values, but only 4 MB is stored."""
+    seconds, message = refused_in_3gb(bounded["views"][0])
     assert seconds < 5 and "weights.pt" in message and "805,615,656 parameters" in message
 
 
