@@ -10,8 +10,8 @@ texts for a worker that left keeps its feeder thread writing into a pipe nobody 
 the parent's exit.
 
 So, once per worker: close the inherited read ends of pipes that the worker does not read (a worker
-reads only its queue of texts), and at the worker's exit read what is left in its queue of texts. A
-process that is not such a worker is left alone.
+reads only its queue of texts), and at the worker's exit read what is left in its queue of texts, up
+to the parent's end-of-work sentinel. A process that is not such a worker is left alone.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import os
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.queues import Queue
+from multiprocessing.reduction import ForkingPickler as _ForkingPickler
 from multiprocessing.util import Finalize
-from typing import Optional
+from typing import List, Optional
 
 DRAIN_SECONDS = 30.0  # the most a worker spends reading its left-over texts at exit
 _guarded_pid: Optional[int] = None
@@ -36,7 +37,7 @@ def guard_spacy_worker() -> None:
     if _guarded_pid == os.getpid():
         return
     _guarded_pid = os.getpid()
-    from spacy.language import _apply_pipes
+    from spacy.language import _apply_pipes, _WorkDoneSentinel
 
     process = multiprocessing.current_process()
     args = getattr(process, "_args", ())
@@ -58,16 +59,32 @@ def guard_spacy_worker() -> None:
             and id(obj) not in queue_readers
         ):
             obj.close()
-    Finalize(None, _drain, args=(texts._reader,), exitpriority=100)
+    ended: List[bool] = []  # whether the worker took the parent's end-of-work sentinel
+    get = texts.get
+
+    def get_noting_the_end(*args, **kwargs):
+        item = get(*args, **kwargs)
+        if isinstance(item, _WorkDoneSentinel):
+            ended.append(True)
+        return item
+
+    texts.get = get_noting_the_end
+    Finalize(None, _drain, args=(texts._reader, ended), exitpriority=100)
 
 
-def _drain(reader: Connection) -> None:
-    """Read what the parent still sends to this worker's queue (nothing after a normal end)."""
+def _drain(reader: Connection, ended: List[bool]) -> None:
+    """Read what the parent still sends to this worker's queue, up to the end-of-work sentinel that
+    spaCy's parent always sends last (nothing when the worker took it). Its feeder thread may not
+    have written the texts left yet when the worker gets here: waiting for the sentinel, not for a
+    quiet pipe, lets it finish."""
+    from spacy.language import _WorkDoneSentinel
+
+    if ended:
+        return
     deadline = time.monotonic() + DRAIN_SECONDS
     try:
-        if not reader.poll(0):
-            return
-        while time.monotonic() < deadline and reader.poll(0.5):
-            reader.recv_bytes()
+        while reader.poll(max(deadline - time.monotonic(), 0)):
+            if isinstance(_ForkingPickler.loads(reader.recv_bytes()), _WorkDoneSentinel):
+                return
     except (OSError, EOFError):
         pass

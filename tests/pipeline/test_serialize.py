@@ -298,7 +298,7 @@ def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, meth
 
 
 WORKER_CLOSES_ITS_QUEUE = """
-import multiprocessing, sys, threading
+import multiprocessing, sys, threading, time
 import spacy
 from spacy.language import _WORK_DONE_SENTINEL, _apply_pipes
 from spacy.tokens.underscore import Underscore
@@ -319,6 +319,11 @@ if __name__ == "__main__":
     )
     worker.start()
     receive.close()  # the caller's input raised: spaCy stops reading
+    if sys.argv[2] == "late":  # the worker meets the closed pipe before the texts left are written
+        texts.put([("a few words", None)])
+        worker_at_exit = time.monotonic() + 3
+        while time.monotonic() < worker_at_exit:
+            time.sleep(0.1)
     for i in range(10):  # 80 KB a batch: more than a pipe holds
         texts.put([(" ".join(["word"] * 4000), None)] * 4)
     texts.put(_WORK_DONE_SENTINEL)
@@ -332,15 +337,19 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("written", ["before", "late"])
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_a_worker_that_closes_its_queue_still_takes_the_texts_left_for_it(tmp_path, method):
+def test_a_worker_that_closes_its_queue_still_takes_the_texts_left_for_it(
+    tmp_path, method, written
+):
     """spaCy's worker closes its queue of texts when it meets the parent's closed pipe: what the
     parent still sends it is read at the worker's exit all the same, so the parent's feeder thread
-    (which its exit joins) ends."""
+    (which its exit joins) ends; also when the feeder writes those texts only after the worker
+    reached its exit (`late`: the worker waits for the parent's end-of-work sentinel)."""
     script = tmp_path / "worker_closes_its_queue.py"
     script.write_text(WORKER_CLOSES_ITS_QUEUE, encoding="utf-8")
     run = subprocess.Popen(
-        [sys.executable, str(script), method],
+        [sys.executable, str(script), method, written],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
