@@ -272,6 +272,25 @@ if __name__ == "__main__":
 """
 
 
+def run_or_fail_on_hang(args, timeout: float, hung: str):
+    """`python ARGS` in its own process group -> (returncode, stdout, stderr); past `timeout`
+    seconds the group (the workers too) is killed and the test fails with `hung`."""
+    run = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        pytest.fail(hung)
+    return run.returncode, out, err
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, method):
@@ -280,20 +299,12 @@ def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, meth
     them, forever."""
     script = tmp_path / "broken_input.py"
     script.write_text(BROKEN_INPUT, encoding="utf-8")
-    run = subprocess.Popen(
-        [sys.executable, str(script), str(fixture_dir), method],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    returncode, out, err = run_or_fail_on_hang(
+        [str(script), str(fixture_dir), method],
+        90,
+        f"nlp.pipe(n_process=2) hung after its input raised ({method})",
     )
-    try:
-        out, err = run.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)  # the workers too
-        run.communicate()
-        pytest.fail(f"nlp.pipe(n_process=2) hung after its input raised ({method})")
-    assert run.returncode == 0, err[-3000:]
+    assert returncode == 0, err[-3000:]
     assert "caller got: the input broke at text 20" in out
 
 
@@ -348,17 +359,7 @@ def test_a_worker_that_closes_its_queue_still_takes_the_texts_left_for_it(
     reached its exit (`late`: the worker waits for the parent's end-of-work sentinel)."""
     script = tmp_path / "worker_closes_its_queue.py"
     script.write_text(WORKER_CLOSES_ITS_QUEUE, encoding="utf-8")
-    run = subprocess.Popen(
-        [sys.executable, str(script), method, written],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    _, out, err = run_or_fail_on_hang(
+        [str(script), method, written], 180, f"the parent hung at exit ({method})"
     )
-    try:
-        out, err = run.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
-        pytest.fail(f"the parent hung at exit ({method})")
     assert out.split() == ["ok", "0"], (out, err[-2000:])
