@@ -54,6 +54,27 @@ def rates(m: int, k: int, n: int, repeats: int) -> dict:
     }
 
 
+def cuda_rates(m: int, k: int, n: int, repeats: int) -> dict:
+    """GFLOP/s of an `(m, k) x (k, n)` product on the current CUDA device, float32 (TF32 as torch's
+    matmul setting allows) and bfloat16."""
+
+    def timed(x, w) -> float:
+        torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        return 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
+
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda") * 0.05
+    return {
+        "shape": f"{m}x{k}x{n}",
+        "float32": round(timed(x, w)),
+        "bfloat16": round(timed(x.bfloat16(), w.bfloat16())),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)

@@ -2,7 +2,7 @@
 layer.
 
     python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto]
-    [--rounds 2]
+    [--rounds 2] [--device cuda]
                                     [--trained FIXTURE_DIR project/training/full/bilm/model]
                                     [--skip-speed]
 
@@ -12,8 +12,9 @@ affects them alike. Random weights at a published size (`../shared/tools/make_el
 the speed; their recurrence is chaotic, so accuracy is measured on trained weights instead
 (`--trained`: AllenNLP's fixture by default, and e.g. the project's biLM): relative error per layer,
 `||low - fp32|| / ||fp32||`, over the first 500 UD English-EWT dev sentences. "bfloat16" on a CPU
-without native bfloat16 runs float32 (and says so), so it is timed only where native. Prints one
-JSON line.
+without native bfloat16 runs float32 (and says so), so it is timed only where native. `--device
+cuda` times float32, bfloat16 and auto on the GPU (int8 is a CPU path) and measures each one's error
+against the CPU's float32. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_matmul_precision import rates
+from bench_matmul_precision import cuda_rates, rates
 from common import DATA, machine, read_conllu_sentences, weights_dir
 
 STUDY_BILM = "project/training/full/bilm/model"
@@ -51,7 +52,10 @@ def relative_errors(low, ref) -> list:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=["small", "medium", "original"], default="original")
-    parser.add_argument("--precisions", default="float32,int8,bfloat16,auto")
+    parser.add_argument(
+        "--precisions", help="default: float32,int8,bfloat16,auto (cuda: float32,bfloat16,auto)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -81,18 +85,24 @@ def main() -> None:
             )
             sys.exit(f"bench_precision.py: --trained {trained}: not found{study}")
     torch.set_num_threads(args.threads)
-    from spacy_elmo import load_bilm
+    from spacy_elmo import ElmoConfigError, load_bilm
+    from spacy_elmo.bilm.device import check_device
     from spacy_elmo.bilm.precision import native_bfloat16
 
-    native = native_bfloat16(torch.device("cpu"))
-    precisions = [p for p in args.precisions.split(",") if p != "bfloat16" or native]
+    try:
+        device = check_device(args.device)
+    except ElmoConfigError as e:
+        sys.exit(f"bench_precision.py: --device: {e}")
+    native = native_bfloat16(device)
+    default = "float32,int8,bfloat16,auto" if device.type == "cpu" else "float32,bfloat16,auto"
+    precisions = [p for p in (args.precisions or default).split(",") if p != "bfloat16" or native]
     sentences = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")
     n_tokens = sum(map(len, sentences))
     speeds: dict = {p: [] for p in precisions}
     resolved = {}
     for _ in range(0 if args.skip_speed else args.rounds):
         for p in precisions:
-            bilm = load_bilm(weights_dir(args.size), precision=p)
+            bilm = load_bilm(weights_dir(args.size), precision=p, device=device)
             resolved[p] = bilm.precision
             start = time.perf_counter()
             bilm.embed(sentences, batch_size=args.batch_size)
@@ -101,10 +111,10 @@ def main() -> None:
     errors: dict = {}
     for trained in args.trained:
         reference = load_bilm(trained).embed(dev)
-        for p in ("int8", "bfloat16"):
+        for p in ("int8", "bfloat16") if device.type == "cpu" else ("float32", "bfloat16"):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                bilm = load_bilm(trained, precision=p)
+                bilm = load_bilm(trained, precision=p, device=device)
             if bilm.precision == p:
                 errors.setdefault(trained, {})[p] = relative_errors(bilm.embed(dev), reference)
     best = {p: max(v) for p, v in speeds.items() if v}
@@ -116,13 +126,17 @@ def main() -> None:
         "resolved": resolved,
         "speedup_vs_float32": {p: round(best[p] / best["float32"], 2) for p in best},
         "relative_error_per_layer": errors,
+        "device": str(device),
         "native_bfloat16": native,
         "matmul_gflop_per_s": [
-            rates(m, k, n, 10) for m, k, n in [(256, 512, 16384), (256, 4096, 512)]
+            (rates if device.type == "cpu" else cuda_rates)(m, k, n, 10)
+            for m, k, n in [(256, 512, 16384), (256, 4096, 512)]
         ],
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": machine(),
     }
+    if device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(device)
     print(json.dumps(result))
 
 

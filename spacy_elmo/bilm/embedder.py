@@ -161,13 +161,10 @@ class ElmoEmbedder(nn.Module):
         """ "carry": rows as given, boundaries included, the real tokens' layers checked (`first`:
         the first sentence's index in the caller's input)."""
         ids, mask, real = self.runner.padded(sentences)
-        layers = self.forward(ids, mask).layers
-        self.runner.check_output(
-            layers[:, real], [len(s) for s in sentences], range(first, first + len(sentences))
-        )
-        return [
-            convert(layers[:, row, 1 : len(s) + 1], as_tensor) for row, s in enumerate(sentences)
-        ]
+        layers = self.forward(ids, mask).layers[:, real]  # (n_layers + 1, sum(lengths), 2P)
+        lengths = [len(s) for s in sentences]
+        self.runner.check_output(layers, lengths, range(first, first + len(sentences)))
+        return convert(layers, lengths, as_tensor)
 
     def _ready(self) -> None:
         if self.network.training:
@@ -192,7 +189,7 @@ class ElmoEmbedder(nn.Module):
                 layers = next(pieces, None)
                 if layers is None:
                     return
-                array = convert(layers, as_tensor=False)
+                (array,) = convert(layers, [layers.shape[1]], as_tensor=False)
             yield array
 
     def embed_iter(

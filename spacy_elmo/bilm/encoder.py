@@ -140,10 +140,14 @@ class TokenEncoder(nn.Module):
         Positions after the last one that holds anything but PAD in the batch hold only PAD, and
         every window made of PAD alone has the same value. So each convolution runs over the used
         positions only, and that one all-PAD window joins the max (exactly the same set of windows).
+        On a GPU the used positions are rounded up to a multiple of 8 (more all-PAD windows, the
+        same max), so that cuDNN meets few shapes.
         """
         C = ids.shape[1]
         real = (ids != self.pad_id).any(0).nonzero()
         used = int(real[-1]) + 1 if len(real) else 1
+        if ids.is_cuda:
+            used = min(C, -(-used // 8) * 8)
         # (N, E, C')
         chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(1, 2)
         pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)

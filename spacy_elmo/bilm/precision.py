@@ -98,17 +98,23 @@ class AutoChoice(NamedTuple):
     reason: str
 
 
-def choose_auto(device: torch.device, allow_int8: bool = True) -> AutoChoice:
+def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
     """The precision "auto" runs on `device`, by the kind of host. Measured (bench/README.md): AMX
     bfloat16 2.5-2.6x float32, int8 1.4x; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8 2.1x,
-    bfloat16 1.9x; AVX2 only: int8 1.4-1.5x, bfloat16 emulated (slower than float32). `allow_int8`
-    False (training, which has no int8 path): bfloat16 where native, else float32."""
-    int8 = allow_int8 and device.type == "cpu" and int8_engine() is not None
+    bfloat16 1.9x; AVX2 only: int8 1.4-1.5x, bfloat16 emulated (slower than float32); an H200 GPU
+    bfloat16 0.6-1.1x float32 (each step's products are small: the pass waits on kernel launches,
+    not arithmetic). `training` (no int8 path; autocast of larger products): bfloat16 where
+    native, else float32."""
+    int8 = not training and device.type == "cpu" and int8_engine() is not None
     native = native_bfloat16(device)
     flags = cpu_flags()
     if device.type != "cpu":
-        kind = f"{device.type.upper()} {'with' if native else 'without'} bfloat16"
-        return AutoChoice("bfloat16" if native else "float32", kind)
+        if training:
+            kind = f"{device.type.upper()} {'with' if native else 'without'} bfloat16"
+            return AutoChoice("bfloat16" if native else "float32", kind)
+        return AutoChoice(
+            "float32", "GPU: bfloat16 measured no faster than float32 (H200: 0.6-1.1x)"
+        )
     if native and "amx_bf16" in flags:
         return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest (2.5x float32, int8 1.4x)")
     if native and int8 and flags & {"avx512_vnni", "avx_vnni"}:
@@ -125,20 +131,20 @@ def choose_auto(device: torch.device, allow_int8: bool = True) -> AutoChoice:
 
 
 def resolve_precision(
-    precision: str, device: torch.device, allow_int8: bool = True, stacklevel: int = 3
+    precision: str, device: torch.device, training: bool = False, stacklevel: int = 3
 ) -> str:
     """The precision the products run in on `device`: "auto" chosen (`choose_auto`), "bfloat16"
     without native support -> "float32" (with a warning, `stacklevel` as `warnings.warn`'s, counted
     from here); ElmoConfigError for "int8" where no int8 kernel runs."""
     check_precision(precision)
     if precision == "auto":
-        return choose_auto(device, allow_int8).precision
+        return choose_auto(device, training).precision
     if precision == "bfloat16" and not native_bfloat16(device):
         warnings.warn(
             f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix "
             f"products "
             "(emulated ones are slower than float32), so the biLM runs in float32"
-            + ("; 'int8' or 'auto' is the faster choice here" if allow_int8 else ""),
+            + ("; 'int8' or 'auto' is the faster choice here" if not training else ""),
             RuntimeWarning,
             stacklevel=stacklevel,
         )

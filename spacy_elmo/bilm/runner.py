@@ -32,6 +32,9 @@ logger = logging.getLogger("spacy_elmo")
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
+# On a GPU, token-encoder calls get a multiple of this many rows: cuDNN makes a plan for each new
+# convolution shape (about 2 ms each), so a stream of new text would pay for one at every batch.
+GPU_ENCODER_ROWS = 128
 # Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark:
 # 0.8M), and at most 8 GiB at the largest published width (512).
 MAX_CACHE_SIZE = 1 << 22
@@ -84,9 +87,14 @@ def long_sentence(batch_size: int) -> int:
     return batch_size * TOKENS_PER_BATCH
 
 
-def convert(layers: Tensor, as_tensor: bool):
-    """Layers -> what `embed_iter` yields: a torch copy, or a float32 numpy copy."""
-    return layers.clone() if as_tensor else layers.float().cpu().numpy().copy()
+def convert(layers: Tensor, lengths: Sequence[int], as_tensor: bool) -> list:
+    """Layers `(n_layers + 1, sum(lengths), 2P)` of sentences one after another -> what
+    `embed_iter` yields for each: a torch copy, or a float32 numpy copy. The numpy copies leave
+    the device together (one wait for a GPU per batch, not one per sentence)."""
+    if as_tensor:
+        return [part.clone() for part in layers.split(list(lengths), dim=1)]
+    host = layers.float().cpu().numpy()
+    return [part.copy() for part in np.split(host, np.cumsum(lengths)[:-1], axis=1)]
 
 
 class PackedRunner:
@@ -137,8 +145,11 @@ class PackedRunner:
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
         for start in range(0, len(words), ENCODER_CHUNK):
             chunk = order[start : start + ENCODER_CHUNK]
-            ids = torch.from_numpy(network.word_ids([words[i] for i in chunk]))
-            out[torch.tensor(chunk, device=device)] = encoder(ids.to(device)).to(out.dtype)
+            ids = network.word_ids([words[i] for i in chunk])
+            if device.type == "cuda":  # the extra rows repeat the first word
+                ids = np.concatenate([ids, ids[:1].repeat(-len(ids) % GPU_ENCODER_ROWS, axis=0)])
+            vectors = encoder(torch.from_numpy(ids).to(device))[: len(chunk)]
+            out[torch.tensor(chunk, device=device)] = vectors.to(out.dtype)
         return out
 
     def token_layers(self, words: List[str]) -> Tensor:
@@ -164,7 +175,8 @@ class PackedRunner:
         directions: Sequence[int] = (0, 1),
         ids: Optional[Sequence[int]] = None,
     ) -> Tuple[List[Tensor], LSTMState]:
-        """Non-empty sentences -> per sentence, layers `(n_layers + 1, n, 2P)` of its real tokens,
+        """Non-empty sentences -> layers `(n_layers + 1, sum(lengths), 2P)` of their real tokens,
+        sentences one after another,
         through the packed recurrence from the state after the boundary steps under `policy`. That
         state is the same for every sentence, so each direction steps each distinct prefix (in its
         reading order) once. `init` `(n_layers, 2, 1, ·)`: another start state (one sentence: a
@@ -202,7 +214,7 @@ class PackedRunner:
         )
         if ids is not None:
             self.check_output(layers, lengths.tolist(), ids)
-        return list(layers.split(lengths.tolist(), dim=1)), final
+        return layers, final
 
     def check_output(self, layers: Tensor, lengths: Sequence[int], ids: Sequence[int]) -> None:
         """NonFiniteError naming the weights and the first sentence (of `ids`) whose vectors hold
@@ -243,7 +255,7 @@ class PackedRunner:
                 torch.stack([carried.h[:, 0], back.h[:, 1]], dim=1),
                 torch.stack([carried.c[:, 0], back.c[:, 1]], dim=1),
             )
-            (layers,), carried = self.run([sentence[a:b]], policy, init, ids=[index])
+            layers, carried = self.run([sentence[a:b]], policy, init, ids=[index])
             yield layers
 
     def embed(
@@ -261,15 +273,17 @@ class PackedRunner:
         limit = long_sentence(batch_size)
         short = [s if len(s) <= limit else [] for s in sentences]
         for batch in batches_by_length(short, batch_size):
-            outputs, _ = self.run(
+            layers, _ = self.run(
                 [sentences[i] for i in batch], policy, ids=[first + i for i in batch]
             )
-            for i, layers in zip(batch, outputs):
-                results[i] = convert(layers, as_tensor)
+            for i, one in zip(
+                batch, convert(layers, [len(sentences[i]) for i in batch], as_tensor)
+            ):
+                results[i] = one
         for i, sentence in enumerate(sentences):
             if len(sentence) > limit:
                 pieces = self.in_windows(sentence, limit, policy, first + i)
-                results[i] = convert(torch.cat(list(pieces), dim=1), as_tensor)
+                (results[i],) = convert(torch.cat(list(pieces), dim=1), [len(sentence)], as_tensor)
         return [self.empty(as_tensor) if r is None else r for r in results]
 
     def empty(self, as_tensor: bool):

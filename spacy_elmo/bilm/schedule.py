@@ -80,13 +80,23 @@ def prefix_tree(
         words.append(keys % n_words)
         batch_sizes.append(len(keys))
         identity = t == 0 or np.array_equal(parent, np.arange(len(keys)))
-        parents.append(None if identity else torch.from_numpy(parent).to(device))
+        parents.append(None if identity else parent)
         local[running] = inverse
         node[running, t] = offset + inverse
         offset += len(keys)
     return PrefixTree(
-        torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, parents
+        torch.from_numpy(np.concatenate(words)).to(device), batch_sizes, on_device(parents, device)
     ), node
+
+
+def on_device(arrays: List[Optional[np.ndarray]], device) -> List[Optional[Tensor]]:
+    """int64 arrays (or None) -> views of one tensor on `device`: one copy to a GPU per tree, not
+    one per depth (each copy from host memory waits for the GPU's queued work)."""
+    kept = [a for a in arrays if a is not None]
+    if not kept:
+        return [None] * len(arrays)
+    views = iter(torch.from_numpy(np.concatenate(kept)).to(device).split([len(a) for a in kept]))
+    return [None if a is None else next(views) for a in arrays]
 
 
 def reverse_index(lengths: Tensor, max_len: int) -> Tensor:

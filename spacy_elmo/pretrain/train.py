@@ -112,9 +112,7 @@ class Trainer:
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
         # autocast of the forward pass: its products in bfloat16; weights, gradients and optimizer
         # stay float32
-        self.precision = resolve_precision(
-            training_precision(config), self.device, allow_int8=False
-        )
+        self.precision = resolve_precision(training_precision(config), self.device, training=True)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(t["optimizer"], self.params, t["learning_rate"])
         self.progress = Progress()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo import ElmoConfigError, load_bilm
+from spacy_elmo.bilm.schedule import prefix_tree
 
 from ..helpers import one_error_line, run_cli, write_lines
 
@@ -86,3 +88,53 @@ def test_embed_with_ray_takes_cuda_without_a_device_number(fixture_dir, tmp_path
 def test_device_cpu_is_the_default_and_named(fixture_dir):
     assert load_bilm(fixture_dir, device="cpu").device.type == "cpu"
     assert load_bilm(fixture_dir).device.type == "cpu"
+
+
+class CopyCounter(TorchDispatchMode):
+    """Counts the tensor copies made to the meta device inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and str(kwargs.get("device")) == "meta":
+            self.copies += 1
+        return func(*args, **kwargs)
+
+
+def test_a_prefix_tree_reaches_the_device_in_two_copies_not_one_per_step():
+    """Each copy from host memory to a GPU waits for the work queued there: a tree's parents go as
+    one tensor (views per step), not one copy per step (2,300 waits per 25,000 tokens on an
+    H200)."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 3, size=(6, 20))  # few words: rows share prefixes, so the tree branches
+    lengths = np.array([20, 18, 15, 9, 4, 1])
+    with CopyCounter() as counter:
+        tree, _ = prefix_tree(ids, lengths, device="meta")
+    steps_with_parents = sum(p is not None for p in tree.parents)
+    assert steps_with_parents >= 5
+    assert counter.copies == 2  # the words, the parents
+    assert all(p.device.type == "meta" for p in tree.parents if p is not None)
+    cpu_tree, _ = prefix_tree(ids, lengths)
+    assert [None if p is None else p.shape for p in tree.parents] == [
+        None if p is None else p.shape for p in cpu_tree.parents
+    ]
+
+
+def test_embed_moves_a_batch_off_the_device_in_one_copy(fixture_dir, monkeypatch):
+    """The vectors of a batch leave the device together (one wait for a GPU per batch), not one
+    sentence at a time; each sentence still gets its own array."""
+    bilm = load_bilm(fixture_dir)
+    expected = bilm.embed(SENTENCES * 4)
+    calls = []
+    original = torch.Tensor.cpu
+    monkeypatch.setattr(
+        torch.Tensor, "cpu", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
+    got = bilm.embed(SENTENCES * 4, batch_size=64)
+    assert len(calls) == 1
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    assert len({id(a.base) if a.base is not None else id(a) for a in got}) == len(got)

@@ -112,6 +112,18 @@ def test_auto_takes_the_path_measured_fastest_on_each_kind_of_host(
     assert load_bilm(fixture_dir, precision="float32").precision_reason == "as asked"
 
 
+def test_auto_on_a_gpu_embeds_in_float32_and_trains_in_bfloat16(monkeypatch):
+    """On an H200 bfloat16 embedded no faster than float32 (bench/README.md), so "auto" embeds in
+    float32 there (exact); pretraining's autocast keeps bfloat16 where native."""
+    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: True)
+    cuda = torch.device("cuda")
+    chosen = precision_module.choose_auto(cuda)
+    assert chosen.precision == "float32" and "measured" in chosen.reason
+    assert precision_module.choose_auto(cuda, training=True).precision == "bfloat16"
+    assert precision_module.resolve_precision("auto", cuda) == "float32"
+    assert precision_module.resolve_precision("auto", cuda, training=True) == "bfloat16"
+
+
 def test_auto_without_native_bfloat16_or_int8_runs_float32(fixture_dir, monkeypatch):
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
     monkeypatch.setattr(precision_module, "int8_engine", lambda: None)

@@ -1,0 +1,92 @@
+"""What the first pass of a process pays for: the first `bilm.embed` of a process against later
+ones, each after a fresh load (cold token cache), on a CPU or a GPU.
+
+    python bench/bench_first_pass.py --size original [--device cuda] [--precision float32]
+    [--passes 3] [--new-text] [--no-cudnn] [--profile]
+
+Each pass loads the biLM afresh and embeds the UD English-EWT test sentences once, so the passes
+differ only in what the process already holds (kernels loaded, library handles, the allocator's
+cached blocks, oneDNN's primitives, cuDNN's plans per shape), not in the token cache. With
+`--new-text` each pass embeds another 1,000 sentences of the training set instead, so its batches
+have shapes no earlier pass had, as in a stream of new text. `--no-cudnn`: the character
+convolutions without cuDNN (torch's own GEMM-based ones). `--profile` also records the first
+and the last pass with torch's profiler and lists the runtime calls that take the most time in
+each (on CUDA: module loads, cudaMalloc, launches, synchronisations). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import nullcontext
+
+import torch
+from common import DATA, machine, read_conllu_sentences, weights_dir
+
+from spacy_elmo import load_bilm
+
+
+def top_calls(profile, n: int = 8) -> list:
+    """The `n` profiled operations and runtime calls with the most self CPU time, in ms."""
+    rows = sorted(profile.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [
+        {"name": e.key, "calls": e.count, "self_ms": round(e.self_cpu_time_total / 1e3, 1)}
+        for e in rows[:n]
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=["small", "medium", "original"], default="original")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--new-text", action="store_true")
+    parser.add_argument("--no-cudnn", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.backends.cudnn.enabled = not args.no_cudnn
+    split = "train" if args.new_text else "test"
+    text = read_conllu_sentences(DATA / "ud_english_ewt" / f"en_ewt-ud-{split}.conllu.gz")
+    passes, loads, profiles = [], [], {}
+    for i in range(args.passes):
+        sentences = text[i * 1000 : (i + 1) * 1000] if args.new_text else text
+        n_tokens = sum(map(len, sentences))
+        start = time.perf_counter()
+        bilm = load_bilm(weights_dir(args.size), precision=args.precision, device=args.device)
+        loads.append(round(time.perf_counter() - start, 2))
+        profiled = args.profile and i in (0, args.passes - 1)
+        activities = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if bilm.device.type == "cuda" else []
+        )
+        with torch.profiler.profile(activities=activities) if profiled else nullcontext() as prof:
+            start = time.perf_counter()
+            bilm.embed(sentences, batch_size=args.batch_size)
+            passes.append(round(n_tokens / (time.perf_counter() - start)))
+        if profiled:
+            profiles["first" if i == 0 else "last"] = top_calls(prof)
+    result = {
+        "size": args.size,
+        "device": args.device,
+        "precision": bilm.precision,
+        "text": f"UD English-EWT {split}"
+        + (", 1,000 new sentences per pass" if args.new_text else ""),
+        "cudnn": torch.backends.cudnn.enabled,
+        "tokens_per_s": passes,
+        "first_over_best": round(passes[0] / max(passes), 2),
+        "load_s": loads,
+        "profiled": args.profile,
+        "top_calls": profiles,
+        "machine": machine(),
+    }
+    if bilm.device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(bilm.device)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
