@@ -8,8 +8,8 @@ After a warm-up pass, a fresh biLM (cold token cache) embeds the first `--senten
 test sentences once, with its parts timed:
 
 - `token_encoder`: the character CNN, highway and projection of each distinct word;
-- `input_first_layer`: the first LSTM layer's input product, once per distinct word (float32
-  under int8: its input, the token layer, has no bound);
+- `input_first_layer`: the first LSTM layer's input product, once per distinct word (under int8
+  each row scaled onto the grid: its input, the token layer, has no bound);
 - `input_later_layers`: the input products of the later layers, in chunks of positions;
 - `hidden`: each step's hidden product added to its gate inputs (int8: the hidden state
   quantized on its fixed grid, the int8 product, the float32 result added);

@@ -17,6 +17,7 @@ SYSTEM_NAMES = {
     "spacy-pretrain": "spacy pretrain",
     "floret": "floret vectors",
     "elmo": "ELMo",
+    "elmo-tuned": "ELMo, tuned biLM",
     "elmo-output": "ELMo at output",
     "elmo-both": "ELMo at input + output",
     "elmo-layers01": "ELMo layers [0, 1]",
@@ -27,6 +28,7 @@ MAIN_SYSTEMS = [
     "spacy-pretrain",
     "floret",
     "elmo",
+    "elmo-tuned",
 ]
 # the columns of "Where ELMo goes"
 PLACEMENTS = {
@@ -76,11 +78,12 @@ class Metrics(NamedTuple):
     bilm: Dict
     baselines: Dict
     probe: Dict
+    tuned: List[Dict]  # the records of tuned.json: one per task, data set and training set
     table: Dict[Tuple[Group, str, float], Cell]
     # the same on the dev set (the score each run's training kept)
     dev: Dict[Tuple[Group, str, float], Cell]
     groups: List[Group]
-    left_out: List[str]  # ELMo runs (and the probe) made with an earlier biLM
+    left_out: List[str]  # ELMo runs (and the probe) made with an earlier biLM or tuning
 
 
 def load(metrics: Path) -> Metrics:
@@ -98,10 +101,18 @@ def load(metrics: Path) -> Metrics:
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
     bilm, probe = optional("bilm.json"), optional("probe.json")
+    tuned = optional("tuned.json").get("records", [])
     current = bilm.get("fingerprint")
+    tunings = {tuning_key(r): r.get("fingerprint") for r in tuned}
 
     def other_bilm(record: Dict) -> bool:
-        return current is not None and record.get("bilm_fingerprint") != current
+        if current is not None and record.get("bilm_fingerprint") != current:
+            return True
+        return (
+            record.get("system") == "elmo-tuned"
+            and bool(tunings)
+            and record.get("tuned_bilm_fingerprint") != tunings.get(tuning_key(record))
+        )
 
     left_out = [name for name, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
     runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
@@ -116,10 +127,32 @@ def load(metrics: Path) -> Metrics:
         bilm,
         optional("baselines.json"),
         probe,
+        tuned,
         cells(runs),
         cells(runs, dev=True),
         groups,
         left_out,
+    )
+
+
+def tuning_key(record: Dict) -> Tuple[str, float, Optional[int]]:
+    """(data set, fraction, subset seed) of the training set that a record of tuned.json, or of an
+    `elmo-tuned` run, is of; the whole split has no seed."""
+    fraction = record["fraction"]
+    return record["data"], fraction, None if fraction >= 1.0 else record["seed"]
+
+
+def whole_split_tuning(m: Metrics, g: Group) -> Optional[Dict]:
+    """The record of tuned.json of the biLM tuned on a group's whole training split; None where the
+    biLM was not tuned on it."""
+    return next(
+        (
+            r
+            for r in m.tuned
+            if "tune_seconds" in r
+            and (r["task"], r["data"], r["fraction"]) == (g.task, g.data, 1.0)
+        ),
+        None,
     )
 
 

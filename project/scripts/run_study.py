@@ -8,11 +8,13 @@ stopped. Runs are named `<task>-<system>-f<fraction>-s<seed>`: task `pos` (UD En
 `ner-uner` (Universal NER English-EWT) or `ner-conll2003` (CoNLL-2003); system `base` (hash
 embeddings only), `elmo` (+ task-specific ELMo mix at the encoder's input), `spacy-pretrain`
 (tok2vec initialised by `spacy pretrain` on the biLM's pretraining text) or `floret` (+ static
-floret vectors trained on that text); the `placement` step's systems put ELMo elsewhere:
+floret vectors trained on that text) or `elmo-tuned` (as `elmo`, with the biLM that the `tune` step
+tuned on the run's own training set); the `placement` step's systems put ELMo elsewhere:
 `elmo-output` (at the encoder's output), `elmo-both` (input and output, two mixes), `elmo-layers01`
 (input, mixing layers 0 and 1 only). At fractions below 1 the seed also draws the training subset,
 so each seed sees a different random subset. The runs of the two NER data sets are kept side by side
-(the summary gives each its rows); a run of any ELMo system made with another biLM is redone.
+(the summary gives each its rows); a run of any ELMo system made with another biLM is redone, and so
+is an `elmo-tuned` run made with another tuning.
 """
 
 from __future__ import annotations
@@ -37,16 +39,20 @@ from .study import (
     ELMO_SYSTEMS,
     ROOT,
     SCALES,
+    STAMP,
     TASKS,
     Scale,
     Task,
     machine_line,
     metrics_dir,
+    read_json,
     run,
+    shown,
+    tunable_model,
 )
 
-SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret"]
-SYSTEMS_SAMPLE = ["base", "elmo"]
+SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret", "elmo-tuned"]
+SYSTEMS_SAMPLE = ["base", "elmo", "elmo-tuned"]
 # `elmo` and `base` come from main and sample
 SYSTEMS_PLACEMENT = [
     "elmo-output",
@@ -97,13 +103,59 @@ class Study:
 
     def stale(self, record_path: Path, task: Task) -> bool:
         """Whether a run record is missing, is of other data than the task's (another --ner-data),
-        or is an ELMo run made with another biLM than the current one."""
+        is an ELMo run made with another biLM than the current one, or is an `elmo-tuned` run made
+        with another tuned biLM than the current tuning of its training set (or with none now)."""
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        return record.get("data") != task.data or (
-            record["system"] in ELMO_SYSTEMS and self.other_bilm(record)
+        if record.get("data") != task.data:
+            return True
+        if record["system"] not in ELMO_SYSTEMS:
+            return False
+        if self.other_bilm(record):
+            return True
+        if record["system"] != "elmo-tuned":
+            return False
+        tuned = self.tuned_fingerprint(task, record["fraction"], record["seed"])
+        return tuned is None or record.get("tuned_bilm_fingerprint") != tuned
+
+    def tuned_bilm(self, task: Task, fraction: float, seed: int) -> Path:
+        """Where the `tune` step (tune_bilm.py) writes the biLM tuned on a training set: the whole
+        split, or the subset of that fraction and seed."""
+        name = "f1" if fraction >= 1.0 else f"f{fraction:g}-s{seed}"
+        return self.training / "tuned" / task.run_name / name / "model"
+
+    def tuned_fingerprint(self, task: Task, fraction: float, seed: int) -> Optional[str]:
+        """The fingerprint of the biLM tuned on a training set; None where the `tune` step has not
+        finished tuning the current biLM on it."""
+        model = self.tuned_bilm(task, fraction, seed)
+        summary, stamp = read_json(model / "training.json"), read_json(model.parent / STAMP)
+        if summary is None or stamp is None or stamp["bilm_fingerprint"] != self.bilm_info[2]:
+            return None
+        return summary["fingerprint"]
+
+    def runnable(
+        self, runs: List[Tuple[Task, str, float, int]]
+    ) -> List[Tuple[Task, str, float, int]]:
+        """`runs` less the `elmo-tuned` ones where the biLM cannot be tuned (the `tune` step records
+        why); stops, before any training, where a tuned biLM that one of them needs is missing."""
+        tuned = [(task, f, s) for task, system, f, s in runs if system == "elmo-tuned"]
+        if not tuned:
+            return runs
+        model, reason = tunable_model(self.bilm)
+        if model is None:
+            print(f"elmo-tuned: not run, as the biLM cannot be tuned: {reason}")
+            return [r for r in runs if r[1] != "elmo-tuned"]
+        missing = sorted(
+            {shown(self.tuned_bilm(*r)) for r in tuned if self.tuned_fingerprint(*r) is None}
         )
+        if missing:
+            raise SystemExit(
+                "error: the elmo-tuned runs read the biLM tuned on their training set, and the "
+                f"current biLM is not tuned in {', '.join(missing)}: run the tune step first, "
+                "`python -m spacy project run tune` (with the same --vars)"
+            )
+        return runs
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -155,6 +207,7 @@ class Study:
 
     def train_step(self, which: str) -> None:
         todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json", r[0])]
+        todo = self.runnable(todo)
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
             run_id, out = (
@@ -175,6 +228,12 @@ class Study:
 
     def train_one(self, task: Task, system: str, fraction: float, seed: int) -> None:
         out = self.run_dir(task, system, fraction, seed)
+        # an elmo-tuned run's biLM, and its fingerprint as the run starts
+        tuned = (
+            (self.tuned_bilm(task, fraction, seed), self.tuned_fingerprint(task, fraction, seed))
+            if system == "elmo-tuned"
+            else None
+        )
         config = CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"
         if system == "spacy-pretrain":
             config = with_pretraining_section(config, out)
@@ -196,7 +255,8 @@ class Study:
         args += [f"--{k}={json.dumps(v)}" for k, v in self.scale.train_overrides.items()]
         baselines = self.training / "baselines"
         if system in ELMO_SYSTEMS:
-            args += ["--paths.elmo", self.bilm, *size_overrides(config, *self.bilm_info[:2])]
+            bilm = self.bilm if tuned is None else str(tuned[0])
+            args += ["--paths.elmo", bilm, *size_overrides(config, *self.bilm_info[:2])]
         elif system == "spacy-pretrain":
             args += ["--paths.init_tok2vec", str(baselines / "tok2vec" / "model-last.bin")]
         elif system == "floret":
@@ -223,6 +283,8 @@ class Study:
         }
         if system in ELMO_SYSTEMS:
             record["bilm_fingerprint"] = self.bilm_info[2]
+        if tuned is not None:
+            record["tuned_bilm"], record["tuned_bilm_fingerprint"] = shown(tuned[0]), tuned[1]
         (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     def evaluate_step(self) -> None:

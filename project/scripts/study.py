@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .machine import machine
 
@@ -21,10 +21,12 @@ ASSETS = ROOT / "project" / "assets"
 CONFIGS = ROOT / "project" / "configs"
 LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
 # The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg):
-# `elmo` at the task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two
-# mixes), `elmo-layers01` at its input mixing layers 0 and 1 only.
+# `elmo` at the task encoder's input, `elmo-tuned` there too with the biLM tuned on the run's
+# training set, `elmo-output` at its output only, `elmo-both` at both (two mixes), `elmo-layers01`
+# at its input mixing layers 0 and 1 only.
 ELMO_SYSTEMS = {
     "elmo": "elmo",
+    "elmo-tuned": "elmo",
     "elmo-output": "elmo_output",
     "elmo-both": "elmo_both",
     "elmo-layers01": "elmo_layers01",
@@ -232,3 +234,32 @@ def run(args: List[str]) -> None:
     code = subprocess.call(args, env=env)
     if code != 0:
         raise SystemExit(f"error: the command above failed with exit code {code}")
+
+
+# the tuned biLMs of the `tune` step (tune_bilm.py), which the `elmo-tuned` runs read
+TUNABLE_FILES = ("training.json", "lm_head.pt", "vocab.txt")
+STAMP = "base.json"  # in a tuning's directory: the biLM and text it started from
+
+
+def shown(path: Union[str, Path]) -> str:
+    """A path as the records give it: relative to the project directory where it lies inside."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in `path`, or None where there is none."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def tunable_model(weights: str) -> Tuple[Optional[Path], str]:
+    """The model directory of `weights` (a model `pretrain` saved, or the run directory holding it
+    in `model/`), or None and why the weights cannot be tuned."""
+    for candidate in (Path(weights), Path(weights) / "model"):
+        if all((candidate / name).is_file() for name in TUNABLE_FILES):
+            return candidate, ""
+    return None, (
+        f"{weights} is not a model saved by `pretrain` with its softmax "
+        f"({', '.join(TUNABLE_FILES)}): tuning continues the language model, and the dev "
+        f"perplexity before and after needs its softmax"
+    )

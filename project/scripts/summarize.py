@@ -4,14 +4,16 @@
 
 Reads runs/*.json (one per trained pipeline: test scores, words/s, size, training time, learned
 layer mixes), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
-pretraining) and probe.json (the layer probe). Runs of any ELMo system and a probe made with another
-biLM than the one bilm.json names (their `bilm_fingerprint` differs) are left out, and the summary
-says so. Each task on each data set (NER on CoNLL-2003 and on Universal NER, say) has rows and
-claims of its own. The runs that put ELMo elsewhere than the encoder's input (the `placement` step)
-get a table of their own. Each cell is the mean ± sample sd over seeds (and, below 100% of the data,
-over random training subsets). A claim "holds" when the mean difference
-exceeds the larger of the two sds, is "within the spread" when its size does not, and "does not
-hold" otherwise. The output depends only on the metrics files, so re-rendering is reproducible.
+pretraining), probe.json (the layer probe) and tuned.json (the biLM tuned on each training set, for
+the rows "ELMo, tuned biLM"). Runs of any ELMo system and a probe made with another biLM than the
+one bilm.json names (their `bilm_fingerprint` differs), and runs with another tuned biLM than the
+one tuned.json names, are left out, and the summary says so. Each task on each data set (NER on
+CoNLL-2003 and on Universal NER, say) has rows and claims of its own. The runs that put ELMo
+elsewhere than the encoder's input (the `placement` step) get a table of their own. Each cell is the
+mean ± sample sd over seeds (and, below 100% of the data, over random training subsets). A claim
+"holds" when the mean difference exceeds the larger of the two sds, is "within the spread" when its
+size does not, and "does not hold" otherwise. The output depends only on the metrics files, so
+re-rendering is reproducible.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from .results import (
     group_of,
     learned_mixes,
     load,
+    whole_split_tuning,
 )
-from .study import SCALES, metrics_dir
+from .study import LM_TEXT, SCALES, metrics_dir
 
 
 def verdict(better: Optional[Cell], worse: Optional[Cell]) -> str:
@@ -142,31 +145,11 @@ def claims_section(m: Metrics, fractions: List[float]) -> List[str]:
 
 
 def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
-    """The rows of the claims table for one task on one data set."""
+    """The rows of the claims table for one task on one data set: ELMo's, those of the placement
+    chosen on dev, then, where the group has runs of it, those of ELMo with the tuned biLM and
+    whether tuning beats the untuned biLM."""
     table, on = m.table, f"{g.task} | {g.data}"
-    elmo_cells = {f: table.get((g, "elmo", f)) for f in fractions}
-    lines = [
-        f"| ELMo beats the baseline at {fraction_label(fraction)} | {on} | "
-        f"{verdict(elmo_cells[fraction], table.get((g, 'base', fraction)))} |"
-        for fraction in fractions
-    ]
-    for other in ("spacy-pretrain", "floret"):
-        lines.append(
-            f"| ELMo beats {SYSTEM_NAMES[other]} at 100% | {on} | "
-            f"{verdict(elmo_cells.get(1.0), table.get((g, other, 1.0)))} |"
-        )
-    gains = [
-        (f, elmo_cells[f].mean - table[g, "base", f].mean)
-        for f in fractions
-        if elmo_cells[f] and (g, "base", f) in table
-    ]
-    grows = gain_grows([gain for _, gain in gains])
-    gain_text = ", ".join(f"{fraction_label(f)}: {gain:+.2f}" for f, gain in gains)
-    lines.append(
-        f"| the gain grows as the data shrinks | {on} | "
-        + ("not run" if grows is None else ("holds" if grows else "does not hold"))
-        + f" ({gain_text}) |"
-    )
+    lines = gain_claims(m, g, "elmo", fractions)
     chosen = chosen_on_dev(m, g, 1.0)
     if chosen and chosen != "elmo":  # ELMo at the input has its claims above
         for other in ("base", "spacy-pretrain", "floret"):
@@ -175,14 +158,62 @@ def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
                 f"| ELMo placed by dev ({PLACEMENTS[chosen]}) beats {name} at 100% | {on} | "
                 f"{verdict(table.get((g, chosen, 1.0)), table.get((g, other, 1.0)))} |"
             )
+    lines += match_claims(m, g, "elmo")
+    if any((g, "elmo-tuned", f) in table for f in fractions):
+        tuned = SYSTEM_NAMES["elmo-tuned"]
+        lines += gain_claims(m, g, "elmo-tuned", fractions)
+        lines += [
+            f"| {tuned} beats ELMo at {fraction_label(fraction)} | {on} | "
+            f"{verdict(table.get((g, 'elmo-tuned', fraction)), table.get((g, 'elmo', fraction)))} |"
+            for fraction in fractions
+        ]
+        lines += match_claims(m, g, "elmo-tuned")
+    return lines
+
+
+def gain_claims(m: Metrics, g: Group, system: str, fractions: List[float]) -> List[str]:
+    """Whether `system` beats the baseline at each fraction and the two other baselines at 100%,
+    and whether its gain over the baseline grows as the data shrinks."""
+    table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
+    system_cells = {f: table.get((g, system, f)) for f in fractions}
+    lines = [
+        f"| {name} beats the baseline at {fraction_label(fraction)} | {on} | "
+        f"{verdict(system_cells[fraction], table.get((g, 'base', fraction)))} |"
+        for fraction in fractions
+    ]
+    for other in ("spacy-pretrain", "floret"):
+        lines.append(
+            f"| {name} beats {SYSTEM_NAMES[other]} at 100% | {on} | "
+            f"{verdict(system_cells.get(1.0), table.get((g, other, 1.0)))} |"
+        )
+    gains = [
+        (f, system_cells[f].mean - table[g, "base", f].mean)
+        for f in fractions
+        if system_cells[f] and (g, "base", f) in table
+    ]
+    grows = gain_grows([gain for _, gain in gains])
+    gain_text = ", ".join(f"{fraction_label(f)}: {gain:+.2f}" for f, gain in gains)
+    subject = "the gain" if system == "elmo" else f"the gain of {name}"
     lines.append(
-        f"| ELMo on 1% matches the baseline on 10% | {on} | "
-        f"{match(elmo_cells.get(0.01), table.get((g, 'base', 0.1)))} |"
+        f"| {subject} grows as the data shrinks | {on} | "
+        + ("not run" if grows is None else ("holds" if grows else "does not hold"))
+        + f" ({gain_text}) |"
     )
+    return lines
+
+
+def match_claims(m: Metrics, g: Group, system: str) -> List[str]:
+    """Whether `system` on 1% of the data matches the baseline on 10% (and, for the tagger, on 10%
+    the baseline on 100%)."""
+    table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
+    lines = [
+        f"| {name} on 1% matches the baseline on 10% | {on} | "
+        f"{match(table.get((g, system, 0.01)), table.get((g, 'base', 0.1)))} |"
+    ]
     if g.task == "pos":
         lines.append(
-            f"| ELMo on 10% matches the baseline on 100% | {on} | "
-            f"{match(elmo_cells.get(0.1), table.get((g, 'base', 1.0)))} |"
+            f"| {name} on 10% matches the baseline on 100% | {on} | "
+            f"{match(table.get((g, system, 0.1)), table.get((g, 'base', 1.0)))} |"
         )
     return lines
 
@@ -210,12 +241,17 @@ def cost_section(m: Metrics, systems: List[str]) -> List[str]:
                 if group_of(r) == g and r["system"] == system and r["fraction"] == 1.0
             ]
             if group:
+                minutes = f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f}"
+                machines = {r["machine"] for r in group}
+                tuning = whole_split_tuning(m, g) if system == "elmo-tuned" else None
+                if tuning:
+                    minutes += f" + {tuning['tune_seconds'] / 60:.1f} tuning the biLM"
+                    machines.add(tuning["machine"])
                 lines.append(
                     f"| {g.task} | {g.data} | {SYSTEM_NAMES[system]} | "
                     f"{statistics.fmean(r['words_per_s'] for r in group):,.0f} | "
                     f"{statistics.fmean(r['pipeline_mb'] for r in group):.1f} | "
-                    f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f} | "
-                    f"{'; '.join(sorted({r['machine'] for r in group}))} |"
+                    f"{minutes} | {'; '.join(sorted(machines))} |"
                 )
     pretraining = []
     if m.bilm.get("training"):
@@ -228,7 +264,27 @@ def cost_section(m: Metrics, systems: List[str]) -> List[str]:
         pretraining.append(f"{SYSTEM_NAMES[name]} {cost['seconds'] / 60:.1f} min")
     if pretraining:
         lines += ["", "Pretraining on the same raw text: " + "; ".join(pretraining) + "."]
+    if "elmo-tuned" in systems:
+        lines += ["", raw_text_line(m)]
     return lines
+
+
+def raw_text_line(m: Metrics) -> str:
+    """Which raw text each system saw before its task's training."""
+    corpus = m.bilm.get("corpus_sha256")
+    bilm_text = (
+        "the biLM's pretraining text (" + ", ".join(f"`{name}`" for name in corpus) + ")"
+        if corpus
+        else f"the pretraining text of the given weights `{m.bilm.get('path', 'unknown')}`"
+    )
+    project_text = ", ".join(f"`{name}`" for name in LM_TEXT)
+    return (
+        f"Raw text each system saw before its task's training: ELMo, {bilm_text}; "
+        f"{SYSTEM_NAMES['elmo-tuned']}, that text and then the task's training set of its fraction "
+        "(below 100% each seed's own subset), labels dropped; "
+        f"{SYSTEM_NAMES['spacy-pretrain']} and {SYSTEM_NAMES['floret']}, the project's raw text "
+        f"({project_text}), none of the task's; the baseline, none."
+    )
 
 
 def match(better: Optional[Cell], reference: Optional[Cell]) -> str:

@@ -27,13 +27,21 @@ import tempfile
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from spacy_elmo.files import write_atomic
 from spacy_elmo.weights.hub import sha256_file
 
 from .run_study import Study
-from .study import ROOT, SCALES, Task, machine_line
+from .study import (
+    SCALES,
+    STAMP,
+    Task,
+    machine_line,
+    read_json,
+    shown,
+    tunable_model,
+)
 
 # One epoch over the task's text, evaluated once at the end, checkpointed on the way.
 TUNE_SETTINGS = {
@@ -45,17 +53,9 @@ TUNE_SETTINGS = {
     "training.eval_every_minutes": None,
     "training.checkpoint_every": 100,
 }
+
+
 # What a model directory of `pretrain` holds beside the biLM: its config, softmax and vocabulary.
-TUNABLE_FILES = ("training.json", "lm_head.pt", "vocab.txt")
-STAMP = "base.json"  # in a tuning's directory: the biLM and text it started from
-
-
-def shown(path: Union[str, Path]) -> str:
-    """A path as the records give it: relative to the project directory where it lies inside."""
-    path = Path(path).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
 def write_text(docs: Path, target: Path) -> Dict[str, Any]:
     """The sentences of the .spacy file `docs` as text, tokens joined by spaces, one sentence a
     line, written to `target` (only where it differs, so that a resumed tuning finds its text
@@ -78,19 +78,6 @@ def write_text(docs: Path, target: Path) -> Dict[str, Any]:
         "tokens": sum(len(line.split()) for line in lines),
         "sha256": sha256_file(target),
     }
-
-
-def tunable_model(weights: str) -> Tuple[Optional[Path], str]:
-    """The model directory of `weights` (a model `pretrain` saved, or the run directory holding it
-    in `model/`), or None and why the weights cannot be tuned."""
-    for candidate in (Path(weights), Path(weights) / "model"):
-        if all((candidate / name).is_file() for name in TUNABLE_FILES):
-            return candidate, ""
-    return None, (
-        f"{weights} is not a model saved by `pretrain` with its softmax "
-        f"({', '.join(TUNABLE_FILES)}): tuning continues the language model, and the dev "
-        f"perplexity before and after needs its softmax"
-    )
 
 
 def tuning_config(base: Path, train: Path, dev: Path, overrides: Dict[str, Any]):
@@ -154,11 +141,6 @@ def tune(config, out: Path, base: Path, stamp: Dict[str, Any]) -> Dict[str, Any]
             log=lambda msg: print(msg, file=sys.stderr),
         )
     return json.loads(model.read_text(encoding="utf-8"))
-
-
-def read_json(path: Path) -> Any:
-    """The JSON in `path`, or None where there is none."""
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 class Tuner:

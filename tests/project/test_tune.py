@@ -8,13 +8,8 @@ import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-from project.scripts.tune_bilm import (
-    perplexity_before,
-    tunable_model,
-    tune,
-    tuning_config,
-    write_text,
-)
+from project.scripts.study import tunable_model
+from project.scripts.tune_bilm import perplexity_before, tune, tuning_config, write_text
 from spacy_elmo import load_bilm
 from spacy_elmo.pretrain import Trainer
 

@@ -50,9 +50,9 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     assert bilm["trained_here"] and bilm["training"]["steps"] == 20
     assert (smoke_project / bilm["path"] / "weights.pt").is_file()
     runs = {p.stem: json.loads(p.read_text()) for p in (metrics / "runs").glob("*.json")}
-    # main comparison: 2 tasks x 4 systems x 1 seed; sample efficiency: 2 tasks x 2 systems x 1
+    # main comparison: 2 tasks x 5 systems x 1 seed; sample efficiency: 2 tasks x 3 systems x 1
     # fraction
-    assert len(runs) == 8 + 4, sorted(runs)
+    assert len(runs) == 10 + 6, sorted(runs)
     for name, run in runs.items():
         metric = "tag_acc" if run["task"] == "pos" else "ents_f"
         assert (
@@ -91,6 +91,11 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
     )
     assert not (smoke_project / "project" / "assets" / "conll2003").exists()
     assert "ELMo beats the baseline at 10%" in summary and bilm["sha256"]["weights.pt"] in summary
+    # the rows of ELMo with the biLM tuned on the task's text, beside ELMo
+    assert "| ELMo | ELMo, tuned biLM | ELMo − baseline |" in summary
+    assert summary.count("| ELMo, tuned biLM beats the baseline at 10% |") == 2
+    assert summary.count("| ELMo, tuned biLM beats spacy pretrain at 100% |") == 2
+    assert summary.count(" tuning the biLM |") == 2 and "Raw text each system saw" in summary
     assert "Where ELMo goes" not in summary  # no placement runs in `smoke`
     for png in ("accuracy_by_fraction.png", "layer_weights.png"):
         assert (metrics / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -98,7 +103,8 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
 
 def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
     """The `tune` step: a record per task and training set (the whole split, the 10% subset of seed
-    0), perplexities before and after, and a tuned biLM that loads."""
+    0), perplexities before and after, and a tuned biLM that loads; the `elmo-tuned` run of each
+    training set read that biLM."""
     metrics = smoke_project / SMOKE_METRICS
     bilm = json.loads((metrics / "bilm.json").read_text())
     records = json.loads((metrics / "tuned.json").read_text())["records"]
@@ -115,6 +121,14 @@ def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
         assert record["text"]["train"]["sentences"] == (200 if record["fraction"] == 1 else 20)
         tuned = load_bilm(smoke_project / record["path"])
         assert tuned.fingerprint() == record["fingerprint"] != bilm["fingerprint"]
+        task = "pos" if record["task"] == "pos" else "ner-uner"
+        run_id = f"{task}-elmo-tuned-f{record['fraction']:g}-s0"
+        run = json.loads((metrics / "runs" / f"{run_id}.json").read_text())
+        assert (run["tuned_bilm"], run["tuned_bilm_fingerprint"], run["bilm_fingerprint"]) == (
+            record["path"],
+            record["fingerprint"],
+            bilm["fingerprint"],
+        )
 
 
 # The steps of the placement test, run one after another in one interpreter (each as its
@@ -248,6 +262,7 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     assert (
         "pos-elmo-f0.1-s0" in note and "ner-uner-elmo-f1-s0" in note and "the layer probe" in note
     )
+    assert "pos-elmo-tuned-f1-s0" in note
     assert "Linear POS probe" not in summary
     assert "| ELMo |" not in summary.split("## The claims")[0]
 
