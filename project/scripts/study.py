@@ -236,7 +236,8 @@ def run(args: List[str]) -> None:
         raise SystemExit(f"error: the command above failed with exit code {code}")
 
 
-# the tuned biLMs of the `tune` step (tune_bilm.py), which the `elmo-tuned` runs read
+# the tuned biLMs of the `tune` step (tune_bilm.py), which the `elmo-tuned` runs read. What a model
+# directory of `pretrain` holds beside the biLM: its config, softmax and vocabulary.
 TUNABLE_FILES = ("training.json", "lm_head.pt", "vocab.txt")
 STAMP = "base.json"  # in a tuning's directory: the biLM and text it started from
 

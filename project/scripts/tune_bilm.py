@@ -55,7 +55,6 @@ TUNE_SETTINGS = {
 }
 
 
-# What a model directory of `pretrain` holds beside the biLM: its config, softmax and vocabulary.
 def write_text(docs: Path, target: Path) -> Dict[str, Any]:
     """The sentences of the .spacy file `docs` as text, tokens joined by spaces, one sentence a
     line, written to `target` (only where it differs, so that a resumed tuning finds its text
