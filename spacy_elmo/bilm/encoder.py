@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..errors import ElmoConfigError
 from .chars import ByteIds, CharTable
 from .options import BiLMOptions
-from .precision import MatrixProduct, RowScaledInt8Product
+from .precision import Int8Product, MatrixProduct, RowScaledInt8Product
 
 
 class Highway(nn.Module):
@@ -47,9 +47,10 @@ class Highway(nn.Module):
 
 
 class EncoderProducts(NamedTuple):
-    """The token encoder's products in another precision: each highway layer's `(F, 2F)`, the
-    projection."""
+    """The token encoder's products in another precision: each filter's, over its windows of
+    characters `(char_dim * width, n)`; each highway layer's `(F, 2F)`; the projection."""
 
+    convs: List[MatrixProduct]
     highways: List[MatrixProduct]
     proj: MatrixProduct
 
@@ -117,7 +118,7 @@ class TokenEncoder(nn.Module):
         lead = char_ids.shape[:-1]
         ids = char_ids.reshape(-1, char_ids.shape[-1])
         chars = ids if self.word_embedding is None else ids[:, :-1]
-        x = torch.cat(self._filters(chars), dim=1)  # (N, F)
+        x = torch.cat(self._filters(chars, None if products is None else products.convs), dim=1)
         for k, hw in enumerate(self.highways):
             x = hw(x, None if products is None else products.highways[k])
         if self.word_embedding is not None:
@@ -126,16 +127,34 @@ class TokenEncoder(nn.Module):
         return x.reshape(*lead, -1)
 
     def int8_products(self) -> EncoderProducts:
-        """The highway and projection products in int8, inputs scaled per row (nothing bounds
-        them); the convolutions stay float32."""
+        """The products in int8: each filter's over its windows of characters, each word's windows
+        scaled by the word's largest |character embedding| onto the fixed grid of [-1, 1]; the
+        highway and projection products with inputs scaled per row (nothing bounds them)."""
         return EncoderProducts(
+            [Int8Product(conv.weight.flatten(1).t(), bound=1.0) for conv in self.convs],
             [hw.int8_product() for hw in self.highways],
             RowScaledInt8Product(self.w_proj, self.b_proj),
         )
 
-    def _filters(self, ids: Tensor):
+    @staticmethod
+    def _windows_max(
+        chars: Tensor, conv: nn.Conv1d, product: Optional[MatrixProduct], scale: Optional[Tensor]
+    ) -> Tensor:
+        """chars `(N, E, L)` -> the filter's largest value over the `L - w + 1` windows `(N, n)`:
+        the convolution, or `product` over the windows laid out as rows `(N * windows, E * w)`,
+        each word's divided by its `scale` `(N, 1)` and the result scaled back (a word's vectors
+        depend on that word alone)."""
+        if product is None:
+            return conv(chars).amax(dim=2)
+        windows = chars.unfold(2, conv.kernel_size[0], 1).transpose(1, 2)  # (N, L', E, w)
+        N, n_windows = windows.shape[:2]
+        rows = (windows.reshape(N, n_windows, -1) / scale.unsqueeze(2)).view(N * n_windows, -1)
+        best = product(rows).view(N, n_windows, -1).amax(dim=1)
+        return torch.addcmul(conv.bias, best, scale)
+
+    def _filters(self, ids: Tensor, products: Optional[List[MatrixProduct]] = None):
         """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the
-        activation.
+        activation. `products`: each filter's in another precision (`int8_products`).
 
         Positions after the last one that holds anything but PAD in the batch hold only PAD, and
         every window made of PAD alone has the same value. So each convolution runs over the used
@@ -151,14 +170,24 @@ class TokenEncoder(nn.Module):
         # (N, E, C')
         chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(1, 2)
         pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)
+        # int8: each word's grid, from its largest |embedding| over all its positions (PAD too)
+        scale = (
+            None
+            if products is None
+            else self.char_embedding.weight.abs()
+            .amax(dim=1)[ids]
+            .amax(dim=1, keepdim=True)
+            .clamp(min=torch.finfo(torch.float32).tiny)
+        )  # (N, 1)
         pooled = []
-        for conv in self.convs:
-            w = conv.kernel_size[0]
+        for k, conv in enumerate(self.convs):
+            w, product = conv.kernel_size[0], None if products is None else products[k]
             if used + w <= C:  # every word has an all-PAD window
-                windows = conv(chars[:, :, : used + w - 1]).amax(dim=2)
-                pad_window = conv(pad.expand(1, -1, w)).view(1, -1)
-                best = torch.maximum(windows, pad_window)
+                windows = self._windows_max(chars[:, :, : used + w - 1], conv, product, scale)
+                pads = pad.expand(1 if product is None else len(ids), -1, w)
+                best = torch.maximum(windows, self._windows_max(pads, conv, product, scale))
             else:
-                best = conv(self.char_embedding(ids).transpose(1, 2)).amax(dim=2)
+                chars_all = self.char_embedding(ids).transpose(1, 2)
+                best = self._windows_max(chars_all, conv, product, scale)
             pooled.append(self.activation(best))
         return pooled

@@ -14,7 +14,8 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   call's range, keeps every row's result independent of the rows computed with it (a sentence gets
   the same vectors in any batch). Inputs with no bound (those of the token encoder's highway and
   projection, and the token layer, the first LSTM layer's input) are scaled per row onto that grid
-  instead (`RowScaledInt8Product`); the character convolutions stay float32. torchao's int8 route
+  instead (`RowScaledInt8Product`); the character convolutions run as products over their windows
+  of characters, on the fixed grid of the largest |character embedding|. torchao's int8 route
   runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
   host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
   CPUs.
@@ -223,7 +224,7 @@ class Int8Product(MatrixProduct):
         )
         check_finite(
             reach.float(),
-            "the LSTM's weights",
+            "the weights",
             "the largest result of a matrix's int8 products, in float32,",
         )
         scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
