@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from .study import ELMO_SYSTEMS
+from .study import ELMO_SYSTEMS, TASKS
 
 SYSTEM_NAMES = {
     "base": "baseline",
@@ -77,13 +77,13 @@ class Metrics(NamedTuple):
     runs: List[Dict]
     bilm: Dict
     baselines: Dict
-    probe: Dict
+    probe: Dict  # under "tuned", the probe of the biLM tuned on the POS training split, if any
     tuned: List[Dict]  # the records of tuned.json: one per task, data set and training set
     table: Dict[Tuple[Group, str, float], Cell]
     # the same on the dev set (the score each run's training kept)
     dev: Dict[Tuple[Group, str, float], Cell]
     groups: List[Group]
-    left_out: List[str]  # ELMo runs (and the probe) made with an earlier biLM or tuning
+    left_out: List[str]  # ELMo runs (and the probes) made with an earlier biLM or tuning
 
 
 def load(metrics: Path) -> Metrics:
@@ -119,6 +119,14 @@ def load(metrics: Path) -> Metrics:
     if probe and other_bilm(probe):
         left_out.append("the layer probe")
         probe = {}
+    tuned_probe = probe.get("tuned", {})
+    if (
+        "fingerprint" in tuned_probe
+        and tunings
+        and tuned_probe["fingerprint"] != tunings.get((TASKS["pos"].data, 1.0, None))
+    ):
+        left_out.append("the layer probe of the tuned biLM")
+        probe = {k: v for k, v in probe.items() if k != "tuned"}
     groups = sorted(
         {group_of(r) for r in runs}, key=lambda g: (("pos", "ner").index(g.task), g.data)
     )

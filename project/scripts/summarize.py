@@ -4,10 +4,11 @@
 
 Reads runs/*.json (one per trained pipeline: test scores, words/s, size, training time, learned
 layer mixes), bilm.json (the biLM and its sha256), baselines.json (cost of the baselines'
-pretraining), probe.json (the layer probe) and tuned.json (the biLM tuned on each training set, for
-the rows "ELMo, tuned biLM"). Runs of any ELMo system and a probe made with another biLM than the
-one bilm.json names (their `bilm_fingerprint` differs), and runs with another tuned biLM than the
-one tuned.json names, are left out, and the summary says so. Each task on each data set (NER on
+pretraining), probe.json (the layer probe, of the untuned biLM and of the one tuned on the POS
+training split) and tuned.json (the biLM tuned on each training set, for the rows "ELMo, tuned
+biLM"). Runs of any ELMo system and a probe made with another biLM than the one bilm.json names
+(their `bilm_fingerprint` differs), and runs and a probe with another tuned biLM than the one
+tuned.json names, are left out, and the summary says so. Each task on each data set (NER on
 CoNLL-2003 and on Universal NER, say) has rows and claims of its own. The runs that put ELMo
 elsewhere than the encoder's input (the `placement` step) get a table of their own. Each cell is the
 mean ± sample sd over seeds (and, below 100% of the data, over random training subsets). A claim
@@ -383,7 +384,31 @@ def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
             + " | ".join(f"{w:.3f}" for w in probe["mix"]["mix_weights"])
             + " | |",
         ]
+        if "layers" in probe.get("tuned", {}):
+            lines += tuned_probe_lines(probe["tuned"], layers, best)
     return lines
+
+
+def tuned_probe_lines(tuned: Dict, layers: List[str], best: str) -> List[str]:
+    """The probe table's rows of the biLM tuned on the POS training split, and a sentence on
+    whether tuning moved the best single layer from `best`."""
+    tuned_best = max(layers, key=lambda j: tuned["layers"][j])
+    moved = (
+        f"tuning moved it from layer {best} to layer {tuned_best}"
+        if tuned_best != best
+        else "tuning did not move it"
+    )
+    return [
+        "| UPOS accuracy (%), tuned biLM | "
+        + " | ".join(f"{100 * tuned['layers'][j]:.2f}" for j in layers)
+        + f" | {100 * tuned['mix']['accuracy']:.2f} |",
+        "| mix weights, tuned biLM | "
+        + " | ".join(f"{w:.3f}" for w in tuned["mix"]["mix_weights"])
+        + " | |",
+        "",
+        f"Best single layer of the biLM tuned on the POS training split (`{tuned['path']}`): "
+        f"{tuned_best}, against {best} untuned; {moved}.",
+    ]
 
 
 def main(argv=None) -> None:

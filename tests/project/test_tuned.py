@@ -1,14 +1,19 @@
 """The study's system `elmo-tuned`: ELMo at the input, with the biLM the `tune` step tuned on the
 run's own training set. Where it finds that biLM, a clear stop where it is missing, its runs redone
-after a new tuning, and its rows in the summary."""
+after a new tuning, and its rows in the summary. The layer probe of the biLM tuned on the POS
+training split: made beside the untuned one, redone after a new tuning, and its rows in the
+summary."""
 
 import json
+import zlib
+from types import SimpleNamespace
 
 import pytest
+import torch
 
-from project.scripts import summarize
+from project.scripts import layer_probe, summarize
 from project.scripts.run_study import Study
-from project.scripts.study import SCALES, TUNABLE_FILES
+from project.scripts.study import SCALES, TUNABLE_FILES, shown
 from project.scripts.tune_bilm import Tuner
 
 POS_DATA = "UD English-EWT (UPOS)"
@@ -217,3 +222,131 @@ def test_the_summary_gives_the_tuned_bilm_its_rows_claims_cost_and_text(tmp_path
     summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
     summary = (tmp_path / "summary.md").read_text()
     assert "tuned biLM" not in summary and "Raw text" not in summary
+
+
+def probe_record(layers, mix_weights, **extra):
+    """A probe of probe.json: accuracy per layer, and the mix's."""
+    return {
+        "layers": {str(j): a for j, a in enumerate(layers)},
+        "mix": {"accuracy": 0.9, "gamma": 2.0, "mix_weights": mix_weights},
+        **extra,
+    }
+
+
+def test_the_summary_shows_the_probe_of_the_tuned_bilm_beside_the_untuned_one(tmp_path):
+    """Rows of the tuned biLM under the untuned one's and a sentence on whether tuning moved the
+    best layer; a probe of an earlier tuning left out (and said so); nothing of it where the biLM
+    was not tuned."""
+    metrics = tuned_metrics(tmp_path / "metrics")
+    untuned = probe_record(
+        [0.80, 0.86, 0.88],
+        [0.1, 0.2, 0.7],
+        bilm_fingerprint="current",
+        task="pos",
+        train_tokens=1000,
+        test_tokens=500,
+        state_policy="warm",
+    )
+    path = "project/training/full/tuned/pos/f1/model"
+
+    def render(tuned):
+        probe = untuned if tuned is None else {**untuned, "tuned": tuned}
+        (metrics / "probe.json").write_text(json.dumps(probe))
+        summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
+        return (tmp_path / "summary.md").read_text()
+
+    table = (
+        "| features | layer 0 | layer 1 | layer 2 | learned mix |\n"
+        "| --- | --- | --- | --- | --- |\n"
+        "| UPOS accuracy (%) | 80.00 | 86.00 | 88.00 | 90.00 |\n"
+        "| mix weights | 0.100 | 0.200 | 0.700 | |\n"
+    )
+    summary = render(probe_record([0.80, 0.89, 0.87], [0.1, 0.5, 0.4], path=path, fingerprint="f1"))
+    assert (
+        table + "| UPOS accuracy (%), tuned biLM | 80.00 | 89.00 | 87.00 | 90.00 |\n"
+        "| mix weights, tuned biLM | 0.100 | 0.500 | 0.400 | |\n\n"
+        f"Best single layer of the biLM tuned on the POS training split (`{path}`): 1, against 2 "
+        "untuned; tuning moved it from layer 2 to layer 1.\n"
+    ) in summary
+    summary = render(probe_record([0.80, 0.86, 0.90], [0.1, 0.2, 0.7], path=path, fingerprint="f1"))
+    assert (
+        f"(`{path}`): 2, against 2 untuned; tuning did not move it.\n" in summary
+        and "| UPOS accuracy (%), tuned biLM | 80.00 | 86.00 | 90.00 | 90.00 |" in summary
+    )
+    # made with another tuning than tuned.json's: left out, the untuned probe kept
+    summary = render(
+        probe_record([0.80, 0.89, 0.87], [0.1, 0.5, 0.4], path=path, fingerprint="earlier")
+    )
+    assert (
+        "left out until rerun: pos-elmo-tuned-f1-s2, the layer probe of the tuned biLM." in summary
+    )
+    assert summary.endswith(table) and "Best single layer of the biLM tuned" not in summary
+    # not tuned, or a probe.json of before the tuned probe: the same summary
+    skipped = render({"skipped": "the `tune` step has not tuned this biLM"})
+    assert skipped == render(None) and skipped.endswith(table)
+    assert "the layer probe" not in skipped
+
+
+def fake_probe_inputs(monkeypatch):
+    """The probe's data, features and biLMs made up, so that it runs in a moment: 3 layers of random
+    features (fixed by biLM and sentences), two tags. -> the paths of the biLMs loaded."""
+    loaded = []
+
+    def load_bilm(path):
+        loaded.append(str(path))
+        return SimpleNamespace(path=str(path), state_policy="warm")
+
+    def read_tagged(path, limit):
+        n = 12 if "train" in str(path) else 6
+        return [["a", "b", "c"]] * n, [["NOUN", "VERB", "NOUN"]] * n
+
+    def features(bilm, sentences):
+        seed = zlib.crc32(f"{bilm.path} {len(sentences)}".encode())
+        n_tokens = sum(len(s) for s in sentences)
+        return torch.randn(3, n_tokens, 4, generator=torch.Generator().manual_seed(seed))
+
+    monkeypatch.setattr("spacy_elmo.load_bilm", load_bilm)
+    monkeypatch.setattr(layer_probe, "read_tagged", read_tagged)
+    monkeypatch.setattr(layer_probe, "features", features)
+    return loaded
+
+
+def test_the_probe_is_redone_when_a_tuned_bilm_appears_or_is_tuned_again(tmp_path, monkeypatch):
+    """Without a tuned biLM, probe.json says why; once the `tune` step made one from this biLM,
+    the probe is redone with it beside the untuned biLM (whose probe stays the same); a new tuning
+    redoes it again, and a finished probe is not redone."""
+    loaded = fake_probe_inputs(monkeypatch)
+    study = smoke_study(tmp_path)
+    study.metrics = tmp_path / "metrics"
+    target = study.metrics / "probe.json"
+
+    def probe():
+        loaded.clear()
+        layer_probe.probe_step(study)
+        return json.loads(target.read_text())
+
+    first = probe()
+    assert loaded == [study.bilm] and first["bilm_fingerprint"] == "current"
+    assert "`tune` step" in first["tuned"]["skipped"] and set(first["layers"]) == {"0", "1", "2"}
+    assert (first["train_tokens"], first["test_tokens"]) == (36, 18)
+    assert probe() == first and loaded == []  # done already
+    write_tuning(study, 1.0, 0, "tuned-1")
+    tuned_path = study.tuned_bilm(study.tasks[0], 1.0, 0)
+    second = probe()
+    assert loaded == [study.bilm, str(tuned_path)]
+    assert {k: v for k, v in second.items() if k != "tuned"} == {
+        k: v for k, v in first.items() if k != "tuned"
+    }
+    tuned = second["tuned"]
+    assert (tuned["path"], tuned["fingerprint"]) == (shown(tuned_path), "tuned-1")
+    assert set(tuned["layers"]) == {"0", "1", "2"} and tuned["layers"] != second["layers"]
+    assert abs(sum(tuned["mix"]["mix_weights"]) - 1) < 1e-5 and tuned["mix"]["gamma"] > 0
+    assert probe() == second and loaded == []
+    write_tuning(study, 1.0, 0, "tuned-2")
+    assert probe()["tuned"]["fingerprint"] == "tuned-2" and len(loaded) == 2
+    # weights that cannot be tuned: probe.json says why
+    untunable = smoke_study(tmp_path / "published", bilm="small")
+    untunable.metrics = tmp_path / "published" / "metrics"
+    layer_probe.probe_step(untunable)
+    skipped = json.loads((untunable.metrics / "probe.json").read_text())["tuned"]["skipped"]
+    assert "small is not a model saved by `pretrain`" in skipped

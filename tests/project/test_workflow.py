@@ -104,7 +104,8 @@ def test_smoke_workflow_runs_every_step_and_writes_the_summary(smoke_project):
 def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
     """The `tune` step: a record per task and training set (the whole split, the 10% subset of seed
     0), perplexities before and after, and a tuned biLM that loads; the `elmo-tuned` run of each
-    training set read that biLM."""
+    training set read that biLM, and the `probe` step probed the one tuned on the POS training
+    split beside the untuned biLM."""
     metrics = smoke_project / SMOKE_METRICS
     bilm = json.loads((metrics / "bilm.json").read_text())
     records = json.loads((metrics / "tuned.json").read_text())["records"]
@@ -129,6 +130,20 @@ def test_the_smoke_workflow_tunes_the_bilm_on_each_tasks_text(smoke_project):
             record["fingerprint"],
             bilm["fingerprint"],
         )
+    [whole_pos] = [r for r in records if (r["task"], r["fraction"]) == ("pos", 1.0)]
+    probe = json.loads((metrics / "probe.json").read_text())
+    tuned = probe["tuned"]
+    assert (tuned["fingerprint"], tuned["path"]) == (whole_pos["fingerprint"], whole_pos["path"])
+    assert set(tuned["layers"]) == set(probe["layers"]) == {"0", "1", "2"}
+    assert abs(sum(tuned["mix"]["mix_weights"]) - 1) < 1e-5 and tuned["mix"]["gamma"] > 0
+    summary = (metrics / "summary.md").read_text()
+    assert (
+        "| UPOS accuracy (%), tuned biLM | " in summary
+        and "| mix weights, tuned biLM | " in summary
+    )
+    assert f"Best single layer of the biLM tuned on the POS training split (`{tuned['path']}`)" in (
+        summary
+    )
 
 
 # The steps of the placement test, run one after another in one interpreter (each as its
