@@ -377,16 +377,24 @@ def layer_section(runs: List[Dict], probe: Dict) -> List[str]:
             "",
             "| features | " + " | ".join(f"layer {j}" for j in layers) + " | learned mix |",
             "| --- | " + " | ".join("---" for _ in layers) + " | --- |",
-            "| UPOS accuracy (%) | "
-            + " | ".join(f"{100 * probe['layers'][j]:.2f}" for j in layers)
-            + f" | {100 * probe['mix']['accuracy']:.2f} |",
-            "| mix weights | "
-            + " | ".join(f"{w:.3f}" for w in probe["mix"]["mix_weights"])
-            + " | |",
+            *probe_rows(probe, layers, ""),
         ]
         if "layers" in probe.get("tuned", {}):
             lines += tuned_probe_lines(probe["tuned"], layers, best)
     return lines
+
+
+def probe_rows(probe: Dict, layers: List[str], label: str) -> List[str]:
+    """The probe table's two rows of one biLM: accuracy per layer and of the mix, the mix weights;
+    `label` follows the rows' names."""
+    return [
+        f"| UPOS accuracy (%){label} | "
+        + " | ".join(f"{100 * probe['layers'][j]:.2f}" for j in layers)
+        + f" | {100 * probe['mix']['accuracy']:.2f} |",
+        f"| mix weights{label} | "
+        + " | ".join(f"{w:.3f}" for w in probe["mix"]["mix_weights"])
+        + " | |",
+    ]
 
 
 def tuned_probe_lines(tuned: Dict, layers: List[str], best: str) -> List[str]:
@@ -399,12 +407,7 @@ def tuned_probe_lines(tuned: Dict, layers: List[str], best: str) -> List[str]:
         else "tuning did not move it"
     )
     return [
-        "| UPOS accuracy (%), tuned biLM | "
-        + " | ".join(f"{100 * tuned['layers'][j]:.2f}" for j in layers)
-        + f" | {100 * tuned['mix']['accuracy']:.2f} |",
-        "| mix weights, tuned biLM | "
-        + " | ".join(f"{w:.3f}" for w in tuned["mix"]["mix_weights"])
-        + " | |",
+        *probe_rows(tuned, layers, ", tuned biLM"),
         "",
         f"Best single layer of the biLM tuned on the POS training split (`{tuned['path']}`): "
         f"{tuned_best}, against {best} untuned; {moved}.",
