@@ -12,6 +12,11 @@ grid, the int8 product, its float32 result added to the gate inputs; the cell pr
 into the output). bfloat16 is timed only where the CPU has it natively (emulated, it takes minutes).
 Milliseconds per step, median of 5 repeats of 20. Prints one JSON line; `bench_profile.py` gives
 the same parts over a whole pass.
+
+`--fused` also times the element-wise step fused by `torch.compile` (needs a C++ compiler; the
+first call compiles) beside the eager one, and its floor: one sigmoid over as many elements as the
+step's non-linearities take (3 gates, tanh of j and of c, each tanh as a sigmoid), to show what
+fusing can save on this host.
 """
 
 from __future__ import annotations
@@ -39,10 +44,41 @@ def ms(f, n: int = 20) -> float:
     return round(statistics.median(times), 2)
 
 
+def fused_step(layer: ProjectedLSTMLayer, xw: torch.Tensor, c: torch.Tensor) -> dict:
+    """The element-wise step eager, fused by `torch.compile`, and the sigmoid floor, in ms."""
+    D, clip = layer.dim, layer.cell_clip
+
+    def tanh(x):
+        return torch.sigmoid(2 * x) * 2 - 1
+
+    def cell(gates, c_prev):
+        i, f, o, j = gates.chunk(4, dim=-1)
+        c = (torch.sigmoid(f) * c_prev + torch.sigmoid(i) * tanh(j)).clamp(-clip, clip)
+        return torch.sigmoid(o) * tanh(c), c
+
+    fused = torch.compile(cell, dynamic=True)
+    start = time.perf_counter()
+    fused(xw.clone(), c)
+    compile_s = time.perf_counter() - start
+    eager_m, eager_c = layer.cell(xw.clone(), c, lambda m: m, in_place=True)
+    fused_m, fused_c = fused(xw.clone(), c)
+    floor = torch.randn(xw.shape[0], 5 * D)
+    return {
+        "eager": ms(lambda: layer.cell(xw.clone(), c, lambda m: m, in_place=True)),
+        "fused": ms(lambda: fused(xw.clone(), c)),
+        "sigmoid_floor": ms(lambda: torch.sigmoid(floor)),
+        "compile_s": round(compile_s, 1),
+        "max_difference": max(
+            (eager_m - fused_m).abs().max().item(), (eager_c - fused_c).abs().max().item()
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--fused", action="store_true", help="also time a torch.compile'd step")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     R, P, D = args.rows, 512, 4096
@@ -80,6 +116,8 @@ def main() -> None:
             "gates": ms(gates),
             "projection": ms(lambda: torch.mm(m.bfloat16(), bf_proj).float().clamp_(-3, 3)),
         }
+    if args.fused:
+        parts["element_wise"] = fused_step(layer, xw, c)
     step = {
         p: round(sum(v for k, v in parts[p].items() if k != "hidden_product_only"), 2)
         for p in ("float32", "int8", "bfloat16")
