@@ -73,6 +73,14 @@ def prefix_tree(
         running = np.flatnonzero(lengths > t)
         if running.size == 0:
             break
+        if running.size == 1:  # one row left: a chain of one node per depth, built at once
+            row, k = running[0], local[running[0]]
+            rest = int(lengths[row]) - t
+            words.append(word_ids[row, t : t + rest])
+            batch_sizes += [1] * rest
+            parents += [None if t == 0 or k == 0 else np.array([k])] + [None] * (rest - 1)
+            node[row, t : t + rest] = offset + np.arange(rest)
+            break
         keys, inverse = np.unique(
             local[running] * n_words + word_ids[running, t], return_inverse=True
         )

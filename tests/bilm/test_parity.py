@@ -204,6 +204,51 @@ def test_prefix_tree_steps_each_distinct_prefix_once():
     assert node.tolist() == [[0, 2, 3], [0, 2, 4], [0, 2, -1], [1, -1, -1]]
 
 
+def _reference_tree(ids, lengths):
+    """The prefix tree built depth by depth from the prefixes themselves: (words, batch_sizes,
+    parents as lists or None, node)."""
+    words, batch_sizes, parents, node = [], [], [], np.full(ids.shape, -1)
+    index = {(): 0}  # prefix -> its node among its depth's nodes
+    offset = 0
+    for t in range(ids.shape[1]):
+        rows = [b for b in range(len(ids)) if lengths[b] > t]
+        if not rows:
+            break
+        keys = sorted({(index[tuple(ids[b, :t])], int(ids[b, t])) for b in rows})
+        parent = [k[0] for k in keys]
+        words += [k[1] for k in keys]
+        batch_sizes.append(len(keys))
+        parents.append(None if t == 0 or parent == list(range(len(keys))) else parent)
+        index = {
+            tuple(ids[b, : t + 1]): keys.index((index[tuple(ids[b, :t])], int(ids[b, t])))
+            for b in rows
+        }
+        for b in rows:
+            node[b, t] = offset + index[tuple(ids[b, : t + 1])]
+        offset += len(keys)
+    return words, batch_sizes, parents, node.tolist()
+
+
+def test_prefix_tree_matches_one_built_from_the_prefixes():
+    """Random batches, among them rows that run alone past the others (a long sentence's window is
+    one such row: its chain is built at once)."""
+    from spacy_elmo.bilm.schedule import prefix_tree
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        B, T = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        lengths = rng.integers(1, T + 1, size=B)
+        ids = rng.integers(0, int(rng.integers(1, 4)), size=(B, T))
+        tree, node = prefix_tree(ids, lengths)
+        got = (
+            tree.words.tolist(),
+            tree.batch_sizes,
+            [None if p is None else p.tolist() for p in tree.parents],
+            node.tolist(),
+        )
+        assert got == _reference_tree(ids, lengths), (ids.tolist(), lengths.tolist())
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_shared_beginnings_endings_and_repeats_match_reference(threads, tmp_path):
     """Sentences that share first words (stepped once forward), last words (once backward) or are
