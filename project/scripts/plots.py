@@ -18,9 +18,11 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
     runs, probe, table, groups = m.runs, m.probe, m.table, m.groups
     machines = "; ".join(sorted({r["machine"] for r in runs}))
     stamp = f"{sorted({r['date'] for r in runs})[-1]}, {machines}"
+    # ELMo with the tuned biLM beside ELMo, then the other placements
+    systems = [s for s in SYSTEM_NAMES if s in PLACEMENTS or s == "elmo-tuned"]
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
     for ax, g in zip(axes[0], groups):
-        for system in PLACEMENTS:
+        for system in systems:
             points = sorted((f, c) for (t, s, f), c in table.items() if t == g and s == system)
             if points:
                 ax.errorbar(
@@ -35,7 +37,8 @@ def plot(m: Metrics, out_dir: Path) -> List[Path]:
         ax.set_xlabel("training data (%)")
         ax.set_ylabel(METRIC_NAMES[g.task][1] + " (%)")
         ax.set_title(f"{g.task}: {g.data}", fontsize=8)
-        ax.legend()
+        if ax.get_legend_handles_labels()[1]:  # a panel of other systems only has none
+            ax.legend()
     fig.suptitle(f"Test score against training data ({stamp})", fontsize=9)
     fig.tight_layout()
     paths = [out_dir / "accuracy_by_fraction.png"]

@@ -57,6 +57,11 @@ def group_of(run: Dict) -> Group:
     return Group(run["task"], run["data"])
 
 
+def fraction_label(fraction: float) -> str:
+    """A training fraction as the tables and claims name it: 1%, 10%, 100%."""
+    return f"{100 * fraction:g}%"
+
+
 class Cell:
     """Scores (in %) of one task/system/fraction over its seeds."""
 

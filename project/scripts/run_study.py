@@ -39,17 +39,15 @@ from .study import (
     ELMO_SYSTEMS,
     ROOT,
     SCALES,
-    STAMP,
     TASKS,
     Scale,
     Task,
     machine_line,
     metrics_dir,
-    read_json,
     run,
     shown,
-    tunable_model,
 )
+from .tuned_runs import TunedRuns
 
 SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret", "elmo-tuned"]
 SYSTEMS_SAMPLE = ["base", "elmo", "elmo-tuned"]
@@ -68,7 +66,7 @@ STEPS = {
 }
 
 
-class Study:
+class Study(TunedRuns):
     def __init__(
         self,
         scale: Scale,
@@ -114,48 +112,7 @@ class Study:
             return False
         if self.other_bilm(record):
             return True
-        if record["system"] != "elmo-tuned":
-            return False
-        tuned = self.tuned_fingerprint(task, record["fraction"], record["seed"])
-        return tuned is None or record.get("tuned_bilm_fingerprint") != tuned
-
-    def tuned_bilm(self, task: Task, fraction: float, seed: int) -> Path:
-        """Where the `tune` step (tune_bilm.py) writes the biLM tuned on a training set: the whole
-        split, or the subset of that fraction and seed."""
-        name = "f1" if fraction >= 1.0 else f"f{fraction:g}-s{seed}"
-        return self.training / "tuned" / task.run_name / name / "model"
-
-    def tuned_fingerprint(self, task: Task, fraction: float, seed: int) -> Optional[str]:
-        """The fingerprint of the biLM tuned on a training set; None where the `tune` step has not
-        finished tuning the current biLM on it."""
-        model = self.tuned_bilm(task, fraction, seed)
-        summary, stamp = read_json(model / "training.json"), read_json(model.parent / STAMP)
-        if summary is None or stamp is None or stamp["bilm_fingerprint"] != self.bilm_info[2]:
-            return None
-        return summary["fingerprint"]
-
-    def runnable(
-        self, runs: List[Tuple[Task, str, float, int]]
-    ) -> List[Tuple[Task, str, float, int]]:
-        """`runs` less the `elmo-tuned` ones where the biLM cannot be tuned (the `tune` step records
-        why); stops, before any training, where a tuned biLM that one of them needs is missing."""
-        tuned = [(task, f, s) for task, system, f, s in runs if system == "elmo-tuned"]
-        if not tuned:
-            return runs
-        model, reason = tunable_model(self.bilm)
-        if model is None:
-            print(f"elmo-tuned: not run, as the biLM cannot be tuned: {reason}")
-            return [r for r in runs if r[1] != "elmo-tuned"]
-        missing = sorted(
-            {shown(self.tuned_bilm(*r)) for r in tuned if self.tuned_fingerprint(*r) is None}
-        )
-        if missing:
-            raise SystemExit(
-                "error: the elmo-tuned runs read the biLM tuned on their training set, and the "
-                f"current biLM is not tuned in {', '.join(missing)}: run the tune step first, "
-                "`python -m spacy project run tune` (with the same --vars)"
-            )
-        return runs
+        return record["system"] == "elmo-tuned" and self.other_tuning(record, task)
 
     # ------------------------------------------------------------------ paths
     def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:

@@ -11,10 +11,9 @@ biLM"). Runs of any ELMo system and a probe made with another biLM than the one 
 tuned.json names, are left out, and the summary says so. Each task on each data set (NER on
 CoNLL-2003 and on Universal NER, say) has rows and claims of its own. The runs that put ELMo
 elsewhere than the encoder's input (the `placement` step) get a table of their own. Each cell is the
-mean ± sample sd over seeds (and, below 100% of the data, over random training subsets). A claim
-"holds" when the mean difference exceeds the larger of the two sds, is "within the spread" when its
-size does not, and "does not hold" otherwise. The output depends only on the metrics files, so
-re-rendering is reproducible.
+mean ± sample sd over seeds (and, below 100% of the data, over random training subsets); claims.py
+makes the claims table and says when a claim holds. The output depends only on the metrics files,
+so re-rendering is reproducible.
 """
 
 from __future__ import annotations
@@ -22,48 +21,23 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
+from .claims import claims_section
 from .plots import plot
 from .results import (
     MAIN_SYSTEMS,
     PLACEMENTS,
     SYSTEM_NAMES,
-    Cell,
-    Group,
     Metrics,
     chosen_on_dev,
+    fraction_label,
     group_of,
     learned_mixes,
     load,
     whole_split_tuning,
 )
 from .study import LM_TEXT, SCALES, metrics_dir
-
-
-def verdict(better: Optional[Cell], worse: Optional[Cell]) -> str:
-    if better is None or worse is None:
-        return "not run"
-    diff = better.mean - worse.mean
-    spread = max(better.sd, worse.sd)
-    if diff > spread:
-        return f"holds ({diff:+.2f})"
-    if abs(diff) <= spread:
-        return f"within the spread ({diff:+.2f}, sd {spread:.2f})"
-    return f"does not hold ({diff:+.2f})"
-
-
-def gain_grows(gains: List[float]) -> Optional[bool]:
-    """Whether ELMo's gain over the baseline, by training fraction from the smallest, is a gain
-    where data is scarcest and no smaller where data is scarcer; None with fewer than two
-    fractions."""
-    if len(gains) < 2:
-        return None
-    return gains[0] > 0 and all(a >= b for a, b in zip(gains, gains[1:]))
-
-
-def fraction_label(fraction: float) -> str:
-    return f"{100 * fraction:g}%"
 
 
 def render(m: Metrics) -> str:
@@ -129,93 +103,6 @@ def scores_section(m: Metrics, fractions: List[float], scored: List[str]) -> Lis
                 + " | ".join(str(c) if c else "–" for c in row)
                 + f" | {diff} |"
             )
-    return lines
-
-
-def claims_section(m: Metrics, fractions: List[float]) -> List[str]:
-    lines = [
-        "",
-        "## The claims",
-        "",
-        "| claim | task | data | verdict |",
-        "| --- | --- | --- | --- |",
-    ]
-    for g in m.groups:
-        lines += group_claims(m, g, fractions)
-    return lines
-
-
-def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
-    """The rows of the claims table for one task on one data set: ELMo's, those of the placement
-    chosen on dev, then, where the group has runs of it, those of ELMo with the tuned biLM and
-    whether tuning beats the untuned biLM."""
-    table, on = m.table, f"{g.task} | {g.data}"
-    lines = gain_claims(m, g, "elmo", fractions)
-    chosen = chosen_on_dev(m, g, 1.0)
-    if chosen and chosen != "elmo":  # ELMo at the input has its claims above
-        for other in ("base", "spacy-pretrain", "floret"):
-            name = "the baseline" if other == "base" else SYSTEM_NAMES[other]
-            lines.append(
-                f"| ELMo placed by dev ({PLACEMENTS[chosen]}) beats {name} at 100% | {on} | "
-                f"{verdict(table.get((g, chosen, 1.0)), table.get((g, other, 1.0)))} |"
-            )
-    lines += match_claims(m, g, "elmo")
-    if any((g, "elmo-tuned", f) in table for f in fractions):
-        tuned = SYSTEM_NAMES["elmo-tuned"]
-        lines += gain_claims(m, g, "elmo-tuned", fractions)
-        lines += [
-            f"| {tuned} beats ELMo at {fraction_label(fraction)} | {on} | "
-            f"{verdict(table.get((g, 'elmo-tuned', fraction)), table.get((g, 'elmo', fraction)))} |"
-            for fraction in fractions
-        ]
-        lines += match_claims(m, g, "elmo-tuned")
-    return lines
-
-
-def gain_claims(m: Metrics, g: Group, system: str, fractions: List[float]) -> List[str]:
-    """Whether `system` beats the baseline at each fraction and the two other baselines at 100%,
-    and whether its gain over the baseline grows as the data shrinks."""
-    table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
-    system_cells = {f: table.get((g, system, f)) for f in fractions}
-    lines = [
-        f"| {name} beats the baseline at {fraction_label(fraction)} | {on} | "
-        f"{verdict(system_cells[fraction], table.get((g, 'base', fraction)))} |"
-        for fraction in fractions
-    ]
-    for other in ("spacy-pretrain", "floret"):
-        lines.append(
-            f"| {name} beats {SYSTEM_NAMES[other]} at 100% | {on} | "
-            f"{verdict(system_cells.get(1.0), table.get((g, other, 1.0)))} |"
-        )
-    gains = [
-        (f, system_cells[f].mean - table[g, "base", f].mean)
-        for f in fractions
-        if system_cells[f] and (g, "base", f) in table
-    ]
-    grows = gain_grows([gain for _, gain in gains])
-    gain_text = ", ".join(f"{fraction_label(f)}: {gain:+.2f}" for f, gain in gains)
-    subject = "the gain" if system == "elmo" else f"the gain of {name}"
-    lines.append(
-        f"| {subject} grows as the data shrinks | {on} | "
-        + ("not run" if grows is None else ("holds" if grows else "does not hold"))
-        + f" ({gain_text}) |"
-    )
-    return lines
-
-
-def match_claims(m: Metrics, g: Group, system: str) -> List[str]:
-    """Whether `system` on 1% of the data matches the baseline on 10% (and, for the tagger, on 10%
-    the baseline on 100%)."""
-    table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
-    lines = [
-        f"| {name} on 1% matches the baseline on 10% | {on} | "
-        f"{match(table.get((g, system, 0.01)), table.get((g, 'base', 0.1)))} |"
-    ]
-    if g.task == "pos":
-        lines.append(
-            f"| {name} on 10% matches the baseline on 100% | {on} | "
-            f"{match(table.get((g, system, 0.1)), table.get((g, 'base', 1.0)))} |"
-        )
     return lines
 
 
@@ -286,16 +173,6 @@ def raw_text_line(m: Metrics) -> str:
         f"{SYSTEM_NAMES['spacy-pretrain']} and {SYSTEM_NAMES['floret']}, the project's raw text "
         f"({project_text}), none of the task's; the baseline, none."
     )
-
-
-def match(better: Optional[Cell], reference: Optional[Cell]) -> str:
-    """`better` reaches `reference` when its mean is at least reference's mean minus the larger
-    sd."""
-    if better is None or reference is None:
-        return "not run"
-    spread = max(better.sd, reference.sd)
-    diff = better.mean - reference.mean
-    return f"{'holds' if diff >= -spread else 'does not hold'} ({better} vs {reference})"
 
 
 def placement_section(m: Metrics, fractions: List[float]) -> List[str]:

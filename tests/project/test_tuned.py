@@ -1,15 +1,18 @@
 """The study's system `elmo-tuned`: ELMo at the input, with the biLM the `tune` step tuned on the
 run's own training set. Where it finds that biLM, a clear stop where it is missing, its runs redone
-after a new tuning, and its rows in the summary. The layer probe of the biLM tuned on the POS
-training split: made beside the untuned one, redone after a new tuning, and its rows in the
-summary."""
+after a new tuning, its rows in the summary and its line in the plot. The layer probe of the biLM
+tuned on the POS training split: made beside the untuned one, redone after a new tuning, and its
+rows in the summary."""
 
 import json
+import warnings
 import zlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from matplotlib.figure import Figure
 
 from project.scripts import layer_probe, summarize
 from project.scripts.run_study import Study
@@ -222,6 +225,34 @@ def test_the_summary_gives_the_tuned_bilm_its_rows_claims_cost_and_text(tmp_path
     summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
     summary = (tmp_path / "summary.md").read_text()
     assert "tuned biLM" not in summary and "Raw text" not in summary
+
+
+def test_the_plot_draws_the_tuned_bilm_and_no_empty_legend(tmp_path, monkeypatch):
+    """The panel of a task with tuned runs draws a line for them beside ELMo's; a panel without a
+    line of its own (NER here has floret runs only) gets no legend, and matplotlib no warning."""
+    metrics = tuned_metrics(tmp_path / "metrics")
+    ner = {**run_record("floret", 1.0, 0, 0.8), "task": "ner", "data": "Universal NER"}
+    ner["test"] = {"ents_f": 0.8}
+    (metrics / "runs" / "ner-uner-floret-f1-s0.json").write_text(json.dumps(ner))
+    panels = {}
+    savefig = Figure.savefig
+
+    def spy(fig, path, *args, **kwargs):
+        panels[Path(path).name] = [
+            (ax.get_title(), ax.get_legend_handles_labels()[1], ax.get_legend() is not None)
+            for ax in fig.axes
+        ]
+        return savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
+    assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == []
+    assert panels["accuracy_by_fraction.png"] == [
+        (f"pos: {POS_DATA}", ["baseline", "ELMo", "ELMo, tuned biLM"], True),
+        ("ner: Universal NER", [], False),
+    ]
 
 
 def probe_record(layers, mix_weights, **extra):

@@ -13,9 +13,9 @@ import sys
 import pytest
 import spacy
 
+from project.scripts.claims import gain_grows
 from project.scripts.run_study import Study, claim
 from project.scripts.study import SCALES, TASKS
-from project.scripts.summarize import gain_grows
 from project.scripts.summarize import main as summarize_main
 from spacy_elmo import load_bilm
 

@@ -1,0 +1,63 @@
+"""The `elmo-tuned` runs' side of the study's training steps: where each run finds the biLM that the
+`tune` step (tune_bilm.py) tuned on its training set, that biLM's fingerprint, whether a run record
+is of the current tuning, and which of a step's runs can be trained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .study import STAMP, Task, read_json, shown, tunable_model
+
+
+class TunedRuns:
+    """Mixed into run_study.Study, whose `training` (the scale's training directory), `bilm` (the
+    path of the untuned biLM) and `bilm_info` (its fingerprint last) it reads."""
+
+    training: Path
+    bilm: str
+    bilm_info: Tuple[int, int, str]
+
+    def tuned_bilm(self, task: Task, fraction: float, seed: int) -> Path:
+        """Where the `tune` step writes the biLM tuned on a training set: the whole split, or the
+        subset of that fraction and seed."""
+        name = "f1" if fraction >= 1.0 else f"f{fraction:g}-s{seed}"
+        return self.training / "tuned" / task.run_name / name / "model"
+
+    def tuned_fingerprint(self, task: Task, fraction: float, seed: int) -> Optional[str]:
+        """The fingerprint of the biLM tuned on a training set; None where the `tune` step has not
+        finished tuning the current biLM on it."""
+        model = self.tuned_bilm(task, fraction, seed)
+        summary, stamp = read_json(model / "training.json"), read_json(model.parent / STAMP)
+        if summary is None or stamp is None or stamp["bilm_fingerprint"] != self.bilm_info[2]:
+            return None
+        return summary["fingerprint"]
+
+    def other_tuning(self, record: Dict, task: Task) -> bool:
+        """Whether the record of an `elmo-tuned` run was made with another tuned biLM than the
+        current tuning of its training set (or with none now)."""
+        tuned = self.tuned_fingerprint(task, record["fraction"], record["seed"])
+        return tuned is None or record.get("tuned_bilm_fingerprint") != tuned
+
+    def runnable(
+        self, runs: List[Tuple[Task, str, float, int]]
+    ) -> List[Tuple[Task, str, float, int]]:
+        """`runs` less the `elmo-tuned` ones where the biLM cannot be tuned (the `tune` step records
+        why); stops, before any training, where a tuned biLM that one of them needs is missing."""
+        tuned = [(task, f, s) for task, system, f, s in runs if system == "elmo-tuned"]
+        if not tuned:
+            return runs
+        model, reason = tunable_model(self.bilm)
+        if model is None:
+            print(f"elmo-tuned: not run, as the biLM cannot be tuned: {reason}")
+            return [r for r in runs if r[1] != "elmo-tuned"]
+        missing = sorted(
+            {shown(self.tuned_bilm(*r)) for r in tuned if self.tuned_fingerprint(*r) is None}
+        )
+        if missing:
+            raise SystemExit(
+                "error: the elmo-tuned runs read the biLM tuned on their training set, and the "
+                f"current biLM is not tuned in {', '.join(missing)}: run the tune step first, "
+                "`python -m spacy project run tune` (with the same --vars)"
+            )
+        return runs
