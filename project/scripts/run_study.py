@@ -115,9 +115,20 @@ class Study(TunedRuns):
         return record["system"] == "elmo-tuned" and self.other_tuning(record, task)
 
     # ------------------------------------------------------------------ paths
-    def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
+    def split_path(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
+        """Where the corpus step writes a split (or the training subset of a fraction and seed)."""
         name = split if fraction >= 1.0 else f"{split}-f{fraction:g}-s{seed}"
         return self.corpus / task.source / f"{name}.spacy"
+
+    def split(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
+        """The converted split; SystemExit naming it and the corpus step where it is missing."""
+        path = self.split_path(task, split, fraction, seed)
+        if not path.is_file():
+            raise SystemExit(
+                f"error: {shown(path)} is missing: run the corpus step first, `python -m spacy "
+                "project run corpus` (with the same --vars)"
+            )
+        return path
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
         """(task, system, fraction, seed) of the main comparison (`main`), the smaller fractions
@@ -151,7 +162,7 @@ class Study(TunedRuns):
                 ("train", f, s) for f in self.scale.fractions if f < 1.0 for s in self.scale.seeds
             ]
             for split, fraction, seed in jobs:
-                target = self.split(task, split, fraction, seed)
+                target = self.split_path(task, split, fraction, seed)
                 if target.exists():
                     continue
                 limit = (

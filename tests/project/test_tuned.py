@@ -77,6 +77,18 @@ def test_a_missing_tuned_bilm_stops_the_training_step_naming_the_tune_step(tmp_p
     assert "elmo-tuned: not run" in out and "main: 0 run(s) to train" in out
 
 
+def test_a_data_set_the_corpus_step_has_not_converted_stops_the_tune_step_naming_it(tmp_path):
+    """`tune --vars.ner_data conll2003` before `corpus` with it ended in a FileNotFoundError from
+    inside spaCy; now one line names the missing file and the step that writes it."""
+    study = smoke_study(tmp_path)
+    study.corpus = tmp_path / "corpus"
+    with pytest.raises(SystemExit) as stop:
+        Tuner(study, study.bilm).run()
+    message = str(stop.value)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert "ud/train.spacy" in message and "`python -m spacy project run corpus`" in message
+
+
 def test_a_run_is_redone_after_its_bilm_is_tuned_again_or_the_bilm_changes(tmp_path):
     study = smoke_study(tmp_path)
     pos, record = study.tasks[0], tmp_path / "train.json"

@@ -324,7 +324,7 @@ def test_the_ner_data_sets_keep_their_own_runs(tmp_path):
     assert study.stale(record, ner)
     record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["uner"].data}))
     assert not study.stale(record, ner)
-    assert study.split(ner, "train") != conll.split(conll_ner, "train")
+    assert study.split_path(ner, "train") != conll.split_path(conll_ner, "train")
 
 
 def test_a_summary_gives_each_ner_data_set_its_rows(tmp_path):
