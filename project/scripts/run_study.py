@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
-from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import convert_data
 from .baselines import pretrain_baselines
+from .run_locks import claim
 from .scoring import evaluate
 from .study import (
     ASSETS,
@@ -80,6 +79,7 @@ class Study(TunedRuns):
         self.tasks = [TASKS["pos"] if name == "pos" else TASKS[ner_data] for name in tasks]
         self.systems = systems
         self.fractions = fractions
+        self.assets = ASSETS
         self.corpus = ROOT / "project" / "corpus" / scale.name
         self.training = ROOT / "project" / "training" / scale.name
         self.metrics = metrics_dir(scale.name)
@@ -155,7 +155,18 @@ class Study(TunedRuns):
     # ------------------------------------------------------------------ steps
     def corpus_step(self) -> None:
         """Convert every split (and the training subsets of the smaller fractions) to .spacy
-        files."""
+        files; SystemExit naming the data files the assets step has not fetched, before any."""
+        missing = [
+            shown(self.assets / task.files[split])
+            for task in self.tasks
+            for split in ("train", "dev", "test")
+            if not (self.assets / task.files[split]).is_file()
+        ]
+        if missing:
+            raise SystemExit(
+                f"error: {', '.join(missing)} missing: run the assets step first, `python -m spacy "
+                "project run assets` (with the same --vars)"
+            )
         for task in self.tasks:
             jobs = [(split, 1.0, 0) for split in ("train", "dev", "test")]
             jobs += [
@@ -169,7 +180,7 @@ class Study(TunedRuns):
                     self.scale.train_sentences if split == "train" else self.scale.eval_sentences
                 )
                 n = convert_data.convert(
-                    task.kind, ASSETS / task.files[split], target, fraction, seed, limit or 0
+                    task.kind, self.assets / task.files[split], target, fraction, seed, limit or 0
                 )
                 print(f"{target.relative_to(ROOT)}: {n} sentences")
 
@@ -274,44 +285,6 @@ class Study(TunedRuns):
                     f"{target.relative_to(ROOT)}: test {task.metric} "
                     f"{record['test'][task.metric]:.4f}"
                 )
-
-
-@contextmanager
-def claim(lock: Path) -> Iterator[bool]:
-    """Whether this process may do the work `lock` guards: so that several processes (one per core,
-    say) can run the same step and share its runs. A lock left by a process that died is taken
-    over."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            if process_alive(lock):
-                break
-            lock.unlink(missing_ok=True)
-            continue
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        try:
-            yield True
-        finally:
-            lock.unlink(missing_ok=True)
-        return
-    yield False
-
-
-def process_alive(lock: Path) -> bool:
-    """Whether the process whose pid `lock` holds is running."""
-    try:
-        pid = int(lock.read_text(encoding="utf-8"))
-        if pid <= 0:
-            return False
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # another user's process
-    except (ProcessLookupError, ValueError, FileNotFoundError):
-        return False
-    return True
 
 
 def with_pretraining_section(config: Path, out: Path) -> Path:

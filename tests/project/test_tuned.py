@@ -360,7 +360,10 @@ def test_the_probe_is_redone_when_a_tuned_bilm_appears_or_is_tuned_again(tmp_pat
     redoes it again, and a finished probe is not redone."""
     loaded = fake_probe_inputs(monkeypatch)
     study = smoke_study(tmp_path)
-    study.metrics = tmp_path / "metrics"
+    study.metrics, study.corpus = tmp_path / "metrics", tmp_path / "corpus"
+    for split in ("train", "test"):  # read_tagged is made up: the files need only exist
+        study.split_path(study.tasks[0], split).parent.mkdir(parents=True, exist_ok=True)
+        study.split_path(study.tasks[0], split).touch()
     target = study.metrics / "probe.json"
 
     def probe():
@@ -389,7 +392,7 @@ def test_the_probe_is_redone_when_a_tuned_bilm_appears_or_is_tuned_again(tmp_pat
     assert probe()["tuned"]["fingerprint"] == "tuned-2" and len(loaded) == 2
     # weights that cannot be tuned: probe.json says why
     untunable = smoke_study(tmp_path / "published", bilm="small")
-    untunable.metrics = tmp_path / "published" / "metrics"
+    untunable.metrics, untunable.corpus = tmp_path / "published" / "metrics", study.corpus
     layer_probe.probe_step(untunable)
     skipped = json.loads((untunable.metrics / "probe.json").read_text())["tuned"]["skipped"]
     assert "small is not a model saved by `pretrain`" in skipped

@@ -14,7 +14,8 @@ import pytest
 import spacy
 
 from project.scripts.claims import gain_grows
-from project.scripts.run_study import Study, claim
+from project.scripts.run_locks import claim
+from project.scripts.run_study import Study
 from project.scripts.study import SCALES, TASKS
 from project.scripts.summarize import main as summarize_main
 from spacy_elmo import load_bilm
@@ -325,6 +326,19 @@ def test_the_ner_data_sets_keep_their_own_runs(tmp_path):
     record.write_text(json.dumps({"task": "ner", "system": "base", "data": TASKS["uner"].data}))
     assert not study.stale(record, ner)
     assert study.split_path(ner, "train") != conll.split_path(conll_ner, "train")
+
+
+def test_a_data_set_the_assets_step_has_not_fetched_stops_the_corpus_step_naming_it(tmp_path):
+    """`corpus --vars.ner_data conll2003` before `assets` with it ended in a FileNotFoundError;
+    now one line names the missing files and the step that fetches them."""
+    study = Study(SCALES["smoke"], None, "conll2003", tasks=["ner"])
+    study.assets, study.corpus = tmp_path / "assets", tmp_path / "corpus"
+    with pytest.raises(SystemExit) as stop:
+        study.corpus_step()
+    message = str(stop.value)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert "conll2003/eng.train" in message and "`python -m spacy project run assets`" in message
+    assert not study.corpus.exists()
 
 
 def test_a_summary_gives_each_ner_data_set_its_rows(tmp_path):
