@@ -44,6 +44,7 @@ from .study import (
     machine_line,
     metrics_dir,
     run,
+    run_first,
     shown,
 )
 from .tuned_runs import TunedRuns
@@ -124,10 +125,7 @@ class Study(TunedRuns):
         """The converted split; SystemExit naming it and the corpus step where it is missing."""
         path = self.split_path(task, split, fraction, seed)
         if not path.is_file():
-            raise SystemExit(
-                f"error: {shown(path)} is missing: run the corpus step first, `python -m spacy "
-                "project run corpus` (with the same --vars)"
-            )
+            raise SystemExit(f"error: {shown(path)} is missing: {run_first('corpus')}")
         return path
 
     def runs(self, which: str) -> Iterator[Tuple[Task, str, float, int]]:
@@ -163,10 +161,7 @@ class Study(TunedRuns):
             if not (self.assets / task.files[split]).is_file()
         ]
         if missing:
-            raise SystemExit(
-                f"error: {', '.join(missing)} missing: run the assets step first, `python -m spacy "
-                "project run assets` (with the same --vars)"
-            )
+            raise SystemExit(f"error: {', '.join(missing)} missing: {run_first('assets')}")
         for task in self.tasks:
             jobs = [(split, 1.0, 0) for split in ("train", "dev", "test")]
             jobs += [

@@ -242,6 +242,11 @@ TUNABLE_FILES = ("training.json", "lm_head.pt", "vocab.txt")
 STAMP = "base.json"  # in a tuning's directory: the biLM and text it started from
 
 
+def run_first(step: str) -> str:
+    """What an error says to do where a step's output is missing."""
+    return f"run the {step} step first, `python -m spacy project run {step}` (with the same --vars)"
+
+
 def shown(path: Union[str, Path]) -> str:
     """A path as the records give it: relative to the project directory where it lies inside."""
     path = Path(path).resolve()

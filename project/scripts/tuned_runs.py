@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .study import STAMP, Task, read_json, shown, tunable_model
+from .study import STAMP, Task, read_json, run_first, shown, tunable_model
 
 
 class TunedRuns:
@@ -57,7 +57,6 @@ class TunedRuns:
         if missing:
             raise SystemExit(
                 "error: the elmo-tuned runs read the biLM tuned on their training set, and the "
-                f"current biLM is not tuned in {', '.join(missing)}: run the tune step first, "
-                "`python -m spacy project run tune` (with the same --vars)"
+                f"current biLM is not tuned in {', '.join(missing)}: {run_first('tune')}"
             )
         return runs
