@@ -5,6 +5,7 @@ and the learned layer mixes."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -62,6 +63,20 @@ def fraction_label(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
+def runs_by_kind(named: List[Tuple[str, Dict]]) -> List[str]:
+    """Run records named by file stem (`pos-elmo-f0.1-s2`), listed once per task, data set and
+    system: `pos-elmo (6 runs at 10%, 100%)`."""
+    kinds: Dict[str, List[Dict]] = defaultdict(list)
+    for name, record in named:
+        kinds[re.sub(r"-f[^-]+-s\d+$", "", name)].append(record)
+    return [
+        f"{kind} ({len(records)} run{'s' if len(records) > 1 else ''} at "
+        + ", ".join(fraction_label(f) for f in sorted({r["fraction"] for r in records}))
+        + ")"
+        for kind, records in sorted(kinds.items())
+    ]
+
+
 class Cell:
     """Scores (in %) of one task/system/fraction over its seeds."""
 
@@ -88,7 +103,7 @@ class Metrics(NamedTuple):
     # the same on the dev set (the score each run's training kept)
     dev: Dict[Tuple[Group, str, float], Cell]
     groups: List[Group]
-    left_out: List[str]  # ELMo runs (and the probes) made with an earlier biLM or tuning
+    left_out: List[str]  # ELMo runs by kind (and the probes) made with an earlier biLM or tuning
 
 
 def load(metrics: Path) -> Metrics:
@@ -119,7 +134,8 @@ def load(metrics: Path) -> Metrics:
             and record.get("tuned_bilm_fingerprint") != tunings.get(tuning_key(record))
         )
 
-    left_out = [name for name, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    earlier = [(n, r) for n, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    left_out = runs_by_kind(earlier)
     runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
     if probe and other_bilm(probe):
         left_out.append("the layer probe")

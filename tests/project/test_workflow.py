@@ -275,10 +275,11 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     note = next(
         line for line in summary.splitlines() if line.startswith("Made with an earlier biLM")
     )
-    assert (
-        "pos-elmo-f0.1-s0" in note and "ner-uner-elmo-f1-s0" in note and "the layer probe" in note
-    )
-    assert "pos-elmo-tuned-f1-s0" in note
+    # one entry per task, data set and system, with its fractions and its number of runs
+    assert "pos-elmo (" in note and "ner-uner-elmo (" in note and "the layer probe" in note
+    assert "pos-elmo-tuned (" in note
+    assert "-s0" not in note and "-s1" not in note
+    assert re.search(r"pos-elmo \(\d+ runs at [\d%, ]+\)", note)
     assert "Linear POS probe" not in summary
     assert "| ELMo |" not in summary.split("## The claims")[0]
 
