@@ -77,7 +77,8 @@ def gain_claims(m: Metrics, g: Group, system: str, fractions: List[float]) -> Li
     lines.append(
         f"| {subject} grows as the data shrinks | {on} | "
         + ("not run" if grows is None else ("holds" if grows else "does not hold"))
-        + f" ({gain_text}) |"
+        + (f" ({gain_text})" if gains else "")
+        + " |"
     )
     return lines
 

@@ -231,12 +231,25 @@ def test_the_summary_gives_the_tuned_bilm_its_rows_claims_cost_and_text(tmp_path
     )
     [text] = [line for line in summary.splitlines() if line.startswith("Raw text each system saw")]
     assert "`wikitext2.train.txt`, `1b_benchmark.dev.tokens`" in text and "labels dropped" in text
-    assert "Made with an earlier biLM and left out until rerun: pos-elmo-tuned-f1-s2." in summary
+    left_out = "Made with an earlier biLM and left out until rerun: pos-elmo-tuned (1 run at 100%)."
+    assert left_out in summary
     for path in (metrics / "runs").glob("pos-elmo-tuned-*"):
         path.unlink()
     summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
     summary = (tmp_path / "summary.md").read_text()
     assert "tuned biLM" not in summary and "Raw text" not in summary
+
+
+def test_a_task_without_elmo_runs_has_its_claims_marked_not_run_and_nothing_more(tmp_path):
+    """The claims of a task whose ELMo runs are all missing (left out, or not trained yet) say "not
+    run", with no empty list of gains after it."""
+    metrics = tuned_metrics(tmp_path / "metrics")
+    for path in (metrics / "runs").glob("pos-elmo*"):
+        path.unlink()
+    summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"| the gain grows as the data shrinks | pos | {POS_DATA} | not run |" in summary
+    assert "()" not in summary
 
 
 def test_the_plot_draws_the_tuned_bilm_and_no_empty_legend(tmp_path, monkeypatch):
@@ -321,7 +334,8 @@ def test_the_summary_shows_the_probe_of_the_tuned_bilm_beside_the_untuned_one(tm
         probe_record([0.80, 0.89, 0.87], [0.1, 0.5, 0.4], path=path, fingerprint="earlier")
     )
     assert (
-        "left out until rerun: pos-elmo-tuned-f1-s2, the layer probe of the tuned biLM." in summary
+        "left out until rerun: pos-elmo-tuned (1 run at 100%), the layer probe of the tuned biLM."
+        in summary
     )
     assert summary.endswith(table) and "Best single layer of the biLM tuned" not in summary
     # not tuned, or a probe.json of before the tuned probe: the same summary
