@@ -1,0 +1,90 @@
+"""project/README.md quotes the committed metrics: the biLM's record, the tunings' dev perplexity
+and time, and the summary's scores and claims. Each figure it gives is checked against the file it
+comes from, so a rerun that changes them cannot leave the README behind."""
+
+import json
+import re
+
+import pytest
+
+from ..helpers import REPO
+
+PROJECT_README = REPO / "project" / "README.md"
+METRICS = REPO / "project" / "metrics"
+# the tuning table's first column: how each data set's name in tuned.json begins
+TUNED_DATA = ("UD English-EWT", "Universal NER English-EWT", "CoNLL-2003")
+
+
+def readme() -> str:
+    return PROJECT_README.read_text(encoding="utf-8")
+
+
+def section(text: str, start: str, end: str) -> str:
+    """The part of `text` from the line that starts with `start` up to the one that starts with
+    `end`."""
+    begin = text.index("\n" + start)
+    return text[begin : text.index("\n" + end, begin + 1)]
+
+
+def test_the_bilm_table_quotes_bilm_json():
+    bilm = json.loads((METRICS / "bilm.json").read_text(encoding="utf-8"))
+    text = section(readme(), "The biLM the committed results use", "Two earlier biLMs")
+    training = bilm["training"]
+    assert f"`{bilm['sha256']['weights.pt']}`" in text
+    assert f"**{training['dev']['mean']:.1f}** at the end" in text
+    assert f"fwd {training['dev']['forward']:.1f}, bwd {training['dev']['backward']:.1f}" in text
+    assert f"{training['steps']:,} steps" in text
+    assert f"{training['train_minutes']:.1f} min" in text
+
+
+def after(records, fraction):
+    """Dev perplexity after tuning of the `records` of a fraction, by seed: `243.6 / 246.0`."""
+    mine = sorted((r for r in records if r["fraction"] == fraction), key=lambda r: r["seed"] or 0)
+    return " / ".join(f"{r['dev_perplexity']['after']['mean']:.1f}" for r in mine)
+
+
+def test_the_tuning_table_quotes_tuned_json():
+    path = METRICS / "tuned.json"
+    if not path.exists():
+        pytest.fail("project/metrics/tuned.json is missing: run the `tune` step and commit it")
+    records = json.loads(path.read_text(encoding="utf-8"))["records"]
+    text = section(readme(), "The committed tunings", "The system `elmo-tuned`")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "->" in line]
+    assert len(rows) == len(TUNED_DATA)
+    for row in rows:
+        name, whole, tenth, hundredth, cost = [c.strip() for c in row.strip("|").split("|")]
+        assert name in TUNED_DATA
+        mine = [r for r in records if r["data"].startswith(name)]
+        [f1] = [r for r in mine if r["fraction"] == 1.0]
+        before = f1["dev_perplexity"]["before"]["mean"]
+        assert whole == f"{before:.1f} -> {after(mine, 1.0)}", name
+        assert (tenth, hundredth) == (after(mine, 0.1), after(mine, 0.01)), name
+        assert cost.rstrip("*") == f"{f1['steps']} steps, {f1['tune_seconds'] / 60:.1f} min", name
+
+
+def test_the_findings_quote_the_summary():
+    """Every score (mean ± sd) and every signed difference the findings give is one the summary
+    shows."""
+    summary = (METRICS / "summary.md").read_text(encoding="utf-8")
+    findings = section(readme(), "What the summary shows", "A better language model")
+    quoted = re.findall(r"\d+\.\d\d ± \d+\.\d\d|[+-]\d+\.\d\d\b", findings)
+    assert quoted, "the findings quote no figure of the summary"
+    missing = [figure for figure in quoted if figure not in summary]
+    assert not missing, f"project/README.md quotes figures the summary does not show: {missing}"
+
+
+def test_the_readmes_verdict_on_tuning_is_the_summarys():
+    """README.md's one line on what tuning the biLM buys in the study: the tagger's gain at 100% is
+    the summary's claim, and the NER claims at 100% are within the spread."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    verdict = re.search(
+        r"\[in the study\]\([^)]*\): ([+-]\d+\.\d\d) for the tagger, ([a-z ]+) for NER", text
+    )
+    assert verdict, "README.md gives no verdict of the study on tuning the biLM"
+    summary = (METRICS / "summary.md").read_text(encoding="utf-8")
+    tuned_vs_elmo = [
+        line for line in summary.splitlines() if "| ELMo, tuned biLM beats ELMo at 100% |" in line
+    ]
+    assert f"| pos | UD English-EWT (UPOS) | holds ({verdict.group(1)}) |" in tuned_vs_elmo[0]
+    ner = [line for line in tuned_vs_elmo if "| ner |" in line]
+    assert len(ner) == 2 and all(verdict.group(2) in line for line in ner), ner
