@@ -134,9 +134,13 @@ def load(metrics: Path) -> Metrics:
             and record.get("tuned_bilm_fingerprint") != tunings.get(tuning_key(record))
         )
 
-    earlier = [(n, r) for n, r in named if r["system"] in ELMO_SYSTEMS and other_bilm(r)]
+    earlier, runs = [], []
+    for name, r in named:
+        if r["system"] in ELMO_SYSTEMS and other_bilm(r):
+            earlier.append((name, r))
+        else:
+            runs.append(r)
     left_out = runs_by_kind(earlier)
-    runs = [r for _, r in named if not (r["system"] in ELMO_SYSTEMS and other_bilm(r))]
     if probe and other_bilm(probe):
         left_out.append("the layer probe")
         probe = {}
