@@ -6,9 +6,19 @@ size does not, and "does not hold" otherwise."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from .results import PLACEMENTS, SYSTEM_NAMES, Cell, Group, Metrics, chosen_on_dev, fraction_label
+from .results import (
+    PLACEMENTS,
+    SYSTEM_NAMES,
+    Cell,
+    Group,
+    Metrics,
+    chosen_on_dev,
+    fraction_label,
+    tuned_cell,
+    tuned_placement,
+)
 
 
 def claims_section(m: Metrics, fractions: List[float]) -> List[str]:
@@ -26,8 +36,8 @@ def claims_section(m: Metrics, fractions: List[float]) -> List[str]:
 
 def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
     """The rows of the claims table for one task on one data set: ELMo's, those of the placement
-    chosen on dev, then, where the group has runs of it, those of ELMo with the tuned biLM and
-    whether tuning beats the untuned biLM."""
+    chosen on dev, then, where the group has runs of it, those of ELMo with the tuned biLM (at the
+    placement chosen on dev) and whether tuning beats the untuned biLM at the same placement."""
     table, on = m.table, f"{g.task} | {g.data}"
     lines = gain_claims(m, g, "elmo", fractions)
     chosen = chosen_on_dev(m, g, 1.0)
@@ -39,23 +49,32 @@ def group_claims(m: Metrics, g: Group, fractions: List[float]) -> List[str]:
                 f"{verdict(table.get((g, chosen, 1.0)), table.get((g, other, 1.0)))} |"
             )
     lines += match_claims(m, g, "elmo")
-    if any((g, "elmo-tuned", f) in table for f in fractions):
-        tuned = SYSTEM_NAMES["elmo-tuned"]
-        lines += gain_claims(m, g, "elmo-tuned", fractions)
-        lines += [
-            f"| {tuned} beats ELMo at {fraction_label(fraction)} | {on} | "
-            f"{verdict(table.get((g, 'elmo-tuned', fraction)), table.get((g, 'elmo', fraction)))} |"
-            for fraction in fractions
-        ]
-        lines += match_claims(m, g, "elmo-tuned")
+    tuned_cells = {f: tuned_cell(m, g, f) for f in fractions}
+    if any(tuned_cells.values()):
+        lines += gain_claims(m, g, "elmo-tuned", fractions, tuned_cells)
+        for fraction in fractions:
+            placement = tuned_placement(m, g, fraction)
+            where = "" if placement == "elmo" else f", both {PLACEMENTS[placement]} (chosen on dev)"
+            lines.append(
+                f"| {SYSTEM_NAMES['elmo-tuned']} beats ELMo at {fraction_label(fraction)}{where} | "
+                f"{on} | {verdict(tuned_cells[fraction], table.get((g, placement, fraction)))} |"
+            )
+        lines += match_claims(m, g, "elmo-tuned", tuned_cells)
     return lines
 
 
-def gain_claims(m: Metrics, g: Group, system: str, fractions: List[float]) -> List[str]:
-    """Whether `system` beats the baseline at each fraction and the two other baselines at 100%,
-    and whether its gain over the baseline grows as the data shrinks."""
+def gain_claims(
+    m: Metrics,
+    g: Group,
+    system: str,
+    fractions: List[float],
+    cells: Optional[Dict[float, Optional[Cell]]] = None,
+) -> List[str]:
+    """Whether `system` (its scores per fraction: `cells`, else its own) beats the baseline at each
+    fraction and the two other baselines at 100%, and whether its gain over the baseline grows as
+    the data shrinks."""
     table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
-    system_cells = {f: table.get((g, system, f)) for f in fractions}
+    system_cells = cells or {f: table.get((g, system, f)) for f in fractions}
     lines = [
         f"| {name} beats the baseline at {fraction_label(fraction)} | {on} | "
         f"{verdict(system_cells[fraction], table.get((g, 'base', fraction)))} |"
@@ -83,18 +102,21 @@ def gain_claims(m: Metrics, g: Group, system: str, fractions: List[float]) -> Li
     return lines
 
 
-def match_claims(m: Metrics, g: Group, system: str) -> List[str]:
-    """Whether `system` on 1% of the data matches the baseline on 10% (and, for the tagger, on 10%
-    the baseline on 100%)."""
+def match_claims(
+    m: Metrics, g: Group, system: str, cells: Optional[Dict[float, Optional[Cell]]] = None
+) -> List[str]:
+    """Whether `system` (its scores per fraction: `cells`, else its own) on 1% of the data matches
+    the baseline on 10% (and, for the tagger, on 10% the baseline on 100%)."""
     table, on, name = m.table, f"{g.task} | {g.data}", SYSTEM_NAMES[system]
+    system_cells = cells or {f: table.get((g, system, f)) for f in (0.01, 0.1)}
     lines = [
         f"| {name} on 1% matches the baseline on 10% | {on} | "
-        f"{match(table.get((g, system, 0.01)), table.get((g, 'base', 0.1)))} |"
+        f"{match(system_cells.get(0.01), table.get((g, 'base', 0.1)))} |"
     ]
     if g.task == "pos":
         lines.append(
             f"| {name} on 10% matches the baseline on 100% | {on} | "
-            f"{match(table.get((g, system, 0.1)), table.get((g, 'base', 1.0)))} |"
+            f"{match(system_cells.get(0.1), table.get((g, 'base', 1.0)))} |"
         )
     return lines
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from .study import ELMO_SYSTEMS, TASKS
+from .study import ELMO_SYSTEMS, TASKS, TUNED_AT, chosen_placement
 
 SYSTEM_NAMES = {
     "base": "baseline",
@@ -22,6 +22,9 @@ SYSTEM_NAMES = {
     "elmo-output": "ELMo at output",
     "elmo-both": "ELMo at input + output",
     "elmo-layers01": "ELMo layers [0, 1]",
+    "elmo-tuned-output": "ELMo, tuned biLM, at output",
+    "elmo-tuned-both": "ELMo, tuned biLM, at input + output",
+    "elmo-tuned-layers01": "ELMo, tuned biLM, layers [0, 1]",
 }
 # the scores table; the others are placements
 MAIN_SYSTEMS = [
@@ -129,7 +132,7 @@ def load(metrics: Path) -> Metrics:
         if current is not None and record.get("bilm_fingerprint") != current:
             return True
         return (
-            record.get("system") == "elmo-tuned"
+            record.get("system") in TUNED_AT.values()
             and bool(tunings)
             and record.get("tuned_bilm_fingerprint") != tunings.get(tuning_key(record))
         )
@@ -169,8 +172,8 @@ def load(metrics: Path) -> Metrics:
 
 
 def tuning_key(record: Dict) -> Tuple[str, float, Optional[int]]:
-    """(data set, fraction, subset seed) of the training set that a record of tuned.json, or of an
-    `elmo-tuned` run, is of; the whole split has no seed."""
+    """(data set, fraction, subset seed) of the training set that a record of tuned.json, or of a
+    run of the tuned biLM, is of; the whole split has no seed."""
     fraction = record["fraction"]
     return record["data"], fraction, None if fraction >= 1.0 else record["seed"]
 
@@ -202,10 +205,25 @@ def cells(runs: List[Dict], dev: bool = False) -> Dict[Tuple[Group, str, float],
 def chosen_on_dev(m: Metrics, g: Group, fraction: float) -> Optional[str]:
     """The ELMo placement with the best mean dev score for this group and fraction; None without
     placement runs."""
-    placed = [s for s in PLACEMENTS if s != "base" and (g, s, fraction) in m.dev]
+    placed = {
+        s: m.dev[g, s, fraction].mean
+        for s in PLACEMENTS
+        if s != "base" and (g, s, fraction) in m.dev
+    }
     if not any(s not in MAIN_SYSTEMS for s in placed):
         return None
-    return max(placed, key=lambda s: m.dev[g, s, fraction].mean)
+    return chosen_placement(placed)
+
+
+def tuned_placement(m: Metrics, g: Group, fraction: float) -> str:
+    """Where the row "ELMo, tuned biLM" has ELMo for this group and fraction: the placement chosen
+    on dev, else (no placement runs) the input."""
+    return chosen_on_dev(m, g, fraction) or "elmo"
+
+
+def tuned_cell(m: Metrics, g: Group, fraction: float) -> Optional[Cell]:
+    """The scores of ELMo with the tuned biLM at `tuned_placement`; None where not run."""
+    return m.table.get((g, TUNED_AT[tuned_placement(m, g, fraction)], fraction))
 
 
 def run_mixes(run: Dict) -> List[Dict]:

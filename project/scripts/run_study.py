@@ -11,10 +11,11 @@ embeddings only), `elmo` (+ task-specific ELMo mix at the encoder's input), `spa
 floret vectors trained on that text) or `elmo-tuned` (as `elmo`, with the biLM that the `tune` step
 tuned on the run's own training set); the `placement` step's systems put ELMo elsewhere:
 `elmo-output` (at the encoder's output), `elmo-both` (input and output, two mixes), `elmo-layers01`
-(input, mixing layers 0 and 1 only). At fractions below 1 the seed also draws the training subset,
-so each seed sees a different random subset. The runs of the two NER data sets are kept side by side
-(the summary gives each its rows); a run of any ELMo system made with another biLM is redone, and so
-is an `elmo-tuned` run made with another tuning.
+(input, mixing layers 0 and 1 only); where dev then chooses one of them over the input, the step
+trains the tuned biLM there too (`elmo-tuned-output`, say). At fractions below 1 the seed also draws
+the training subset, so each seed sees a different random subset. The runs of the two NER data
+sets are kept side by side (the summary gives each its rows); a run of any ELMo system made with
+another biLM is redone, and so is a run of the tuned biLM made with another tuning.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import time
 from functools import cached_property
@@ -39,10 +41,13 @@ from .study import (
     ROOT,
     SCALES,
     TASKS,
+    TUNED_AT,
     Scale,
     Task,
+    chosen_placement,
     machine_line,
     metrics_dir,
+    read_json,
     run,
     run_first,
     shown,
@@ -102,8 +107,8 @@ class Study(TunedRuns):
 
     def stale(self, record_path: Path, task: Task) -> bool:
         """Whether a run record is missing, is of other data than the task's (another --ner-data),
-        is an ELMo run made with another biLM than the current one, or is an `elmo-tuned` run made
-        with another tuned biLM than the current tuning of its training set (or with none now)."""
+        is an ELMo run made with another biLM than the current one, or is a run of the tuned biLM
+        made with another tuning than the current one of its training set (or with none now)."""
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -113,7 +118,7 @@ class Study(TunedRuns):
             return False
         if self.other_bilm(record):
             return True
-        return record["system"] == "elmo-tuned" and self.other_tuning(record, task)
+        return record["system"] in TUNED_AT.values() and self.other_tuning(record, task)
 
     # ------------------------------------------------------------------ paths
     def split_path(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -145,6 +150,38 @@ class Study(TunedRuns):
                     if self.systems is None or system in self.systems:
                         for seed in self.scale.seeds:
                             yield task, system, fraction, seed
+
+    def tuned_placed(self) -> Tuple[List[Tuple[Task, str, float, int]], List[str]]:
+        """The runs of the tuned biLM at the placement dev chose for ELMo, where that is not the
+        input (the tuned biLM's runs at the input are the `train` and `sample` steps'), and the
+        task and fraction pairs where dev cannot choose yet."""
+        runs, waiting = [], []
+        for task in self.tasks:
+            for fraction in PLACEMENT_FRACTIONS:
+                if self.fractions is not None and fraction not in self.fractions:
+                    continue
+                dev = self.placement_dev(task, fraction)
+                if dev is None:
+                    waiting.append(f"{task.run_name} at {100 * fraction:g}%")
+                    continue
+                tuned = TUNED_AT[chosen_placement(dev)]
+                if tuned != "elmo-tuned" and (self.systems is None or tuned in self.systems):
+                    runs += [(task, tuned, fraction, seed) for seed in self.scale.seeds]
+        return runs, waiting
+
+    def placement_dev(self, task: Task, fraction: float) -> Optional[Dict[str, float]]:
+        """The dev score of ELMo at the input and at each other placement, as placement -> mean over
+        the seeds; None while one of these runs is missing or of an earlier biLM."""
+        dev = {}
+        for system in ["elmo", *SYSTEMS_PLACEMENT]:
+            records = [
+                self.run_dir(task, system, fraction, seed) / "train.json"
+                for seed in self.scale.seeds
+            ]
+            if any(self.stale(record, task) for record in records):
+                return None
+            dev[system] = statistics.fmean(read_json(record)["dev"] for record in records)
+        return dev
 
     @staticmethod
     def run_id(task: Task, system: str, fraction: float, seed: int) -> str:
@@ -180,7 +217,20 @@ class Study(TunedRuns):
                 print(f"{target.relative_to(ROOT)}: {n} sentences")
 
     def train_step(self, which: str) -> None:
-        todo = [r for r in self.runs(which) if self.stale(self.run_dir(*r) / "train.json", r[0])]
+        """Train the runs of `which` that are not done; `placement` then, once dev can choose, the
+        tuned biLM at the chosen placements."""
+        self.train_runs(which, list(self.runs(which)))
+        if which == "placement":
+            runs, waiting = self.tuned_placed()
+            self.train_runs("the tuned biLM at the placement chosen on dev", runs)
+            if waiting:
+                print(
+                    "the tuned biLM's placement is not chosen yet for "
+                    f"{', '.join(waiting)}: the ELMo runs there are not all done; rerun this step"
+                )
+
+    def train_runs(self, which: str, runs: List[Tuple[Task, str, float, int]]) -> None:
+        todo = [r for r in runs if self.stale(self.run_dir(*r) / "train.json", r[0])]
         todo = self.runnable(todo)
         print(f"{which}: {len(todo)} run(s) to train")
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
@@ -205,7 +255,7 @@ class Study(TunedRuns):
         # an elmo-tuned run's biLM, and its fingerprint as the run starts
         tuned = (
             (self.tuned_bilm(task, fraction, seed), self.tuned_fingerprint(task, fraction, seed))
-            if system == "elmo-tuned"
+            if system in TUNED_AT.values()
             else None
         )
         config = CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"
@@ -265,21 +315,18 @@ class Study(TunedRuns):
         """Test scores, speed and size of every trained run that has none yet."""
         runs_dir = self.metrics / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
-        for which in STEPS.values():
-            for task, system, fraction, seed in self.runs(which):
-                out = self.run_dir(task, system, fraction, seed)
-                target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
-                if not self.stale(target, task) or self.stale(out / "train.json", task):
-                    continue
-                record = json.loads((out / "train.json").read_text(encoding="utf-8"))
-                record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
-                target.write_text(
-                    json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-                )
-                print(
-                    f"{target.relative_to(ROOT)}: test {task.metric} "
-                    f"{record['test'][task.metric]:.4f}"
-                )
+        runs = [r for which in STEPS.values() for r in self.runs(which)]
+        for task, system, fraction, seed in runs + self.tuned_placed()[0]:
+            out = self.run_dir(task, system, fraction, seed)
+            target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
+            if not self.stale(target, task) or self.stale(out / "train.json", task):
+                continue
+            record = json.loads((out / "train.json").read_text(encoding="utf-8"))
+            record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
+            target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            print(
+                f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}"
+            )
 
 
 def with_pretraining_section(config: Path, out: Path) -> Path:
@@ -338,7 +385,7 @@ def main() -> None:
     parser.add_argument(
         "--systems",
         nargs="+",
-        choices=SYSTEMS_MAIN + SYSTEMS_PLACEMENT,
+        choices=SYSTEMS_MAIN + SYSTEMS_PLACEMENT + [TUNED_AT[s] for s in SYSTEMS_PLACEMENT],
         default=None,
         help="only these systems",
     )

@@ -21,16 +21,24 @@ ASSETS = ROOT / "project" / "assets"
 CONFIGS = ROOT / "project" / "configs"
 LM_TEXT = ["wikitext2.train.txt", "1b_benchmark.dev.tokens", "1b_benchmark.test.tokens"]
 # The systems that read the biLM, and the config each trains (configs/<task config>_<suffix>.cfg):
-# `elmo` at the task encoder's input, `elmo-tuned` there too with the biLM tuned on the run's
-# training set, `elmo-output` at its output only, `elmo-both` at both (two mixes), `elmo-layers01`
-# at its input mixing layers 0 and 1 only.
-ELMO_SYSTEMS = {
+# `elmo` at the task encoder's input, `elmo-output` at its output only, `elmo-both` at both (two
+# mixes), `elmo-layers01` at its input mixing layers 0 and 1 only; `elmo-tuned` as `elmo` with the
+# biLM tuned on the run's training set, and `elmo-tuned-<placement>` so at another placement.
+PLACED = {
     "elmo": "elmo",
-    "elmo-tuned": "elmo",
     "elmo-output": "elmo_output",
     "elmo-both": "elmo_both",
     "elmo-layers01": "elmo_layers01",
 }
+# each placement -> ELMo there with the tuned biLM
+TUNED_AT = {system: system.replace("elmo", "elmo-tuned", 1) for system in PLACED}
+ELMO_SYSTEMS = {**PLACED, **{TUNED_AT[system]: config for system, config in PLACED.items()}}
+
+
+def chosen_placement(dev: Dict[str, float]) -> str:
+    """The placement (a system of PLACED) with the best mean dev score in `dev` (placement -> mean);
+    the first in PLACED's order on a tie."""
+    return max((s for s in PLACED if s in dev), key=lambda s: dev[s])
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ biLM"). Runs of any ELMo system and a probe made with another biLM than the one 
 (their `bilm_fingerprint` differs), and runs and a probe with another tuned biLM than the one
 tuned.json names, are left out, and the summary says so. Each task on each data set (NER on
 CoNLL-2003 and on Universal NER, say) has rows and claims of its own. The runs that put ELMo
-elsewhere than the encoder's input (the `placement` step) get a table of their own. Each cell is the
+elsewhere than the encoder's input (the `placement` step) get a table of their own, and the row
+"ELMo, tuned biLM" puts ELMo where dev chose (the placement step's tuned runs). Each cell is the
 mean ± sample sd over seeds (and, below 100% of the data, over random training subsets); claims.py
 makes the claims table and says when a claim holds. The output depends only on the metrics files,
 so re-rendering is reproducible.
@@ -35,9 +36,11 @@ from .results import (
     group_of,
     learned_mixes,
     load,
+    tuned_cell,
+    tuned_placement,
     whole_split_tuning,
 )
-from .study import LM_TEXT, SCALES, metrics_dir
+from .study import LM_TEXT, SCALES, TUNED_AT, metrics_dir
 
 
 def render(m: Metrics) -> str:
@@ -81,7 +84,8 @@ def header(m: Metrics) -> List[str]:
 
 
 def scores_section(m: Metrics, fractions: List[float], scored: List[str]) -> List[str]:
-    """The table of test scores: a row per group and fraction, a column per system of `scored`."""
+    """The table of test scores: a row per group and fraction, a column per system of `scored`;
+    the tuned biLM's at the placement chosen on dev, named where it is not the input."""
     lines = [
         "",
         "## Scores",
@@ -93,16 +97,38 @@ def scores_section(m: Metrics, fractions: List[float], scored: List[str]) -> Lis
     ]
     for g in m.groups:
         for fraction in fractions:
-            row = [m.table.get((g, s, fraction)) for s in scored]
+            row = [
+                tuned_cell(m, g, fraction) if s == "elmo-tuned" else m.table.get((g, s, fraction))
+                for s in scored
+            ]
             if not any(row):
                 continue
             base, elmo = m.table.get((g, "base", fraction)), m.table.get((g, "elmo", fraction))
             diff = f"{elmo.mean - base.mean:+.2f}" if base and elmo else "–"
+            placement = tuned_placement(m, g, fraction)
+            where = "" if placement == "elmo" else f" ({PLACEMENTS[placement]})"
+            texts = [
+                ("–" if c is None else str(c)) + (where if s == "elmo-tuned" else "")
+                for s, c in zip(scored, row)
+            ]
             lines.append(
                 f"| {g.label()} | {g.data} | {fraction_label(fraction)} | "
-                + " | ".join(str(c) if c else "–" for c in row)
+                + " | ".join(texts)
                 + f" | {diff} |"
             )
+    if "elmo-tuned" in scored:
+        placed = any(chosen_on_dev(m, g, f) for g in m.groups for f in fractions)
+        lines += [
+            "",
+            f"{SYSTEM_NAMES['elmo-tuned']}: the biLM tuned on the run's training set, ELMo at the "
+            "input"
+            + (
+                " or, where named, at the placement chosen on dev "
+                "([Where ELMo goes](#where-elmo-goes))."
+                if placed
+                else "."
+            ),
+        ]
     return lines
 
 
@@ -131,7 +157,7 @@ def cost_section(m: Metrics, systems: List[str]) -> List[str]:
             if group:
                 minutes = f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f}"
                 machines = {r["machine"] for r in group}
-                tuning = whole_split_tuning(m, g) if system == "elmo-tuned" else None
+                tuning = whole_split_tuning(m, g) if system in TUNED_AT.values() else None
                 if tuning:
                     minutes += f" + {tuning['tune_seconds'] / 60:.1f} tuning the biLM"
                     machines.add(tuning["machine"])

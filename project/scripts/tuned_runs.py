@@ -1,13 +1,14 @@
-"""The `elmo-tuned` runs' side of the study's training steps: where each run finds the biLM that the
-`tune` step (tune_bilm.py) tuned on its training set, that biLM's fingerprint, whether a run record
-is of the current tuning, and which of a step's runs can be trained."""
+"""The side of the study's training steps of the tuned biLM's runs (`elmo-tuned`, and
+`elmo-tuned-output` and the like): where each run finds the biLM that the `tune` step
+(tune_bilm.py) tuned on its training set, that biLM's fingerprint, whether a run record is of the
+current tuning, and which of a step's runs can be trained."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .study import STAMP, Task, read_json, run_first, shown, tunable_model
+from .study import STAMP, TUNED_AT, Task, read_json, run_first, shown, tunable_model
 
 
 class TunedRuns:
@@ -34,7 +35,7 @@ class TunedRuns:
         return summary["fingerprint"]
 
     def other_tuning(self, record: Dict, task: Task) -> bool:
-        """Whether the record of an `elmo-tuned` run was made with another tuned biLM than the
+        """Whether the record of a run of the tuned biLM was made with another tuned biLM than the
         current tuning of its training set (or with none now)."""
         tuned = self.tuned_fingerprint(task, record["fraction"], record["seed"])
         return tuned is None or record.get("tuned_bilm_fingerprint") != tuned
@@ -42,21 +43,22 @@ class TunedRuns:
     def runnable(
         self, runs: List[Tuple[Task, str, float, int]]
     ) -> List[Tuple[Task, str, float, int]]:
-        """`runs` less the `elmo-tuned` ones where the biLM cannot be tuned (the `tune` step records
-        why); stops, before any training, where a tuned biLM that one of them needs is missing."""
-        tuned = [(task, f, s) for task, system, f, s in runs if system == "elmo-tuned"]
+        """`runs` less those of the tuned biLM where the biLM cannot be tuned (the `tune` step
+        records why); stops, before any training, where a tuned biLM that one of them needs is
+        missing."""
+        tuned = [(task, f, s) for task, system, f, s in runs if system in TUNED_AT.values()]
         if not tuned:
             return runs
         model, reason = tunable_model(self.bilm)
         if model is None:
             print(f"elmo-tuned: not run, as the biLM cannot be tuned: {reason}")
-            return [r for r in runs if r[1] != "elmo-tuned"]
+            return [r for r in runs if r[1] not in TUNED_AT.values()]
         missing = sorted(
             {shown(self.tuned_bilm(*r)) for r in tuned if self.tuned_fingerprint(*r) is None}
         )
         if missing:
             raise SystemExit(
-                "error: the elmo-tuned runs read the biLM tuned on their training set, and the "
-                f"current biLM is not tuned in {', '.join(missing)}: {run_first('tune')}"
+                "error: the runs of the tuned biLM read the biLM tuned on their training set, and "
+                f"the current biLM is not tuned in {', '.join(missing)}: {run_first('tune')}"
             )
         return runs

@@ -115,6 +115,65 @@ def test_a_run_is_redone_after_its_bilm_is_tuned_again_or_the_bilm_changes(tmp_p
     assert study.stale(record, pos)
 
 
+def write_train_record(study, system, fraction, dev, fingerprint="current"):
+    """A finished tagger run of seed 0, as the training step leaves it (`train.json`)."""
+    out = study.run_dir(study.tasks[0], system, fraction, 0)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"task": "pos", "data": POS_DATA, "system": system, "fraction": fraction, "seed": 0}
+    (out / "train.json").write_text(
+        json.dumps({**record, "dev": dev, "bilm_fingerprint": fingerprint})
+    )
+
+
+class Trained(Exception):
+    """Raised by the fake `spacy train` below: the arguments of the run it stopped."""
+
+
+def test_the_placement_step_trains_the_tuned_bilm_where_dev_placed_elmo(
+    tmp_path, monkeypatch, capsys
+):
+    """Once ELMo's runs at the input and at every other placement are done, the step trains the
+    tuned biLM, with that placement's config, at the placement with the best mean dev score where it
+    is not the input, and nothing where it is; a fraction whose runs are missing or of an earlier
+    biLM waits, and the step says so."""
+    study = smoke_study(tmp_path, systems=[])
+    study.systems = None
+    pos = study.tasks[0]
+    dev = {
+        0.1: {"elmo": 0.80, "elmo-output": 0.79, "elmo-both": 0.82, "elmo-layers01": 0.81},
+        1.0: {"elmo": 0.90, "elmo-output": 0.85, "elmo-both": 0.89, "elmo-layers01": 0.88},
+    }
+    for fraction, scores in dev.items():
+        for system, score in scores.items():
+            write_train_record(study, system, fraction, score)
+    write_tuning(study, 0.1, 0, "tuned-0.1")
+    assert study.tuned_placed() == ([(pos, "elmo-tuned-both", 0.1, 0)], [])
+
+    def fake_run(args):
+        raise Trained(args)
+
+    monkeypatch.setattr("project.scripts.run_study.run", fake_run)
+    study.corpus = tmp_path / "corpus"
+    for split, fraction in (("train", 0.1), ("dev", 1.0)):
+        study.split_path(pos, split, fraction).parent.mkdir(parents=True, exist_ok=True)
+        study.split_path(pos, split, fraction).touch()
+    with pytest.raises(Trained) as trained:
+        study.train_step("placement")
+    args = trained.value.args[0]
+    assert args[args.index("train") + 1].endswith("configs/tagger_elmo_both.cfg")
+    assert args[args.index("--output") + 1].endswith("runs/pos-elmo-tuned-both-f0.1-s0")
+    assert args[args.index("--paths.elmo") + 1] == str(study.tuned_bilm(pos, 0.1, 0))
+    # dev prefers the input: the tuned biLM's run there is the `sample` step's
+    write_train_record(study, "elmo", 0.1, 0.83)
+    assert study.tuned_placed() == ([], [])
+    write_train_record(study, "elmo-both", 0.1, 0.84, fingerprint="earlier")
+    (study.run_dir(pos, "elmo-output", 1.0, 0) / "train.json").unlink()
+    assert study.tuned_placed() == ([], ["pos at 10%", "pos at 100%"])
+    monkeypatch.setattr(study, "train_runs", lambda which, runs: None)
+    study.train_step("placement")
+    assert "not chosen yet for pos at 10%, pos at 100%" in capsys.readouterr().out
+
+
 def tuning_name(fraction, seed):
     """The training set a tuning is of, as the fake fingerprints below name it."""
     return "f1" if fraction == 1.0 else f"f{fraction:g}-s{seed}"
@@ -137,7 +196,7 @@ def run_record(system, fraction, seed, score, tuned_fingerprint=None):
     }
     if system.startswith("elmo"):
         record["bilm_fingerprint"] = "current"
-    if system == "elmo-tuned":
+    if system.startswith("elmo-tuned"):
         record["tuned_bilm_fingerprint"] = tuned_fingerprint or tuning_name(fraction, seed)
     return record
 
@@ -238,6 +297,42 @@ def test_the_summary_gives_the_tuned_bilm_its_rows_claims_cost_and_text(tmp_path
     summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
     summary = (tmp_path / "summary.md").read_text()
     assert "tuned biLM" not in summary and "Raw text" not in summary
+
+
+def test_the_tuned_row_is_at_the_placement_dev_chose_and_is_compared_with_elmo_there(tmp_path):
+    """Where dev places ELMo elsewhere than the input (here input + output at 10%), the row "ELMo,
+    tuned biLM" and its claims are of the tuned biLM there, named in the cell, and it is compared
+    with ELMo at the same placement; elsewhere it stays at the input."""
+    metrics = tuned_metrics(tmp_path / "metrics")
+    for system, score in (("elmo-both", 0.85), ("elmo-tuned-both", 0.87)):
+        for seed in (0, 1):
+            (metrics / "runs" / f"pos-{system}-f0.1-s{seed}.json").write_text(
+                json.dumps(run_record(system, 0.1, seed, score + seed / 100))
+            )
+    summarize.main(["--metrics", str(metrics), "--out", str(tmp_path)])
+    summary = (tmp_path / "summary.md").read_text()
+    assert (
+        f"| pos (UPOS accuracy) | {POS_DATA} | 10% | 80.50 ± 0.71 | – | – | 83.50 ± 0.71 | "
+        "87.50 ± 0.71 (input + output) | +3.00 |\n"
+        f"| pos (UPOS accuracy) | {POS_DATA} | 100% | 90.50 ± 0.71 | 91.00 ± 0.71 | 90.00 ± 0.71 "
+        "| 91.50 ± 0.71 | 92.50 ± 0.71 | +1.00 |\n"
+    ) in summary
+    on = f"| pos | {POS_DATA} |"
+    for claim in (
+        f"| ELMo, tuned biLM beats the baseline at 10% {on} holds (+7.00) |",
+        f"| ELMo, tuned biLM beats ELMo at 10%, both input + output (chosen on dev) {on} holds "
+        "(+2.00) |",
+        f"| ELMo, tuned biLM beats ELMo at 100% {on} holds (+1.00) |",
+        f"| the gain of ELMo, tuned biLM grows as the data shrinks {on} holds "
+        "(1%: +8.00, 10%: +7.00, 100%: +2.00) |",
+        f"| ELMo, tuned biLM on 10% matches the baseline on 100% {on} does not hold "
+        "(87.50 ± 0.71 vs 90.50 ± 0.71) |",
+    ):
+        assert claim in summary, claim
+    assert (
+        "ELMo, tuned biLM: the biLM tuned on the run's training set, ELMo at the input or, where "
+        "named, at the placement chosen on dev ([Where ELMo goes](#where-elmo-goes))." in summary
+    )
 
 
 def test_a_task_without_elmo_runs_has_its_claims_marked_not_run_and_nothing_more(tmp_path):
@@ -346,7 +441,9 @@ def test_the_summary_shows_the_probe_of_the_tuned_bilm_beside_the_untuned_one(tm
 
 def fake_probe_inputs(monkeypatch):
     """The probe's data, features and biLMs made up, so that it runs in a moment: 3 layers of random
-    features (fixed by biLM and sentences), two tags. -> the paths of the biLMs loaded."""
+    features (fixed by whether the biLM is a tuned one and by the sentences, not by the temporary
+    directory, whose name would make the two biLMs' accuracies equal by chance in some runs), two
+    tags. -> the paths of the biLMs loaded."""
     loaded = []
 
     def load_bilm(path):
@@ -358,7 +455,7 @@ def fake_probe_inputs(monkeypatch):
         return [["a", "b", "c"]] * n, [["NOUN", "VERB", "NOUN"]] * n
 
     def features(bilm, sentences):
-        seed = zlib.crc32(f"{bilm.path} {len(sentences)}".encode())
+        seed = zlib.crc32(f"{'/tuned/' in bilm.path} {len(sentences)}".encode())
         n_tokens = sum(len(s) for s in sentences)
         return torch.randn(3, n_tokens, 4, generator=torch.Generator().manual_seed(seed))
 

@@ -14,9 +14,10 @@ import pytest
 import spacy
 
 from project.scripts.claims import gain_grows
+from project.scripts.results import PLACEMENTS
 from project.scripts.run_locks import claim
 from project.scripts.run_study import Study
-from project.scripts.study import SCALES, TASKS
+from project.scripts.study import SCALES, TASKS, TUNED_AT
 from project.scripts.summarize import main as summarize_main
 from spacy_elmo import load_bilm
 
@@ -168,12 +169,19 @@ for step in sys.argv[1:]:
 
 def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_project, tmp_path):
     """`run_study.py placement` (here one task and fraction) trains ELMo at the encoder's output, at
-    its input and output, and at its input on layers [0, 1]; `evaluate` records each pipeline's
-    mixes under their config paths; the summary shows them beside ELMo at the input; run again, the
-    step finds nothing to do."""
+    its input and output, and at its input on layers [0, 1], then the tuned biLM at the one of them
+    that dev chose (here the input's dev score is set below every other); `evaluate` records each
+    pipeline's mixes under their config paths; the summary shows them beside ELMo at the input, and
+    the tuned biLM at the chosen placement; run again, the step finds nothing to do."""
     copy_project(tmp_path)
-    for part in ("corpus/smoke", "training/smoke/bilm", "training/smoke/metrics"):
+    for part in ("corpus/smoke", "bilm", "tuned", "metrics", "runs/pos-elmo-f0.1-s0"):
+        part = part if part.startswith("corpus") else f"training/smoke/{part}"
         shutil.copytree(smoke_project / "project" / part, tmp_path / "project" / part)
+    for record in (
+        tmp_path / "project/training/smoke/runs/pos-elmo-f0.1-s0/train.json",
+        tmp_path / SMOKE_METRICS / "runs/pos-elmo-f0.1-s0.json",
+    ):
+        record.write_text(json.dumps({**json.loads(record.read_text()), "dev": -1.0}))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -218,11 +226,18 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
         run["bilm_fingerprint"] == bilm["fingerprint"] and 0 <= run["test"]["tag_acc"] <= 1
         for run in runs.values()
     )
-    table = (metrics / "summary.md").read_text().split("## Where ELMo goes")[1].split("##")[0]
+    summary = (metrics / "summary.md").read_text()
+    table = summary.split("## Where ELMo goes")[1].split("##")[0]
     row = next(line for line in table.splitlines() if line.startswith("| pos (UPOS accuracy) |"))
     # baseline, input, output, both, layers [0, 1]: all run
     assert "| 10% |" in row and "–" not in row
-    assert "0 run(s) to train" in outputs[-1]
+    chosen = max(runs, key=lambda system: runs[system]["dev"])
+    tuned = json.loads((metrics / "runs" / f"pos-{TUNED_AT[chosen]}-f0.1-s0.json").read_text())
+    assert tuned["tuned_bilm"].endswith("tuned/pos/f0.1-s0/model") and "test" in tuned
+    scores = summary.split("## Scores")[1].split("##")[0]
+    row = next(line for line in scores.splitlines() if line.startswith("| pos (UPOS accuracy) |"))
+    assert f"| {100 * tuned['test']['tag_acc']:.2f} ({PLACEMENTS[chosen]}) |" in row
+    assert outputs[-1].count(" 0 run(s) to train") == 2 and "not chosen yet" not in outputs[-1]
 
 
 def test_finished_steps_are_skipped(smoke_project):
