@@ -202,8 +202,9 @@ def raw_text_line(m: Metrics) -> str:
 
 
 def placement_section(m: Metrics, fractions: List[float]) -> List[str]:
-    """The table "Where ELMo goes": each placement beside ELMo at the input and the baseline; none
-    without a placement run."""
+    """The table "Where ELMo goes": each placement beside ELMo at the input and the baseline, then,
+    where the tuned biLM has runs at that fraction, its row (at the input and at the placement
+    chosen on dev); none without a placement run."""
     placed = [s for s in PLACEMENTS if s not in MAIN_SYSTEMS]
     if not any(r["system"] in placed for r in m.runs):
         return []
@@ -224,14 +225,21 @@ def placement_section(m: Metrics, fractions: List[float]) -> List[str]:
     ]
     for g in m.groups:
         for fraction in fractions:
-            row = [m.table.get((g, s, fraction)) for s in PLACEMENTS]
             chosen = chosen_on_dev(m, g, fraction)
-            if chosen:
-                lines.append(
-                    f"| {g.label()} | {g.data} | {fraction_label(fraction)} | "
-                    + " | ".join(str(c) if c else "–" for c in row)
-                    + f" | {PLACEMENTS[chosen]}: {m.table[g, chosen, fraction]} |"
-                )
+            if not chosen:
+                continue
+            for label, systems in (
+                (g.label(), {s: s for s in PLACEMENTS}),
+                (f"{g.label()}, tuned biLM", {s: TUNED_AT.get(s, "") for s in PLACEMENTS}),
+            ):
+                row = [m.table.get((g, systems[s], fraction)) for s in PLACEMENTS]
+                if any(row):
+                    best = m.table.get((g, systems[chosen], fraction))
+                    lines.append(
+                        f"| {label} | {g.data} | {fraction_label(fraction)} | "
+                        + " | ".join(str(c) if c else "–" for c in row)
+                        + f" | {PLACEMENTS[chosen]}: {best or 'not run'} |"
+                    )
     return lines
 
 

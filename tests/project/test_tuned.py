@@ -302,7 +302,8 @@ def test_the_summary_gives_the_tuned_bilm_its_rows_claims_cost_and_text(tmp_path
 def test_the_tuned_row_is_at_the_placement_dev_chose_and_is_compared_with_elmo_there(tmp_path):
     """Where dev places ELMo elsewhere than the input (here input + output at 10%), the row "ELMo,
     tuned biLM" and its claims are of the tuned biLM there, named in the cell, and it is compared
-    with ELMo at the same placement; elsewhere it stays at the input."""
+    with ELMo at the same placement; elsewhere it stays at the input. "Where ELMo goes" gives the
+    tuned biLM a row of its own: at the input and at the chosen placement."""
     metrics = tuned_metrics(tmp_path / "metrics")
     for system, score in (("elmo-both", 0.85), ("elmo-tuned-both", 0.87)):
         for seed in (0, 1):
@@ -317,6 +318,10 @@ def test_the_tuned_row_is_at_the_placement_dev_chose_and_is_compared_with_elmo_t
         f"| pos (UPOS accuracy) | {POS_DATA} | 100% | 90.50 ± 0.71 | 91.00 ± 0.71 | 90.00 ± 0.71 "
         "| 91.50 ± 0.71 | 92.50 ± 0.71 | +1.00 |\n"
     ) in summary
+    assert (
+        f"| pos (UPOS accuracy), tuned biLM | {POS_DATA} | 10% | – | 84.50 ± 0.71 | – | "
+        "87.50 ± 0.71 | – | input + output: 87.50 ± 0.71 |\n" in summary
+    )
     on = f"| pos | {POS_DATA} |"
     for claim in (
         f"| ELMo, tuned biLM beats the baseline at 10% {on} holds (+7.00) |",
