@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from .study import ELMO_SYSTEMS, TASKS, TUNED_AT, chosen_placement
+from .study import ELMO_SYSTEMS, TASKS, TUNED_AT, TUNED_SYSTEMS, chosen_placement
 
 SYSTEM_NAMES = {
     "base": "baseline",
@@ -132,7 +132,7 @@ def load(metrics: Path) -> Metrics:
         if current is not None and record.get("bilm_fingerprint") != current:
             return True
         return (
-            record.get("system") in TUNED_AT.values()
+            record.get("system") in TUNED_SYSTEMS
             and bool(tunings)
             and record.get("tuned_bilm_fingerprint") != tunings.get(tuning_key(record))
         )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import time
 from functools import cached_property
@@ -38,16 +37,17 @@ from .study import (
     ASSETS,
     CONFIGS,
     ELMO_SYSTEMS,
+    PLACED,
+    PLACEMENT_FRACTIONS,
     ROOT,
     SCALES,
     TASKS,
     TUNED_AT,
+    TUNED_SYSTEMS,
     Scale,
     Task,
-    chosen_placement,
     machine_line,
     metrics_dir,
-    read_json,
     run,
     run_first,
     shown,
@@ -57,12 +57,7 @@ from .tuned_runs import TunedRuns
 SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret", "elmo-tuned"]
 SYSTEMS_SAMPLE = ["base", "elmo", "elmo-tuned"]
 # `elmo` and `base` come from main and sample
-SYSTEMS_PLACEMENT = [
-    "elmo-output",
-    "elmo-both",
-    "elmo-layers01",
-]
-PLACEMENT_FRACTIONS = [0.1, 1.0]
+SYSTEMS_PLACEMENT = [s for s in PLACED if s != "elmo"]
 # training step -> the runs it trains
 STEPS = {
     "train": "main",
@@ -118,7 +113,7 @@ class Study(TunedRuns):
             return False
         if self.other_bilm(record):
             return True
-        return record["system"] in TUNED_AT.values() and self.other_tuning(record, task)
+        return record["system"] in TUNED_SYSTEMS and self.other_tuning(record, task)
 
     # ------------------------------------------------------------------ paths
     def split_path(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
@@ -150,38 +145,6 @@ class Study(TunedRuns):
                     if self.systems is None or system in self.systems:
                         for seed in self.scale.seeds:
                             yield task, system, fraction, seed
-
-    def tuned_placed(self) -> Tuple[List[Tuple[Task, str, float, int]], List[str]]:
-        """The runs of the tuned biLM at the placement dev chose for ELMo, where that is not the
-        input (the tuned biLM's runs at the input are the `train` and `sample` steps'), and the
-        task and fraction pairs where dev cannot choose yet."""
-        runs, waiting = [], []
-        for task in self.tasks:
-            for fraction in PLACEMENT_FRACTIONS:
-                if self.fractions is not None and fraction not in self.fractions:
-                    continue
-                dev = self.placement_dev(task, fraction)
-                if dev is None:
-                    waiting.append(f"{task.run_name} at {100 * fraction:g}%")
-                    continue
-                tuned = TUNED_AT[chosen_placement(dev)]
-                if tuned != "elmo-tuned" and (self.systems is None or tuned in self.systems):
-                    runs += [(task, tuned, fraction, seed) for seed in self.scale.seeds]
-        return runs, waiting
-
-    def placement_dev(self, task: Task, fraction: float) -> Optional[Dict[str, float]]:
-        """The dev score of ELMo at the input and at each other placement, as placement -> mean over
-        the seeds; None while one of these runs is missing or of an earlier biLM."""
-        dev = {}
-        for system in ["elmo", *SYSTEMS_PLACEMENT]:
-            records = [
-                self.run_dir(task, system, fraction, seed) / "train.json"
-                for seed in self.scale.seeds
-            ]
-            if any(self.stale(record, task) for record in records):
-                return None
-            dev[system] = statistics.fmean(read_json(record)["dev"] for record in records)
-        return dev
 
     @staticmethod
     def run_id(task: Task, system: str, fraction: float, seed: int) -> str:
@@ -255,7 +218,7 @@ class Study(TunedRuns):
         # an elmo-tuned run's biLM, and its fingerprint as the run starts
         tuned = (
             (self.tuned_bilm(task, fraction, seed), self.tuned_fingerprint(task, fraction, seed))
-            if system in TUNED_AT.values()
+            if system in TUNED_SYSTEMS
             else None
         )
         config = CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"

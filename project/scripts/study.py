@@ -32,6 +32,9 @@ PLACED = {
 }
 # each placement -> ELMo there with the tuned biLM
 TUNED_AT = {system: system.replace("elmo", "elmo-tuned", 1) for system in PLACED}
+TUNED_SYSTEMS = frozenset(TUNED_AT.values())
+# the fractions of the training data the `placement` step runs on
+PLACEMENT_FRACTIONS = [0.1, 1.0]
 ELMO_SYSTEMS = {**PLACED, **{TUNED_AT[system]: config for system, config in PLACED.items()}}
 
 

@@ -40,7 +40,7 @@ from .results import (
     tuned_placement,
     whole_split_tuning,
 )
-from .study import LM_TEXT, SCALES, TUNED_AT, metrics_dir
+from .study import LM_TEXT, SCALES, TUNED_AT, TUNED_SYSTEMS, metrics_dir
 
 
 def render(m: Metrics) -> str:
@@ -157,7 +157,7 @@ def cost_section(m: Metrics, systems: List[str]) -> List[str]:
             if group:
                 minutes = f"{statistics.fmean(r['train_seconds'] for r in group) / 60:.1f}"
                 machines = {r["machine"] for r in group}
-                tuning = whole_split_tuning(m, g) if system in TUNED_AT.values() else None
+                tuning = whole_split_tuning(m, g) if system in TUNED_SYSTEMS else None
                 if tuning:
                     minutes += f" + {tuning['tune_seconds'] / 60:.1f} tuning the biLM"
                     machines.add(tuning["machine"])
