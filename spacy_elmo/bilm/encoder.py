@@ -127,13 +127,16 @@ class TokenEncoder(nn.Module):
         return x.reshape(*lead, -1)
 
     def int8_products(self) -> EncoderProducts:
-        """The products in int8: each filter's over its windows of characters, each word's windows
-        scaled by the word's largest |character embedding| onto the fixed grid of [-1, 1]; the
-        highway and projection products with inputs scaled per row (nothing bounds them)."""
+        """The products under int8: each filter's over its windows of characters, each word's
+        windows scaled by the word's largest |character embedding| onto the fixed grid of [-1, 1];
+        the highways' with inputs scaled per row (nothing bounds them). The projection stays
+        float32: trained models keep a few highway features far larger than the rest, and a row
+        scaled onto the 7-bit grid by such a feature loses the others; it is the smallest product
+        here, once per distinct word."""
         return EncoderProducts(
             [Int8Product(conv.weight.flatten(1).t(), bound=1.0) for conv in self.convs],
             [hw.int8_product() for hw in self.highways],
-            RowScaledInt8Product(self.w_proj, self.b_proj),
+            MatrixProduct(self.w_proj, self.b_proj),
         )
 
     @staticmethod

@@ -12,10 +12,11 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
   accumulation: torch's fbgemm (x86) / qnnpack (Arm) kernels. A fixed grid, not one fitted to each
   call's range, keeps every row's result independent of the rows computed with it (a sentence gets
-  the same vectors in any batch). Inputs with no bound (those of the token encoder's highway and
-  projection, and the token layer, the first LSTM layer's input) are scaled per row onto that grid
-  instead (`RowScaledInt8Product`); the character convolutions run as products over their windows
-  of characters, on the fixed grid of the largest |character embedding|. torchao's int8 route
+  the same vectors in any batch). Inputs with no bound (those of the token encoder's highways, and
+  the token layer, the first LSTM layer's input) are scaled per row onto that grid instead
+  (`RowScaledInt8Product`); the character convolutions run as products over their windows of
+  characters, on the fixed grid of the largest |character embedding|; the token encoder's
+  projection, whose inputs hold a few outlier features in trained models, stays float32. torchao's int8 route
   runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
   host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
   CPUs.
