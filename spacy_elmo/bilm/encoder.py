@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..errors import ElmoConfigError
 from .chars import ByteIds, CharTable
 from .options import BiLMOptions
-from .precision import Int8Product, MatrixProduct, RowScaledInt8Product
+from .precision import BalancedInt8Product, Int8Product, MatrixProduct, RowScaledInt8Product
 
 
 class Highway(nn.Module):
@@ -129,14 +129,14 @@ class TokenEncoder(nn.Module):
     def int8_products(self) -> EncoderProducts:
         """The products under int8: each filter's over its windows of characters, each word's
         windows scaled by the word's largest |character embedding| onto the fixed grid of [-1, 1];
-        the highways' with inputs scaled per row (nothing bounds them). The projection stays
-        float32: trained models keep a few highway features far larger than the rest, and a row
-        scaled onto the 7-bit grid by such a feature loses the others; it is the smallest product
-        here, once per distinct word."""
+        the highways' with inputs scaled per row (nothing bounds them); the projection's balanced
+        against its weights and on a finer grid (`BalancedInt8Product`): trained models keep a few
+        highway features far larger than the rest, and a row scaled onto the 7-bit grid by such a
+        feature loses the others."""
         return EncoderProducts(
             [Int8Product(conv.weight.flatten(1).t(), bound=1.0) for conv in self.convs],
             [hw.int8_product() for hw in self.highways],
-            MatrixProduct(self.w_proj, self.b_proj),
+            BalancedInt8Product(self.w_proj, self.b_proj),
         )
 
     @staticmethod

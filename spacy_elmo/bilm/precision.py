@@ -16,7 +16,8 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   the token layer, the first LSTM layer's input) are scaled per row onto that grid instead
   (`RowScaledInt8Product`); the character convolutions run as products over their windows of
   characters, on the fixed grid of the largest |character embedding|; the token encoder's
-  projection, whose inputs hold a few outlier features in trained models, stays float32. torchao's int8 route
+  projection, whose inputs hold a few outlier features in trained models, balanced against its
+  weights and on a grid 127x finer (`BalancedInt8Product`). torchao's int8 route
   runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
   host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
   CPUs.
@@ -243,8 +244,12 @@ class Int8Product(MatrixProduct):
         super().__init__(weight, bias)
 
     def __call__(self, x: Tensor) -> Tensor:
+        return self.on_grid(x, self.input_scale)
+
+    def on_grid(self, x: Tensor, step: float) -> Tensor:
+        """`round(x / step) * step W` for x `(N, I)` within `[-63.5 step, 63.5 step]`."""
         return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-            x.contiguous(), self.input_scale, 64, self.packed
+            x.contiguous(), step, 64, self.packed
         )
 
     def gates(self, xw: Tensor, x: Tensor) -> Tensor:
@@ -265,9 +270,42 @@ class RowScaledInt8Product(Int8Product):
         self.bias = None if bias is None else bias.detach().float()
 
     def __call__(self, x: Tensor) -> Tensor:
-        scale = x.abs().amax(dim=1, keepdim=True)  # (N, 1)
-        y = super().__call__(x / scale.clamp(min=torch.finfo(torch.float32).tiny))
+        scale = row_scale(x)
+        return self.scaled_back(super().__call__(x / scale), scale)
+
+    def scaled_back(self, y: Tensor, scale: Tensor) -> Tensor:
+        """y `(N, O)` computed on rows divided by `scale` `(N, 1)`: `y * scale + b`."""
         return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
+
+
+class BalancedInt8Product(RowScaledInt8Product):
+    """A `RowScaledInt8Product` for inputs where a few features are far larger than the rest and
+    their weights smaller (a trained token encoder's highway output). Each input feature is
+    multiplied by its weights' largest |w| and those weights divided by it (the product unchanged),
+    so every feature meets the grid at the size of what it contributes; and the rows sit on a grid
+    127x finer: what rounding onto the 7-bit grid left behind is multiplied too, on its own grid
+    (two exact int8 products, so each row's result still depends on that row alone)."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
+        w = weight.detach().float()
+        self.balance = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)  # (I,)
+        super().__init__(w / self.balance.unsqueeze(1), bias)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = x * self.balance
+        scale = row_scale(x).mul_(self.input_scale)  # (N, 1): one step of the grid
+        steps = x.div_(scale)  # within [-63.5, 63.5]
+        coarse = torch.round(steps)
+        y = self.on_grid(coarse, 1.0).add_(self.on_grid(steps.sub_(coarse), 1 / 127))
+        return self.scaled_back(y, scale)
+
+
+def row_scale(x: Tensor) -> Tensor:
+    """Each row's largest |x| `(N, 1)` of x `(N, I)`, at least the smallest normal float32."""
+    return (
+        torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
+        .clamp_(min=torch.finfo(torch.float32).tiny)
+    )
 
 
 def make_product(

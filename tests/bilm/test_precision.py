@@ -96,11 +96,14 @@ def test_a_sentence_gets_the_same_low_precision_vectors_in_any_batch(
     fixture_dir, sentences, precision, native_bf16
 ):
     """int8 inputs sit on a fixed grid (not one fitted to each call's range), so rows do not affect
-    each other."""
-    bilm = load_bilm(fixture_dir, precision=precision)
-    together = bilm.embed(sentences[:40])
-    for i in (0, 7, 39):
-        np.testing.assert_array_equal(bilm.embed([sentences[i]])[0], together[i])
+    each other: not in the LSTM, and not in the token encoder, which a fresh biLM (an empty token
+    cache) runs over one, two or three distinct words alone (matrix libraries take other kernels
+    for so few rows)."""
+    batch = sentences[:40] + [["Zyx"], ["Zyx", "qwv"], ["Zyx", "qwv", "Zyx", "vvq"]]
+    together = load_bilm(fixture_dir, precision=precision).embed(batch)
+    for i in (0, 7, 39, 40, 41, 42):
+        alone = load_bilm(fixture_dir, precision=precision).embed([batch[i]])[0]
+        np.testing.assert_array_equal(alone, together[i])
 
 
 def test_bfloat16_without_native_support_says_so_and_runs_float32(
