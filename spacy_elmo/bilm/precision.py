@@ -302,9 +302,8 @@ class BalancedInt8Product(RowScaledInt8Product):
 
 def row_scale(x: Tensor) -> Tensor:
     """Each row's largest |x| `(N, 1)` of x `(N, I)`, at least the smallest normal float32."""
-    return (
-        torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
-        .clamp_(min=torch.finfo(torch.float32).tiny)
+    return torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(
+        min=torch.finfo(torch.float32).tiny
     )
 
 
