@@ -32,11 +32,10 @@ def main() -> None:
     test = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")
     words = sorted({w for sentence in test for w in sentence})
     precisions = args.precisions.split(",")
-    encoders = {}
-    for p in precisions:
-        bilm = load_bilm(weights_dir(args.size), precision=p)
-        encoders[p] = bilm.runner.copies.token_encoder()
-        ids = torch.from_numpy(bilm.network.token_encoder.token_ids.words_ids(words)).long()
+    bilms = {p: load_bilm(weights_dir(args.size), precision=p) for p in precisions}
+    encoders = {p: bilm.runner.copies.token_encoder() for p, bilm in bilms.items()}
+    token_ids = bilms[precisions[0]].network.token_encoder.token_ids
+    ids = torch.from_numpy(token_ids.words_ids(words)).long()
     seconds: dict = {p: [] for p in precisions}
     with torch.inference_mode():
         for _ in range(args.rounds):

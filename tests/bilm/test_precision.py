@@ -76,8 +76,9 @@ def test_int8_stays_within_the_bar_where_the_token_encoder_has_outlier_features(
     """Trained biLMs keep a few highway features far larger than the rest (the study's own biLM: the
     largest near 60 where most stay under 2.3). A product whose inputs are scaled per row onto the
     7-bit grid rounds every other feature of such a row to a step or two, so the projection into the
-    token layer runs float32 under int8; the same model with 4 features lifted to about 40 (their
-    projection weights divided by 40, so the token layer keeps its scale) stays within the bar."""
+    token layer runs as a `BalancedInt8Product` under int8; the same model with 4 features lifted to
+    about 40 (their projection weights divided by 40, so the token layer keeps its scale) stays
+    within the bar."""
     bilm = load_bilm(fixture_dir)
     encoder = bilm.network.token_encoder
     with torch.no_grad():
