@@ -261,14 +261,16 @@ def get_token_elmo(token: Token) -> Optional[np.ndarray]:
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:
-    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's tokens (zeros for an
-    empty span)."""
+    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's non-whitespace
+    tokens (the rule of a merged token; zeros where it has none)."""
     mix = get_doc_elmo(span.doc)
-    if mix is None:
-        return None
-    if span.end == span.start:
-        return np.zeros(mix.shape[1], dtype=mix.dtype)
-    return mix[span.start : span.end].mean(axis=0)
+    return None if mix is None else _mean_vector(mix, span.doc, span.start, span.end)
+
+
+def _mean_vector(mix: np.ndarray, doc: Doc, start: int, end: int) -> np.ndarray:
+    """The mean `(width,)` of `mix`'s rows of the non-whitespace tokens in `doc[start:end]`."""
+    rows = [i for i in range(start, end) if not doc[i].is_space]
+    return mix[rows].mean(axis=0) if rows else np.zeros(mix.shape[1], dtype=mix.dtype)
 
 
 def install_extensions() -> None:
@@ -302,22 +304,15 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def doc_vector_hook(doc: Doc) -> np.ndarray:
     """`doc.vector` under the hooks: the mean ELMo vector of the non-whitespace tokens."""
-    return _mean_vector(doc)
+    return _mean_vector(get_doc_elmo(doc), doc, 0, len(doc))
 
 
 def span_vector_hook(span: Span) -> np.ndarray:
-    return _mean_vector(span)
+    return get_span_elmo(span)
 
 
 def token_vector_hook(token: Token) -> np.ndarray:
     return get_token_elmo(token)
-
-
-def _mean_vector(doclike) -> np.ndarray:
-    mix = get_doc_elmo(doclike.doc if isinstance(doclike, Span) else doclike)
-    start, end = (doclike.start, doclike.end) if isinstance(doclike, Span) else (0, len(doclike))
-    rows = [i for i in range(start, end) if not doclike.doc[i].is_space]
-    return mix[rows].mean(axis=0) if rows else np.zeros(mix.shape[1], dtype=mix.dtype)
 
 
 def has_vector_hook(obj) -> bool:

@@ -80,6 +80,16 @@ def test_a_merge_leaves_whitespace_parts_out_of_the_mean(nlp):
     np.testing.assert_allclose(doc[0]._.elmo, expected[[0, 2]].mean(axis=0), rtol=1e-6, atol=1e-6)
 
 
+def test_a_span_and_the_token_merged_from_it_get_one_vector(nlp):
+    doc = nlp("New  York is big .")  # a whitespace token inside the span
+    span_vector = doc[0:3]._.elmo
+    np.testing.assert_allclose(span_vector, doc._.elmo[[0, 2]].mean(axis=0), rtol=1e-6, atol=1e-6)
+    assert not doc[1:2]._.elmo.any()  # whitespace alone: zeros
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:3])
+    np.testing.assert_allclose(doc[0]._.elmo, span_vector, rtol=1e-6, atol=1e-6)
+
+
 def test_merge_noun_chunks_style_retokenizing_then_storing_round_trips(nlp):
     doc = nlp(TEXT)
     with doc.retokenize() as retokenizer:
