@@ -309,7 +309,10 @@ class Elmo(Pipe):
         return util.to_bytes(serialize, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        deserialize = {"cfg": lambda b: None, "model": lambda b: self.model.from_bytes(b)}
+        deserialize = {
+            "cfg": lambda b: None,
+            "model": lambda b: self._restored(self.model.from_bytes(b)),
+        }
         util.from_bytes(bytes_data, deserialize, exclude)
         self.cache.clear()
         return self
@@ -324,10 +327,18 @@ class Elmo(Pipe):
         util.to_disk(path, serialize, exclude)
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        deserialize = {"cfg": lambda p: None, "model": lambda p: self.model.from_disk(p)}
+        deserialize = {
+            "cfg": lambda p: None,
+            "model": lambda p: self._restored(self.model.from_disk(p)),
+        }
         util.from_disk(path, deserialize, exclude)
         self.cache.clear()
         return self
+
+    def _restored(self, model: Model) -> None:
+        """The biLM came with the pipeline: the component's `weights` (its training run's path) is
+        not read again, by `initialize` either."""
+        self.weights = None
 
 
 @Language.factory(

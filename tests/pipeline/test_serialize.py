@@ -55,6 +55,16 @@ def test_to_disk_and_load_never_read_the_weights_path(nlp, tmp_path):
     assert list((tmp_path / "pipeline" / "elmo").iterdir())
 
 
+def test_initialize_keeps_the_biLM_a_pipeline_was_loaded_with(nlp, tmp_path):
+    expected = layers_of(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    shutil.rmtree(tmp_path / "weights")  # the training run's weights path, gone
+    loaded = spacy.load(tmp_path / "pipeline")
+    loaded.initialize()  # e.g. before training a new component on top
+    for a, b in zip(expected, layers_of(loaded)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_to_bytes_from_bytes(nlp):
     expected = layers_of(nlp)
     other = spacy.blank("en")
