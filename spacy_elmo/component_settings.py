@@ -4,7 +4,7 @@ around it (sentence setters, components that read ELMo), and the fixed mix of `d
 from __future__ import annotations
 
 import warnings
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
@@ -50,7 +50,11 @@ def check_settings(
         raise ElmoConfigError(f"elmo: cache_mb must be >= 0, got {cache_mb!r}")
 
 
-def check_weights(weights: Optional[str], name: str) -> None:
+# a directory, a published model's name, or an [options_file, weight_file] pair
+WeightsSetting = Optional[Union[str, List[str], Tuple[str, str]]]
+
+
+def check_weights(weights: WeightsSetting, name: str) -> None:
     """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights`
     (only directory listings are read: the weights load at `nlp.initialize` or first use)."""
     if weights is None:

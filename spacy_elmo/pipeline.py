@@ -43,6 +43,7 @@ from .bilm import ElmoEmbedder
 from .bilm.threads import check_threads, torch_threads
 from .component_settings import (
     STORE_DTYPES,
+    WeightsSetting,
     check_read,
     check_settings,
     check_weights,
@@ -80,7 +81,7 @@ class Elmo(Pipe):
         model: Model[List[List[str]], List[np.ndarray]],
         name: str = "elmo",
         *,
-        weights: Optional[str] = None,
+        weights: WeightsSetting = None,
         mix: Union[str, List[float]] = "average",
         store: str = "float32",
         keep_layers: bool = True,
@@ -135,7 +136,8 @@ class Elmo(Pipe):
         get_examples: Optional[Callable] = None,
         *,
         nlp: Optional[Language] = None,
-        weights: Optional[str] = None,
+        # spelled out: spaCy checks `initialize`'s settings against these names in its own module
+        weights: Optional[Union[str, List[str], Tuple[str, str]]] = None,
     ) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that
         was loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen
@@ -363,7 +365,7 @@ def make_elmo(
     nlp: Language,
     name: str,
     model: Model,
-    weights: Optional[str],
+    weights: WeightsSetting,
     mix: Union[str, List[float]],
     store: str,
     keep_layers: bool,

@@ -43,7 +43,11 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise ElmoConfigError(f"pass (options_file, weight_file), got {len(path)} paths")
-        return ModelFiles(hdf5.KIND, Path(path[0]), Path(path[1]))
+        files = [Path(p) for p in path]
+        for file, what in zip(files, ("options file", "weight file")):
+            if not file.is_file():
+                raise ElmoFileError(f"ELMo {what} not found: {file}")
+        return ModelFiles(hdf5.KIND, *files)
     directory = Path(path)
     if not directory.exists():
         raise ElmoFileError(f"ELMo weights not found: {directory}")

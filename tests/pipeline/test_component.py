@@ -287,6 +287,24 @@ def test_weights_load_lazily_and_on_initialize(fixture_dir):
     assert get_embedder(elmo2.model) is not None
 
 
+def test_weights_take_an_options_and_weight_file_pair(nlp, fixture_dir):
+    pair = [str(fixture_dir / "options.json"), str(fixture_dir / "lm_weights.hdf5")]
+    expected = nlp("The cat sat .")._.elmo_layers
+    for weights in (pair, tuple(pair)):
+        paired = spacy.blank("en")
+        paired.add_pipe("elmo", config={"weights": weights})
+        np.testing.assert_array_equal(paired("The cat sat .")._.elmo_layers, expected)
+    initialized = spacy.blank("en")
+    initialized.add_pipe("elmo")
+    initialized.config["initialize"]["components"]["elmo"] = {"weights": pair}
+    initialized.initialize()
+    np.testing.assert_array_equal(initialized("The cat sat .")._.elmo_layers, expected)
+    with pytest.raises(
+        ValueError, match=r"\[components.elmo\] weights: ELMo weight file not found"
+    ):
+        spacy.blank("en").add_pipe("elmo", config={"weights": [pair[0], pair[1] + ".gone"]})
+
+
 def test_clear_errors(fixture_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
