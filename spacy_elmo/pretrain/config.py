@@ -70,6 +70,15 @@ def _seed(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
 
 
+def _increasing_positive_ints(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(_positive_int(v) for v in value)
+        and all(a < b for a, b in zip(value, value[1:]))
+    )
+
+
 def _fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and 0 <= value < 1
 
@@ -106,6 +115,10 @@ BUILD_SETTINGS = (
     ("vocab.size", _or_null(POSITIVE_INT)),
     ("softmax.type", _one_of(SOFTMAX_TYPES)),
     ("softmax.n_samples", POSITIVE_INT),
+    (
+        "softmax.adaptive_cutoffs",
+        Rule(_increasing_positive_ints, "a list of increasing positive integers"),
+    ),
     ("training.scheme", _one_of(SCHEMES)),
     ("training.optimizer", _one_of(OPTIMIZERS)),
     ("training.precision", _one_of(TRAINING_PRECISIONS)),

@@ -201,6 +201,9 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
         ("training.batch_tokens", "1000000000000", "at most"),
         ("training.window", "100000000", "at most"),
         ("training.eval_batch_size", "100000000", "at most"),
+        ("softmax.adaptive_cutoffs", "5", "increasing positive integers"),
+        ("softmax.adaptive_cutoffs", "[8, 4]", "increasing positive integers"),
+        ("softmax.adaptive_cutoffs", "[]", "increasing positive integers"),
     ],
 )
 def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
