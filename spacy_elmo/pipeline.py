@@ -244,25 +244,12 @@ class Elmo(Pipe):
             layers = doc_layers(
                 doc, plan, outs, bilm.num_output_layers, bilm.output_dim, self.dtype
             )
-            if self.keep_layers:
-                out.append(
-                    ElmoDocData(
-                        layers=layers,
-                        mixed=None,
-                        mix_weights=mix_weights,
-                        spans=token_spans(doc),
-                        save_layers=self.save_layers,
-                    )
-                )
-            else:
-                mixed = np.tensordot(
-                    mix_weights, layers.astype(np.float32, copy=False), axes=1
-                ).astype(self.dtype)
-                out.append(
-                    ElmoDocData(
-                        layers=None, mixed=mixed, mix_weights=mix_weights, spans=token_spans(doc)
-                    )
-                )
+            mixed = None
+            if not self.keep_layers:
+                mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1)
+                layers, mixed = None, mixed.astype(self.dtype)
+            spans = token_spans(doc)
+            out.append(ElmoDocData(layers, mixed, mix_weights, spans, save_layers=self.save_layers))
         return out
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:

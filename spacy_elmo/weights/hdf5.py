@@ -8,6 +8,7 @@ one ElmoFileError naming the file.
 
 from __future__ import annotations
 
+import copy
 import json
 from fnmatch import fnmatch
 from io import BytesIO
@@ -21,6 +22,7 @@ from ..bilm.embedder import ElmoEmbedder
 from ..bilm.lstm import gates_to_internal, gates_to_tf
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions, read_json
+from ..bilm.warmup import WARMUP_SENTENCES
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import atomic_path, hdf5_dataset, inside_dir, regular_file, write_atomic
 from .checks import check_finite
@@ -326,12 +328,20 @@ def export_hdf5(
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
     AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
-    later)."""
+    later). ElmoConfigError for a warm state read from other text than the built-in one, which
+    loading the layout reads again."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
             "the bilm-tf hdf5 layout has no character table or word embedding: keep this "
             "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)"
+        )
+    warm = model.state_policy.warm_start if isinstance(model, ElmoEmbedder) else True
+    if warm and bilm.has_warm_state and not _builtin_warm_state(bilm):
+        raise ElmoConfigError(
+            "the biLM's warm state was not read from the built-in English warm-up text, which "
+            "loading the hdf5 layout reads again (the layout keeps no state): its outputs would "
+            "change. Keep it in this project's format (save_bilm, convert --to own)"
         )
     h5py = _h5py()
     directory = Path(directory)
@@ -358,3 +368,14 @@ def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
         )
         for name in sorted(names):
             yield name, f[name][...]
+
+
+def _builtin_warm_state(bilm: BiLM) -> bool:
+    """Whether `bilm`'s warm state is the one the built-in warm-up text gives (to float32 rounding:
+    another CPU's kernels round otherwise)."""
+    reference = copy.deepcopy(bilm)
+    reference.compute_warm_state(WARMUP_SENTENCES)
+    return all(
+        torch.allclose(getattr(bilm, name), getattr(reference, name), rtol=1e-4, atol=1e-5)
+        for name in ("warm_h", "warm_c")
+    )

@@ -177,6 +177,20 @@ def test_convert_meeting_a_full_disk_in_torch_save(fixture_dir, tmp_path, capsys
     assert run_cli("convert", fixture_dir, tmp_path / "out", "--to", "own") == 0
 
 
+def test_convert_refuses_a_warm_state_the_hdf5_layout_would_lose(fixture_dir, tmp_path, capsys):
+    """The hdf5 layout keeps no state: loading it reads the built-in warm-up text again, so a warm
+    state read from other text cannot go there (the outputs would change); the default one can."""
+    bilm = load_bilm(fixture_dir)
+    bilm.network.compute_warm_state([["Der", "Hund", "bellt", "."]])
+    save_bilm(bilm, tmp_path / "own", state="warm")
+    assert run_cli("convert", tmp_path / "own", tmp_path / "h5", "--to", "hdf5") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "warm state" in err and "Traceback" not in err, err
+    assert not (tmp_path / "h5").exists()
+    assert run_cli("convert", fixture_dir, tmp_path / "own2") == 0
+    assert run_cli("convert", tmp_path / "own2", tmp_path / "h5") == 0
+
+
 def test_convert_notes_a_policy_the_hdf5_layout_cannot_hold(fixture_dir, tmp_path, capsys):
     save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "own")
     assert run_cli("convert", tmp_path / "own", tmp_path / "h5", "--to", "hdf5") == 0
