@@ -2,7 +2,7 @@
 
 from .about import __version__
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder
-from .doc_data import install_extensions
+from .doc_data import install_extensions, set_vector_hooks
 from .embed import open_embeddings
 from .errors import (
     ElmoConfigError,
@@ -34,5 +34,6 @@ __all__ = [
     "load_bilm",
     "open_embeddings",
     "save_bilm",
+    "set_vector_hooks",
     "__version__",
 ]

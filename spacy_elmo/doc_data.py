@@ -324,9 +324,16 @@ def similarity_hook(a, b) -> float:
     return _cosine(a.vector, b.vector)
 
 
+HOOKS_STAY = (
+    "elmo's vector_hooks stay in this worker of nlp.pipe(n_process=N): spaCy sends Docs back "
+    "without hooks. Call spacy_elmo.set_vector_hooks(doc) on the Docs you receive."
+)
+
+
 def set_vector_hooks(doc: Doc) -> None:
     """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this
-    Doc."""
+    Doc (`doc._.elmo_data` set). spaCy does not serialize hooks: a Doc read back (`Doc.from_bytes`,
+    a DocBin, `nlp.pipe(n_process=N)`) needs this call again."""
     doc.user_hooks["vector"] = doc_vector_hook
     doc.user_hooks["has_vector"] = has_vector_hook
     doc.user_hooks["similarity"] = similarity_hook

@@ -50,13 +50,13 @@ from .component_settings import (
     check_wiring,
     fixed_mix,
 )
-from .doc_data import ElmoDocData, install_extensions, set_vector_hooks, token_spans
+from .doc_data import HOOKS_STAY, ElmoDocData, install_extensions, set_vector_hooks, token_spans
 from .doc_windows import doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
-from .workers import guard_spacy_worker
+from .workers import guard_spacy_worker, warn_in_spacy_worker
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -287,6 +287,8 @@ class Elmo(Pipe):
             doc._.elmo_data = data
             if self.vector_hooks:
                 set_vector_hooks(doc)
+        if self.vector_hooks:
+            warn_in_spacy_worker(HOOKS_STAY)
 
     # ------------------------------------------------------------------ serialization
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

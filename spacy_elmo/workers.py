@@ -20,20 +20,36 @@ import gc
 import multiprocessing
 import os
 import time
+import warnings
 from multiprocessing.connection import Connection
 from multiprocessing.queues import Queue
 from multiprocessing.reduction import ForkingPickler as _ForkingPickler
 from multiprocessing.util import Finalize
-from typing import List, Optional
+from typing import List, Optional, Set
 
 DRAIN_SECONDS = 30.0  # the most a worker spends reading its left-over texts at exit
 _guarded_pid: Optional[int] = None
+_worker_pid: Optional[int] = None  # this process's pid where it is such a worker
+_warned: Set[str] = set()
+
+
+def in_spacy_worker() -> bool:
+    """Whether this process is a worker of spaCy's `nlp.pipe(n_process=N)` (guarded)."""
+    guard_spacy_worker()
+    return _worker_pid == os.getpid()
+
+
+def warn_in_spacy_worker(message: str) -> None:
+    """Warn with `message` once per process, where it is a worker of spaCy's `nlp.pipe`."""
+    if message not in _warned and in_spacy_worker():
+        _warned.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def guard_spacy_worker() -> None:
     """Apply the guard (see the module) where this process is a worker of spaCy's `nlp.pipe`; once
     per process, cheap after that."""
-    global _guarded_pid
+    global _guarded_pid, _worker_pid
     if _guarded_pid == os.getpid():
         return
     _guarded_pid = os.getpid()
@@ -47,6 +63,7 @@ def guard_spacy_worker() -> None:
         or not isinstance(args[2], Queue)
     ):
         return
+    _worker_pid = os.getpid()
     texts: Queue = args[2]
     # type(), not isinstance(): some objects warn when their __class__ is read
     queue_readers = {id(obj._reader) for obj in gc.get_objects() if issubclass(type(obj), Queue)}

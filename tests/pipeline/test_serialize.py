@@ -170,6 +170,36 @@ def test_n_process_2(nlp):
         np.testing.assert_array_equal(a, b)
 
 
+HOOKS = """
+import sys
+import numpy as np, spacy, spacy_elmo, torch
+
+torch.set_num_threads(1)
+nlp = spacy.blank("en")
+nlp.add_pipe("elmo", config={"weights": sys.argv[1], "vector_hooks": True})
+docs = list(nlp.pipe(["The cat sat .", "A dog ran ."] * 3, n_process=2, batch_size=2))
+assert not docs[0].has_vector
+for doc in docs:
+    spacy_elmo.set_vector_hooks(doc)
+np.testing.assert_array_equal(docs[0][1].vector, docs[0][1]._.elmo)
+assert docs[0].similarity(docs[1]) > 0
+print("ok")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_n_process_2_says_the_vector_hooks_stay_in_the_workers(fixture_dir, tmp_path):
+    """spaCy sends Docs back from its workers without hooks: each worker says so once (in a user's
+    process: pytest records a forked child's warnings), and `set_vector_hooks` puts them back."""
+    script = tmp_path / "hooks.py"
+    script.write_text(HOOKS, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert 1 <= done.stderr.count("vector_hooks stay in this worker") <= 2, done.stderr
+
+
 def test_pickle_round_trip_gives_the_same_vectors(nlp, fixture_dir):
     """The component, its biLM and its caches pickle (locks and caches made anew; the weights
     carried once), as `nlp.pipe(n_process=N)` under spawn, joblib and Dask need."""
