@@ -40,6 +40,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model
 
 from .bilm import ElmoEmbedder
+from .bilm.finite import cast_finite
 from .bilm.threads import check_threads, torch_threads
 from .component_settings import (
     STORE_DTYPES,
@@ -247,7 +248,7 @@ class Elmo(Pipe):
             mixed = None
             if not self.keep_layers:
                 mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1)
-                layers, mixed = None, mixed.astype(self.dtype)
+                layers, mixed = None, cast_finite(mixed, self.dtype, self.stored_what())
             spans = token_spans(doc)
             out.append(ElmoDocData(layers, mixed, mix_weights, spans, save_layers=self.save_layers))
         return out
@@ -274,9 +275,12 @@ class Elmo(Pipe):
         return results
 
     def _stored(self, arr: np.ndarray) -> np.ndarray:
-        arr = arr.astype(self.dtype, copy=False)
+        arr = cast_finite(arr, self.dtype, self.stored_what())
         arr.setflags(write=False)
         return arr
+
+    def stored_what(self) -> str:
+        return f"the ELMo vectors of '{self.name}' (store={self.cfg['store']!r})"
 
     def mix_weights(self, n_layers: int) -> np.ndarray:
         """The fixed mix of `doc._.elmo`: `(n_layers,)` float32."""

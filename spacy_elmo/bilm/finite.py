@@ -47,6 +47,20 @@ def check_finite(
     raise NonFiniteError(f"{source}: {name} holds NaN or infinite values", sentence)
 
 
+def cast_finite(values: np.ndarray, dtype, what: str, sentence: Optional[int] = None) -> np.ndarray:
+    """Finite `values` as `dtype`; NonFiniteError `{what}: ...` (about `sentence`, where given)
+    where some lie beyond a smaller dtype's range (float16's ends at 65504)."""
+    with np.errstate(over="ignore"):
+        out = values.astype(dtype, copy=False)
+    if out.dtype.itemsize < values.dtype.itemsize and not np.isfinite(out).all():
+        raise NonFiniteError(
+            f"{what}: values beyond {out.dtype}'s range (largest "
+            f"{float(np.finfo(out.dtype).max):g}) would be stored as infinities; use float32",
+            sentence,
+        )
+    return out
+
+
 @contextmanager
 def naming_weights(source: str) -> Iterator[None]:
     """A NonFiniteError raised inside (about weights, from a product of some precision) names

@@ -14,7 +14,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ..bilm import ElmoEmbedder
-from ..bilm.finite import NonFiniteError
+from ..bilm.finite import NonFiniteError, cast_finite
 from ..bilm.runner import long_sentence
 from ..errors import ElmoConfigError
 from .h5writer import Pieces
@@ -69,7 +69,10 @@ def embed_blocks(
                 if len(toks) > limit:
                     yield text, in_pieces(bilm, toks, layer, batch_size, dtype, first_line + k)
                 else:
-                    yield text, select_layer(layers, layer).astype(dtype, copy=False)
+                    yield (
+                        text,
+                        cast_finite(select_layer(layers, layer), dtype, f"--dtype {dtype}", k),
+                    )
                 if on_line is not None:
                     on_line(len(toks))
         first_line += len(chunk)
@@ -111,7 +114,7 @@ def in_pieces(
         )
     shape = (bilm.num_output_layers, len(tokens), bilm.output_dim)
     pieces = (
-        select_layer(p, layer).astype(dtype, copy=False)
+        cast_finite(select_layer(p, layer), dtype, f"--dtype {dtype}")
         for p in named_line(bilm.embed_long(tokens, batch_size), line)
     )
     if layer == "all":

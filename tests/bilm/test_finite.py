@@ -45,6 +45,14 @@ def huge_z(f):
     f["char_embed"][...] = rows
 
 
+def big_z(f):
+    """The character 'Z' makes the token layer of a word of five about 1.5e5: finite in float32,
+    beyond float16."""
+    rows = f["char_embed"][...]
+    rows[ord("Z")] = 1e5
+    f["char_embed"][...] = rows
+
+
 def test_a_float64_weight_that_overflows_float32_is_refused_at_load(fixture_dir, tmp_path):
     directory = save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "m")
     state = {
@@ -123,6 +131,32 @@ def test_the_component_refuses_non_finite_vectors(fixture_dir, tmp_path):
     nlp.initialize()
     assert np.isfinite(nlp("The cat sat .")._.elmo).all()
     with pytest.raises(ElmoError, match="weights.hdf5.*NaN or infinite"):
+        nlp("ZZZZZ run .")
+
+
+def test_embed_float16_names_the_line_beyond_its_range_and_writes_nothing(
+    fixture_dir, tmp_path, capsys
+):
+    directory = hdf5_copy(fixture_dir, tmp_path / "m", big_z)
+    text = write_lines(tmp_path / "in.txt", ["The cat sat .", "ZZZZZ run", "ok"])
+    out = tmp_path / "out.hdf5"
+    options = ("-w", directory, "--whitespace", "--no-progress")
+    assert run_cli("embed", text, out, *options, "--dtype", "float16") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "line 2" in line and "float16's range" in line and "float32" in line, line
+    assert not out.exists()
+    assert run_cli("embed", text, tmp_path / "out32.hdf5", *options) == 0  # float32 holds them
+
+
+@pytest.mark.parametrize("keep_layers", [True, False])
+def test_the_component_refuses_float16_storage_beyond_its_range(fixture_dir, tmp_path, keep_layers):
+    weights = str(hdf5_copy(fixture_dir, tmp_path / "m", big_z))
+    nlp = spacy.blank("en")
+    nlp.add_pipe(
+        "elmo", config={"weights": weights, "store": "float16", "keep_layers": keep_layers}
+    )
+    assert np.isfinite(nlp("The cat sat .")._.elmo).all()
+    with pytest.raises(ElmoError, match=r"store='float16'.*float16's range.*use float32"):
         nlp("ZZZZZ run .")
 
 
