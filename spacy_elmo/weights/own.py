@@ -107,6 +107,8 @@ def save_bilm(
     warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
     applies (default: the embedder's current one, "warm" for a bare network)."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ElmoFileError(f"{directory} exists and is not a directory: save_bilm writes one")
     directory.mkdir(parents=True, exist_ok=True)
     network = model.network if isinstance(model, ElmoEmbedder) else model
     if network.warmup is not None:

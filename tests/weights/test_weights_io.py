@@ -57,6 +57,13 @@ def test_own_format_round_trip(fixture_dir, tmp_path, state):
         assert np.array_equal(arr, original[name]), name
 
 
+def test_saving_onto_a_file_is_one_error_naming_it(fixture_dir, tmp_path):
+    (tmp_path / "taken").write_text("a file", encoding="utf-8")
+    with pytest.raises(ElmoFileError, match="taken.*not a directory"):
+        save_bilm(load_bilm(fixture_dir), tmp_path / "taken")
+    assert (tmp_path / "taken").read_text(encoding="utf-8") == "a file"
+
+
 def test_own_format_is_not_unpickled(fixture_dir, tmp_path):
     """A weights.pt carrying arbitrary Python objects is refused (weights_only=True)."""
     save_bilm(load_bilm(fixture_dir), tmp_path)
