@@ -49,6 +49,11 @@ class Embeddings:
                 )
             work.check_shards(manifest, range(len(ranges)) if verify else ())
         else:
+            if self.path.name.startswith("shard-") and (self.path.parent / MANIFEST).is_file():
+                raise ElmoFileError(
+                    f"{self.path}: one shard of {self.path.parent} (its lines numbered as in "
+                    "the whole input): open the directory"
+                )
             self.paths, ranges, self.settings = [self.path], None, None
         self.ranges = ranges
         self.files: list[Optional[h5py.File]] = [None] * len(self.paths)

@@ -92,6 +92,8 @@ def test_shards_equal_the_single_file(single, fixture_dir, tmp_path):
         np.testing.assert_array_equal(reader[-1], arrays["599"])
         with pytest.raises(IndexError):
             reader[600]
+    with pytest.raises(ElmoFileError, match="shard-00001.hdf5: one shard of .*open the directory"):
+        open_embeddings(out / "shard-00001.hdf5")
     assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 0  # complete: nothing to do
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
