@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 from thinc.api import Config
 
-from ..bilm import BiLM
+from ..bilm import BiLM, BiLMOptions
 from ..errors import ElmoConfigError
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
@@ -47,9 +47,17 @@ def training_vocab(
     return vocab
 
 
-def initial_bilm(config: Config, init_dir: Optional[Path], init_from: Optional[str]) -> BiLM:
-    """The biLM to train: the one in `init_dir` (`--init-from init_from`), or a new one as the
-    config's `model` section says, initialized from torch's random generator."""
+def initial_bilm(
+    config: Config,
+    init_dir: Optional[Path],
+    init_from: Optional[str],
+    resumed: Optional[BiLMOptions] = None,
+) -> BiLM:
+    """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
+    weights), the one in `init_dir` (`--init-from init_from`), or a new one as the config's `model`
+    section says, initialized from torch's random generator."""
+    if resumed is not None:
+        return BiLM(resumed)
     bilm = load_bilm(init_dir).network if init_dir else BiLM(bilm_options(config))
     # `init-random`'s label of untrained weights: they are trained from here on
     bilm.options.extra.pop(UNTRAINED_KEY, None)

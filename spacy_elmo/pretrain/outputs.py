@@ -1,8 +1,8 @@
 """A pretraining run's directory: the files it writes and reads back (names, the resume checks, the
 learning curve, the final model), and where a run starts from (`--init-from`).
 
-    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file),
-        metrics.jsonl (the learning curve)
+    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), bilm_options.json
+        (the biLM's sizes), metrics.jsonl (the learning curve)
     OUT/checkpoint/    the latest checkpoint (see `checkpoint`)
     OUT/model/         the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
         training.json
@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from thinc.api import Config
 
-from ..bilm import BiLM, ElmoEmbedder
+from ..bilm import BiLM, BiLMOptions, ElmoEmbedder
 from ..errors import ElmoFileError, ElmoResumeError
 from ..files import (
     RECORD_BYTES,
@@ -45,6 +45,7 @@ VOCAB_FILE = "vocab.txt"  # the output vocabulary, in OUT and OUT/model
 TRAINING_SUMMARY = "training.json"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
+OPTIONS_RECORD = "bilm_options.json"  # the sizes of the biLM the run built (`--init-from`'s)
 METRICS_FILE = "metrics.jsonl"
 # Settings added to the config since its first release, with the value a config without them meant.
 DEFAULTS_BEFORE = {("training", "precision"): "float32"}
@@ -135,10 +136,10 @@ def check_resumable(
 
 
 def start_new_run(
-    output: Path, config: Config, vocab: Vocab, corpus_sha256: Dict[str, str]
+    output: Path, config: Config, vocab: Vocab, corpus_sha256: Dict[str, str], bilm: BiLM
 ) -> None:
     """Retire an earlier run's checkpoint and learning curve in `output` (it can no longer be
-    resumed), then record this run's config, vocabulary and corpus digests."""
+    resumed), then record this run's config, vocabulary, corpus digests and biLM sizes."""
     output.mkdir(parents=True, exist_ok=True)
     checkpoint.retire(output / CHECKPOINT_DIR)
     (output / METRICS_FILE).unlink(missing_ok=True)
@@ -146,9 +147,16 @@ def start_new_run(
         (CONFIG_FILE, config.to_str()),
         (VOCAB_FILE, vocab.to_str()),
         (CORPUS_RECORD, json.dumps(corpus_sha256, indent=1)),
+        (OPTIONS_RECORD, json.dumps(bilm.options.to_dict(), indent=1)),
     ):
         with write_errors(output / name):
             write_atomic(output / name, text)
+
+
+def recorded_options(output: Path) -> Optional[BiLMOptions]:
+    """The biLM sizes a run in `output` started with; None for a run from before they were kept."""
+    path = output / OPTIONS_RECORD
+    return BiLMOptions.from_file(path) if os.path.lexists(path) else None
 
 
 def append_metrics(output: Path, record: Dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ from .outputs import (
     append_metrics,
     check_resumable,
     forget_metrics_after,
+    recorded_options,
     resolve_init,
     save_trained,
     start_new_run,
@@ -106,7 +107,9 @@ class Trainer:
             self.dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], self.vocab, self.unk)
 
         torch.manual_seed(t["seed"])
-        bilm = initial_bilm(config, init_dir, init_from)
+        bilm = initial_bilm(
+            config, init_dir, init_from, recorded_options(self.output) if resume else None
+        )
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         head = initial_head(config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir)
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
@@ -121,7 +124,7 @@ class Trainer:
         if resume:
             self._load_checkpoint()
         elif self.rank == 0:  # a new run: an earlier one in `output` can no longer be resumed
-            start_new_run(self.output, config, self.vocab, self.corpus_sha256)
+            start_new_run(self.output, config, self.vocab, self.corpus_sha256, bilm)
         self.log(self._describe())
 
     def _describe(self) -> str:

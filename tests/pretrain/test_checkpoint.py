@@ -308,6 +308,7 @@ def test_a_full_disk_while_saving_the_model_leaves_none(
         f"error: disk full while writing {out}/model: free space and run again with --resume"
     )
     assert sorted(p.name for p in out.iterdir()) == [
+        "bilm_options.json",
         "checkpoint",
         "config.cfg",
         "corpus.json",

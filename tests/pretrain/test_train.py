@@ -285,6 +285,30 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
     assert load_bilm(tmp_path / "hdf5" / "model").options == base.options
 
 
+def test_a_run_from_init_from_resumes_without_it_to_the_same_weights(toy, tmp_path, fixture_dir):
+    """The run records the biLM's sizes it started from: `--resume` alone rebuilds that biLM, not
+    the config's `[model]`, and ends where an uninterrupted run ends."""
+    train_path, dev_path = toy
+
+    def config(steps):
+        return tiny_config(
+            train_path,
+            dev_path,
+            training__max_steps=steps,
+            training__checkpoint_every=1,
+            model__lstm_dim=8,
+        )
+
+    quiet = dict(progress_bar=False, log=lambda m: None)
+    train(config(3), tmp_path / "whole", init_from=str(fixture_dir), **quiet)
+    train(config(2), tmp_path / "split", init_from=str(fixture_dir), **quiet)
+    train(config(3), tmp_path / "split", resume=True, **quiet)
+    whole, split = (load_bilm(tmp_path / run / "model") for run in ("whole", "split"))
+    assert split.options == load_bilm(fixture_dir).options
+    for name, values in whole.network.state_dict().items():
+        assert torch.equal(values, split.network.state_dict()[name]), name
+
+
 def test_init_from_missing_path(toy, tmp_path):
     from spacy_elmo import ElmoFileError
 
