@@ -130,7 +130,9 @@ def pretrain_cli(
                 progress=progress,
             )
         except KeyboardInterrupt:
-            typer.echo("interrupted; continue with --resume (from the last checkpoint)", err=True)
+            from ..pretrain.outputs import interrupted_note
+
+            typer.echo(interrupted_note(Path(out)), err=True)
             raise typer.Exit(130) from None
 
 

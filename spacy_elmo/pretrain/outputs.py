@@ -159,6 +159,16 @@ def recorded_options(output: Path) -> Optional[BiLMOptions]:
     return BiLMOptions.from_file(path) if os.path.lexists(path) else None
 
 
+def interrupted_note(output: Path) -> str:
+    """What to do after Ctrl-C stopped a run in `output`: resume from its checkpoint, where it has
+    one."""
+    try:
+        step = checkpoint.read_manifest(output / CHECKPOINT_DIR)["step"]
+    except ElmoFileError:
+        return "interrupted before a checkpoint was written: run the same command again"
+    return f"interrupted; continue with --resume (from the checkpoint of step {step})"
+
+
 def append_metrics(output: Path, record: Dict[str, Any]) -> None:
     """Append one record of the learning curve to `metrics.jsonl`, a line whole or not at all."""
     path = output / METRICS_FILE

@@ -37,6 +37,7 @@ from .batches import Batch
 from .build import initial_bilm, initial_head, training_vocab
 from .config import model_policy, training_precision
 from .corpus import DevSet, Position, TrainingCorpus, corpus_files, load_dev, make_tokenizer
+from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
 from .optim import all_reduce_gradients, make_optimizer, non_finite
 from .outputs import (
@@ -254,31 +255,38 @@ class Trainer:
         budget = t["max_steps"] is None and t["max_minutes"] is not None
         bar = TrainingBar(p, t["max_steps"], max_seconds if budget else None, self.progress_bar)
         loss_sum, loss_count = 0.0, 0
-        for position, batch in self._batches():
-            if t["max_steps"] is not None and p.step >= t["max_steps"]:
-                break
-            start = time.perf_counter()
-            n_global = self._predicted_everywhere(batch, p.train_seconds >= max_seconds)
-            if n_global is None:
-                break
-            nll = self._step(batch, n_global)
-            p.step += 1
-            p.tokens += n_global
-            p.epoch, p.file, p.batch = position
-            p.train_seconds += time.perf_counter() - start
-            step_loss = float(nll.detach().sum()) / (2 * batch.n_predicted)
-            loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
-            bar.update(p, step_loss)
-            step_due = t["eval_every"] and p.step % t["eval_every"] == 0
-            if step_due or p.train_seconds - p.last_eval_seconds >= eval_seconds:
-                self._report(loss_sum / loss_count)
-                loss_sum, loss_count = 0.0, 0
-            if p.step % t["checkpoint_every"] == 0:
-                self._save_checkpoint()
+        with deferred_interrupt(self.world == 1) as interrupted:
+            for position, batch in self._batches():
+                if t["max_steps"] is not None and p.step >= t["max_steps"]:
+                    break
+                start = time.perf_counter()
+                n_global = self._predicted_everywhere(batch, p.train_seconds >= max_seconds)
+                if n_global is None:
+                    break
+                nll = self._step(batch, n_global)
+                p.step += 1
+                p.tokens += n_global
+                p.epoch, p.file, p.batch = position
+                p.train_seconds += time.perf_counter() - start
+                step_loss = float(nll.detach().sum()) / (2 * batch.n_predicted)
+                loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
+                bar.update(p, step_loss)
+                step_due = t["eval_every"] and p.step % t["eval_every"] == 0
+                if step_due or p.train_seconds - p.last_eval_seconds >= eval_seconds:
+                    self._report(loss_sum / loss_count)
+                    loss_sum, loss_count = 0.0, 0
+                if p.step % t["checkpoint_every"] == 0 or interrupted():
+                    self._save_checkpoint()
+                if interrupted():
+                    bar.close()
+                    self.log(f"checkpoint of step {p.step} saved")
+                    raise KeyboardInterrupt
         bar.close()
         self._save_checkpoint()
-        if loss_count or self.last_dev is None:
-            self._report(loss_sum / loss_count if loss_count else float("nan"))
+        if loss_count:
+            self._report(loss_sum / loss_count)
+        elif self.last_dev is None and self.dev is not None:  # a resumed run that was complete
+            self.last_dev = self.evaluate()
         return self.finish()
 
     def _batches(self) -> Iterator[Tuple[Position, Batch]]:

@@ -115,6 +115,56 @@ def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted
     assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]  # none twice
 
 
+# A child process runs `python -m spacy_elmo pretrain ARGS` and presses Ctrl-C (SIGINT) in the
+# middle of the first report (step 3; the first checkpoint would be at step 4).
+CTRL_C = """
+import os, signal, sys
+import torch
+torch.set_num_threads(1)
+from spacy_elmo.cli import main
+from spacy_elmo.pretrain.train import Trainer
+report = Trainer._report
+def pressed(self, loss):
+    os.kill(os.getpid(), signal.SIGINT)
+    report(self, loss)
+Trainer._report = pressed
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_checkpoints_the_step_and_resume_is_bit_exact(corpus, uninterrupted, tmp_path):
+    """Ctrl-C ends the step it came in, saves it, says which step --resume continues from; the
+    resumed run ends with the weights of the uninterrupted one."""
+    out = tmp_path / "out"
+    child = subprocess.run(
+        [sys.executable, "-c", CTRL_C, "pretrain", str(out), "--no-progress"]
+        + override_args(corpus, None, **SETTINGS),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert child.returncode == 130, child.stderr[-2000:]
+    last = child.stderr.strip().splitlines()[-1]
+    assert last == "interrupted; continue with --resume (from the checkpoint of step 3)", last
+    quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    assert_same_model(out, uninterrupted)
+    assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]
+
+
+def test_resuming_a_complete_run_trains_nothing_and_records_nothing(
+    corpus, uninterrupted, tmp_path
+):
+    out = tmp_path / "out"
+    shutil.copytree(uninterrupted, out)
+    summary = quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
+    assert summary["steps"] == 10
+    assert metric_steps(out) == [3, 6, 9, 10]  # no second record of step 10
+    assert_same_model(out, uninterrupted)
+
+
 def metric_steps(out):
     return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
