@@ -62,9 +62,9 @@ RESUMABLE_CHANGES = {
 
 
 def resolve_init(path: str) -> Path:
-    """The directory to continue training from: a path, or a published model's directory in the
-    cache (`python -m spacy_elmo download NAME`; its files are checked against the recorded
-    sha256)."""
+    """The directory to continue training from: a path (a pretrain output directory's model/), or
+    a published model's directory in the cache (`python -m spacy_elmo download NAME`; its files
+    are checked against the recorded sha256)."""
     # a published name, never a directory of that name here (`./NAME` is one)
     if hub.is_published(path):
         try:
@@ -77,7 +77,10 @@ def resolve_init(path: str) -> Path:
             f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches "
             f"published ones)"
         )
-    return Path(path)
+    try:
+        return locate(path).config.parent  # of a pretrain output directory: its model/
+    except ElmoFileError as err:
+        raise ElmoFileError(f"--init-from {path}: {err}") from None
 
 
 def check_resumable(

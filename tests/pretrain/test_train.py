@@ -258,19 +258,19 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
     config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
     train(config, tmp_path / "base", progress_bar=False, log=lambda m: None)
     base = load_bilm(tmp_path / "base" / "model")
-    # a model saved here: its weights, softmax and vocabulary continue
+    # a model saved here (or the output directory it is in): its weights, softmax and vocabulary
+    # continue
     adapted = tiny_config(train_path, dev_path, training__max_steps=2)
-    summary = train(
-        adapted,
-        tmp_path / "own",
-        init_from=str(tmp_path / "base" / "model"),
-        progress_bar=False,
-        log=lambda m: None,
-    )
-    assert summary["steps"] == 2
-    assert (tmp_path / "own" / "vocab.txt").read_text() == (
-        tmp_path / "base" / "model" / "vocab.txt"
-    ).read_text()
+    for source in (tmp_path / "base" / "model", tmp_path / "base"):
+        logged = []
+        summary = train(
+            adapted, tmp_path / "own", init_from=str(source), progress_bar=False, log=logged.append
+        )
+        assert summary["steps"] == 2
+        assert f"vocabulary and softmax from {tmp_path / 'base' / 'model'}" in logged
+        assert (tmp_path / "own" / "vocab.txt").read_text() == (
+            tmp_path / "base" / "model" / "vocab.txt"
+        ).read_text()
     # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's
     for source in (tmp_path / "base" / "model-hdf5", fixture_dir):
         out = tmp_path / ("hdf5" if source != fixture_dir else "fixture")
