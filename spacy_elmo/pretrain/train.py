@@ -80,6 +80,8 @@ class Trainer:
         log: Callable[[str], None] = print,
     ):
         self.config, self.output, self.device = config, Path(output), torch.device(device)
+        if self.output.exists() and not self.output.is_dir():
+            raise ElmoFileError(f"{self.output} exists and is not a directory: pretrain writes one")
         self.rank, self.world = (
             (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         )

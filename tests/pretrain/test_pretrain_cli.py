@@ -215,6 +215,17 @@ def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expec
     assert err.startswith(f"error: config '{key}' must be") and expect in err, err
 
 
+def test_an_output_dir_that_is_a_file_is_one_error(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
+    (tmp_path / "taken").write_text("a file", encoding="utf-8")
+    code, err = run_pretrain([tmp_path / "taken", *override_args(train_path, None)], capsys)
+    assert code == 1 and "Traceback" not in err
+    assert (
+        err == f"error: {tmp_path / 'taken'} exists and is not a directory: pretrain writes one\n"
+    )
+    assert (tmp_path / "taken").read_text(encoding="utf-8") == "a file"
+
+
 def test_a_torn_last_metrics_line_is_dropped_at_resume(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     out = tmp_path / "out"
