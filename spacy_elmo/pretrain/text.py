@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Sequence
@@ -49,17 +50,37 @@ def corpus_files(path, what: str) -> List[Path]:
 
 def read_lines(path: Path) -> Iterator[str]:
     """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
+    gz = path.suffix == ".gz"
     try:
         with open_regular(path, "corpus file") as raw:
             text = (
                 gzip.open(raw, "rt", encoding=TEXT_ENCODING)
-                if path.suffix == ".gz"
+                if gz
                 else io.TextIOWrapper(raw, TEXT_ENCODING)
             )
             with text:
                 yield from text
-    except (OSError, UnicodeDecodeError) as err:
-        raise ElmoFileError(f"cannot read {path}: {err}") from None
+    except UnicodeDecodeError:
+        raise _first_bad_utf8(path, gz) from None
+    except (OSError, EOFError, zlib.error) as err:  # a damaged or truncated .gz among them
+        raise ElmoFileError(f"cannot read {path}: {type(err).__name__}: {err}") from None
+
+
+def _first_bad_utf8(path: Path, gz: bool) -> ElmoFileError:
+    """The error naming the line (as `wc -l` counts) and byte where `path` stops being UTF-8."""
+    line, at = 1, 0
+    with (gzip.open if gz else open)(path, "rb") as f:
+        for raw in f:
+            try:
+                raw.decode(TEXT_ENCODING)
+            except UnicodeDecodeError as err:
+                where = f"byte {at + err.start} of the {'decompressed ' if gz else ''}file"
+                return ElmoFileError(
+                    f"{path}: invalid UTF-8 on line {line}, {where} ({err.reason}): convert it to "
+                    "UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)"
+                )
+            line, at = line + 1, at + len(raw)
+    return ElmoFileError(f"{path}: invalid UTF-8")
 
 
 def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Tokenizer:

@@ -95,6 +95,28 @@ def test_bad_input_gives_a_message(tmp_path, capsys, case):
     assert err.startswith("error:") and expect in err, err
 
 
+@pytest.mark.parametrize("damage", ["latin1", "latin1.gz", "truncated.gz", "corrupt.gz"])
+def test_an_unreadable_corpus_file_is_one_error_naming_it(tmp_path, capsys, damage):
+    """Non-UTF-8 text names its line (as `wc -l` counts) and byte, past the decoder's first chunk;
+    a damaged .gz names the file."""
+    lines = "".join(s + "\n" for s in toy_sentences(3000)).encode("utf-8")
+    data = lines + "caf\u00e9 au lait\n".encode("latin-1") + lines
+    expect = f"invalid UTF-8 on line 3001, byte {len(lines) + 3}"
+    if damage.endswith(".gz"):
+        packed = gzip.compress(lines * 2)
+        data = {
+            "latin1.gz": gzip.compress(data),
+            "truncated.gz": packed[: len(packed) // 2],
+            "corrupt.gz": packed[:20] + bytes(64) + packed[84:],
+        }[damage]
+        expect = expect + " of the decompressed file" if damage == "latin1.gz" else "cannot read"
+    train = tmp_path / f"train.txt{'.gz' if damage.endswith('.gz') else ''}"
+    train.write_bytes(data)
+    code, err = run_pretrain([tmp_path / "out", *override_args(train, None)], capsys)
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("error:") and str(train) in err and expect in err, err
+
+
 def test_cli_trains_and_resumes(tmp_path, capsys):
     train = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     args = [tmp_path / "out", "--no-progress", *override_args(train, train, training__max_steps=3)]
