@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 from typing import Optional, Union
+from urllib.parse import urlsplit
 
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
@@ -114,9 +115,15 @@ def base_url() -> str:
 
 
 def published_files(name: str, base: Optional[str] = None) -> list[tuple[str, str]]:
-    """`[(file_name, url)]` of the options JSON and the hdf5 weights of a published model."""
+    """`[(file_name, url)]` of the options JSON and the hdf5 weights of a published model;
+    ElmoConfigError for a base that is not an http(s) or file URL."""
     stem = PUBLISHED[check_name(name)]
     base = (base or base_url()).rstrip("/")
+    if urlsplit(base).scheme not in ("http", "https", "file"):
+        raise ElmoConfigError(
+            f"the models' base URL {base!r} (SPACY_ELMO_BASE_URL) must start with https://, "
+            "http:// or file://"
+        )
     names = [f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5"]
     return [(n, f"{base}/{stem}/{n}") for n in names]
 

@@ -163,6 +163,10 @@ def test_no_network_and_unknown_names(tmp_path, monkeypatch, capsys):
     assert "could not reach" in err and f"place them in {tmp_path / 'medium'}" in err
     assert run_cli("download", "huge") == 1
     assert "unknown model name 'huge'" in capsys.readouterr().err
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "/srv/elmo-mirror")  # a path, not a URL
+    assert run_cli("download", "medium", "--no-progress") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "SPACY_ELMO_BASE_URL" in err and "Traceback" not in err
 
 
 def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir):
