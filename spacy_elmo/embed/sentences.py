@@ -74,18 +74,19 @@ def read_sentences(
     skip: int = 0,
     max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES,
 ) -> Iterator[tuple[str, list[str]]]:
-    """`(text, tokens)` per line of a UTF-8 text file (stripped; tokenized by `nlp`'s tokenizer, or
-    split on whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
+    """`(text, tokens)` per line of a UTF-8 text file (tokenized by `nlp`'s tokenizer, or split on
+    whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
     `max_docbin_bytes`); lazily, after `skip` lines.
     Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
-    Whitespace tokens are left out, as in the `elmo` component."""
+    Whitespace tokens are left out, as in the `elmo` component; `text`, the key of
+    `sentence_to_index`, is stripped (AllenNLP's key of a line)."""
     if path.suffix == ".spacy":
         from spacy.vocab import Vocab
 
         docs = _docbin(path, max_docbin_bytes).get_docs(nlp.vocab if nlp is not None else Vocab())
         for i, doc in enumerate(docs):
             if i >= skip:
-                yield doc.text, [t.text for t in doc if not t.is_space]
+                yield doc.text.strip(), [t.text for t in doc if not t.is_space]
         return
     lines = (text.strip() for text in _decoded_lines(path, skip))
     if nlp is None:

@@ -113,7 +113,7 @@ def test_embed_bounds_the_kernel_cache(fixture_dir, tmp_path, monkeypatch):
 
 
 def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
-    lines = ["Hello, world!", "It's  fine."]
+    lines = ["Hello, world! ", "It's  fine."]  # a sentence's key is stripped, from either input
     nlp = spacy.blank("en")
     tokens = [[t.text for t in nlp(line) if not t.is_space] for line in lines]
     expected = fixture_bilm.embed(tokens)
