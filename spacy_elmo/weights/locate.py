@@ -45,7 +45,7 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
             raise ElmoConfigError(f"pass (options_file, weight_file), got {len(path)} paths")
         files = [Path(p) for p in path]
         for file, what in zip(files, ("options file", "weight file")):
-            if not file.is_file():
+            if not os.path.lexists(file):  # what is there is checked when it is read
                 raise ElmoFileError(f"ELMo {what} not found: {file}")
         return ModelFiles(hdf5.KIND, *files)
     directory = Path(path)
