@@ -99,6 +99,7 @@ class Elmo(Pipe):
         self.weights = weights
         self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]
         self.dtype = STORE_DTYPES[store]
+        self.stored_what = f"the ELMo vectors of '{name}' (store={store!r})"  # errors name it
         self.keep_layers, self.save_layers = keep_layers, save_layers
         self.use_sents, self.max_length = use_sents, max_length
         self.vector_hooks = vector_hooks
@@ -248,7 +249,7 @@ class Elmo(Pipe):
             mixed = None
             if not self.keep_layers:
                 mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1)
-                layers, mixed = None, cast_finite(mixed, self.dtype, self.stored_what())
+                layers, mixed = None, cast_finite(mixed, self.dtype, self.stored_what)
             spans = token_spans(doc)
             out.append(ElmoDocData(layers, mixed, mix_weights, spans, save_layers=self.save_layers))
         return out
@@ -275,12 +276,9 @@ class Elmo(Pipe):
         return results
 
     def _stored(self, arr: np.ndarray) -> np.ndarray:
-        arr = cast_finite(arr, self.dtype, self.stored_what())
+        arr = cast_finite(arr, self.dtype, self.stored_what)
         arr.setflags(write=False)
         return arr
-
-    def stored_what(self) -> str:
-        return f"the ELMo vectors of '{self.name}' (store={self.cfg['store']!r})"
 
     def mix_weights(self, n_layers: int) -> np.ndarray:
         """The fixed mix of `doc._.elmo`: `(n_layers,)` float32."""
