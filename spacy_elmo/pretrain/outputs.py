@@ -109,6 +109,8 @@ def check_resumable(
             if section == "training" and key in RESUMABLE_CHANGES:
                 continue
             old = saved.get(section, {}).get(key, DEFAULTS_BEFORE.get((section, key)))
+            if section == "corpus" and key in ("train", "dev"):
+                old, value = resolved_paths(old), resolved_paths(value)
             if old != value:
                 raise ElmoResumeError(
                     f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
@@ -118,11 +120,12 @@ def check_resumable(
     data = read_regular(path, "corpus record", RECORD_BYTES)
     try:
         recorded = json.loads(data.decode(TEXT_ENCODING))
-        recorded = {str(k): str(v) for k, v in recorded.items()}
+        recorded = {os.path.realpath(str(k)): str(v) for k, v in recorded.items()}
     except (ValueError, AttributeError) as err:  # UnicodeDecodeError, JSONDecodeError: ValueErrors
         raise ElmoFileError(
             f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})"
         ) from None
+    corpus_sha256 = {os.path.realpath(k): v for k, v in corpus_sha256.items()}
     for name in sorted(recorded.keys() | corpus_sha256.keys()):
         if recorded.get(name) != corpus_sha256.get(name):
             change = (
@@ -136,6 +139,16 @@ def check_resumable(
                 f"--resume: the training file {name} {change} since the run started "
                 f"(recorded in {path}); resume only on the same corpus"
             )
+
+
+def resolved_paths(value: Any) -> Any:
+    """A corpus setting (a path, a list of paths, or null) with each path as the file system
+    resolves it, so that `a.txt`, `./a.txt` and its absolute path are one file."""
+    if isinstance(value, str):
+        return os.path.realpath(value)
+    if isinstance(value, (list, tuple)):
+        return [resolved_paths(v) for v in value]
+    return value
 
 
 def start_new_run(

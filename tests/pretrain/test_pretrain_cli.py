@@ -128,6 +128,26 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert code == 1 and "model.lstm_dim" in err
 
 
+def test_resume_takes_the_corpus_by_any_spelling_of_its_path(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    steps = ("--training.max_steps", "3")
+
+    def run(spelling, *more):
+        return run_pretrain(
+            ["out", "--no-progress", *override_args(spelling, spelling), *steps, *more], capsys
+        )
+
+    assert run("train.txt")[0] == 0
+    for spelling, resumed_at in (("./train.txt", 3), (str(tmp_path / "train.txt"), 4)):
+        steps = ("--training.max_steps", str(resumed_at + 1))
+        code, err = run(spelling, "--resume")
+        assert code == 0 and f"resumed at step {resumed_at}" in err, err
+    write_corpus(tmp_path / "other.txt", toy_sentences(100, seed=3))
+    code, err = run("other.txt", "--resume")
+    assert code == 1 and "corpus.train" in err and "Traceback" not in err
+
+
 def test_several_training_files_after_train(tmp_path, capsys):
     a = write_corpus(tmp_path / "a.txt", toy_sentences(60))
     b = write_corpus(tmp_path / "b.txt", toy_sentences(60, seed=2))
