@@ -75,17 +75,28 @@ def initial_head(
     vocab_size: int,
     rng: torch.Generator,
     init_dir: Optional[Path],
+    log: Callable[[str], None],
 ) -> torch.nn.Module:
     """The softmax head that the config's `softmax` section says, over `vocab_size` words of
     `bilm`'s top layer, drawing its samples from `rng`; its weights from `init_dir` where one is
-    saved there."""
+    saved there. Adaptive cutoffs at or above `vocab_size` are left out, with a warning to `log`
+    (the built-in ones meet a vocabulary shrunk to a small corpus); none left is an error."""
+    cutoffs = list(softmax["adaptive_cutoffs"])
+    beyond = [c for c in cutoffs if c >= vocab_size]
+    if softmax["type"] == "adaptive" and beyond and len(beyond) < len(cutoffs):
+        cutoffs = cutoffs[: len(cutoffs) - len(beyond)]
+        log(
+            f"warning: softmax.adaptive_cutoffs {', '.join(map(str, beyond))} are not below the "
+            f"{vocab_size} words of the output vocabulary: the softmax's clusters start at "
+            f"{cutoffs}"
+        )
     try:
         head = build_head(
             softmax["type"],
             bilm.options.projection_dim,
             vocab_size,
             softmax["n_samples"],
-            softmax["adaptive_cutoffs"],
+            cutoffs,
             rng,
         )
     except ValueError as err:

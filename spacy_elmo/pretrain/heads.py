@@ -78,11 +78,10 @@ class AdaptiveSoftmax(nn.Module):
 
     def __init__(self, dim: int, vocab_size: int, cutoffs: Sequence[int]):
         super().__init__()
-        cutoffs = [c for c in cutoffs if 0 < c < vocab_size]
-        if not cutoffs:
+        if not cutoffs or not all(0 < c < vocab_size for c in cutoffs):
             raise ValueError(
                 f"softmax.adaptive_cutoffs must hold values between 0 and the vocabulary size "
-                f"({vocab_size})"
+                f"({vocab_size}); got {list(cutoffs)}"
             )
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=4.0)
 

@@ -114,7 +114,9 @@ class Trainer:
             config, init_dir, init_from, recorded_options(self.output) if resume else None
         )
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
-        head = initial_head(config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir)
+        head = initial_head(
+            config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir, self.log
+        )
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
         # autocast of the forward pass: its products in bfloat16; weights, gradients and optimizer
         # stay float32

@@ -257,6 +257,24 @@ def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expec
     assert err.startswith(f"error: config '{key}' must be") and expect in err, err
 
 
+def test_adaptive_cutoffs_beyond_the_vocabulary_are_named_not_dropped_silently(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    args = [tmp_path / "out", "--no-progress", *override_args(train_path, None)]
+    args += ["--training.max_steps", "2", "--softmax.type", "adaptive", "--vocab.size", "null"]
+    code, err = run_pretrain([*args, "--softmax.adaptive_cutoffs", "[10, 100000]"], capsys)
+    assert code == 0, err
+    n_words = len((tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert (
+        f"warning: softmax.adaptive_cutoffs 100000 are not below the {n_words} words of the "
+        "output vocabulary: the softmax's clusters start at [10]"
+    ) in err, err
+    head = torch.load(tmp_path / "out" / "model" / "lm_head.pt", weights_only=True)
+    assert sum(k.startswith("softmax.tail.") and k.endswith(".0.weight") for k in head) == 1
+    code, err = run_pretrain([*args, "--softmax.adaptive_cutoffs", "[100000]"], capsys)
+    assert code == 1 and "Traceback" not in err, err
+    assert "softmax.adaptive_cutoffs" in err and f"({n_words})" in err, err
+
+
 def test_an_output_dir_that_is_a_file_is_one_error(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
     (tmp_path / "taken").write_text("a file", encoding="utf-8")
