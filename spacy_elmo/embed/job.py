@@ -179,6 +179,11 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     `resume` keeps the complete parts, redoes the others and assembles again."""
     out, partial = job.output, job.output.with_name(job.output.name + ".partial")
     work = WorkDir(partial, out, "part")
+    if out.is_dir():
+        raise ElmoFileError(
+            f"{out} is a directory: name an output file (inside it, say), or pass --shards N to "
+            "write a sharded output into it"
+        )
     if out.exists():
         if not resume:
             raise ElmoResumeError(f"{out} exists: pass --resume to continue it, or remove it")

@@ -183,6 +183,14 @@ def test_embed_bad_input(fixture_dir, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "other settings" in err and "layer: 'all' then, 'top' now" in err
+    (tmp_path / "a_dir").mkdir()  # a directory is no single-file output, with or without --resume
+    for resume in ([], ["--resume"]):
+        args = ["embed", text, tmp_path / "a_dir", "-w", fixture_dir, "--no-progress", *resume]
+        assert run_cli(*args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {tmp_path / 'a_dir'} is a directory: name an output file")
+        assert "--shards" in err and "pass --resume" not in err and "Traceback" not in err, err
+    assert list((tmp_path / "a_dir").iterdir()) == []
 
 
 def many_lines(n):
