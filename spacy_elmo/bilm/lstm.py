@@ -26,8 +26,11 @@ from .precision import LayerProducts, MatrixProduct, make_product
 from .schedule import PrefixTree, reverse_index
 from .threads import both_directions
 
-# Positions per input-projection chunk of the packed inference path (bounds its memory).
-PACKED_CHUNK_ROWS = 1024
+# Bytes of float32 gate inputs per chunk of the packed inference path: bounds its memory, and stays
+# below glibc's largest mmap threshold (32 MiB), so that each chunk reuses heap memory rather than
+# mapping fresh pages and faulting them in (1,024 rows of the original size, 64 MiB, did: the
+# copies then ran at about 1.3 GB/s).
+PACKED_CHUNK_BYTES = 16 * 2**20
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
 
@@ -201,15 +204,14 @@ class ProjectedLSTMLayer(nn.Module):
 
         No step computes a padded position, and each step's matrix products cover every position
         of that step, which keeps them large. Gates are computed in place; gate inputs are asked for
-        in chunks of at most `PACKED_CHUNK_ROWS` positions (at least one step), which bounds memory.
+        in chunks of at most `PACKED_CHUNK_BYTES` (at least one step), which bounds memory.
         """
         h, c = h0, c0
+        chunk_rows = max(1, PACKED_CHUNK_BYTES // (16 * self.dim))  # rows of 4D float32
         start = t = 0
         while t < len(batch_sizes):
             stop, rows = t, 0
-            while stop < len(batch_sizes) and (
-                rows == 0 or rows + batch_sizes[stop] <= PACKED_CHUNK_ROWS
-            ):
+            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= chunk_rows):
                 rows += batch_sizes[stop]
                 stop += 1
             xw = gate_inputs(start, rows)  # (rows, 4D)
@@ -332,7 +334,7 @@ class BiLSTMStack(nn.Module):
 
             def gates(start: int, rows: int) -> Tensor:
                 """`(rows, 4D)`: the gate inputs of each node's word."""
-                return word_gates[tree.words[start : start + rows]]
+                return word_gates.index_select(0, tree.words[start : start + rows])
 
             for l, layer in enumerate(self.layers):
                 out, c = layer.forward_packed(

@@ -175,7 +175,8 @@ def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
     positions."""
     from spacy_elmo.bilm import lstm
 
-    monkeypatch.setattr(lstm, "PACKED_CHUNK_ROWS", 5)
+    dim = TINY_OPTIONS["lstm"]["dim"]
+    monkeypatch.setattr(lstm, "PACKED_CHUNK_BYTES", 5 * 16 * dim)  # 5 rows of 4 x dim float32
     path = write_random_weights(tmp_path, TINY_OPTIONS, seed=7)
     ref = _reference_pair(path)
     sentences = [SENTS[i % len(SENTS)][: 1 + i % 9] for i in range(12)] + [[]]
