@@ -2,7 +2,7 @@
 layer.
 
     python bench/bench_precision.py --size original [--precisions float32,int8,bfloat16,auto]
-    [--rounds 2] [--device cuda]
+    [--rounds 2] [--device cuda] [--allocator default|kept]
                                     [--trained FIXTURE_DIR project/training/full/bilm/model]
                                     [--skip-speed]
 
@@ -66,6 +66,13 @@ def parse_args() -> argparse.Namespace:
         help="trained biLMs to measure the error on (e.g. also project/training/full/bilm/model)",
     )
     parser.add_argument("--skip-speed", action="store_true", help="measure the error only")
+    parser.add_argument(
+        "--allocator",
+        choices=["default", "kept"],
+        default="default",
+        help="kept: glibc's allocator set as `python -m spacy_elmo embed` sets it "
+        "(spacy_elmo.bilm.allocator); default: as a library user's process has it",
+    )
     return parser.parse_args()
 
 
@@ -86,6 +93,7 @@ def main() -> None:
             sys.exit(f"bench_precision.py: --trained {trained}: not found{study}")
     torch.set_num_threads(args.threads)
     from spacy_elmo import ElmoConfigError, load_bilm
+    from spacy_elmo.bilm.allocator import keep_freed_memory
     from spacy_elmo.bilm.device import check_device
     from spacy_elmo.bilm.precision import native_bfloat16
 
@@ -93,6 +101,8 @@ def main() -> None:
         device = check_device(args.device)
     except ElmoConfigError as e:
         sys.exit(f"bench_precision.py: --device: {e}")
+    if args.allocator == "kept" and not keep_freed_memory():
+        sys.exit("bench_precision.py: --allocator kept: the C library here is not glibc")
     native = native_bfloat16(device)
     default = "float32,int8,bfloat16,auto" if device.type == "cpu" else "float32,bfloat16,auto"
     precisions = [p for p in (args.precisions or default).split(",") if p != "bfloat16" or native]
@@ -121,6 +131,7 @@ def main() -> None:
     result = {
         "size": args.size,
         "threads": args.threads,
+        "allocator": args.allocator,
         "tokens": n_tokens,
         "tokens_per_s": speeds,
         "resolved": resolved,

@@ -173,9 +173,13 @@ def embed_cli(
     the output with h5py or `spacy_elmo.open_embeddings(OUTPUT_PATH)` (a file or a shard directory).
     With `--shards N --engine ray`, a pool of Ray Data actors writes the shards (the same files), on
     this machine or on a Ray cluster (`--address`), on CPUs or, with `--device cuda`, each on its
-    GPU.
+    GPU. The command sets glibc's allocator to keep freed memory for the next batch (faster:
+    bench/README.md).
     """
+    from ..bilm import allocator
     from ..embed import EmbedInterrupted, run
+
+    allocator.keep_freed_memory()
 
     options = EmbedOptions(
         input_path,

@@ -1,0 +1,37 @@
+"""glibc's allocator, set for a process that embeds much text (`python -m spacy_elmo embed`).
+
+Each LSTM direction runs in its own thread (`threads.both_directions`), and glibc gives each thread
+an arena of its own: there every batch's large tensors (the gate inputs of a batch's words, tens
+of MiB at the original size) grow new 64 MiB heaps that are unmapped again when freed, so the
+kernel maps and zeroes the same memory batch after batch (on a 2-core host a fifth of an int8
+pass's CPU time). One arena, a fixed mmap threshold of 32 MiB (the largest glibc takes) and no
+trimming below 1 GiB keep freed memory in the process for the next batch instead (bench/README.md
+gives the figures). These are settings of the whole process, which is why the library leaves them
+alone: a program that embeds in its own process sets the same with `GLIBC_TUNABLES` (README.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+# mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
+SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 1 << 30))
+# The same as GLIBC_TUNABLES, for a process started with it
+TUNABLES = (
+    "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=33554432:"
+    "glibc.malloc.trim_threshold=1073741824"
+)
+
+
+def keep_freed_memory() -> bool:
+    """Set this process's allocator as above (threads started later share one arena). False, and
+    nothing changed, where the C library is not glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(parameter, value) == 1 for parameter, value in SETTINGS)
