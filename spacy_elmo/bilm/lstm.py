@@ -26,10 +26,11 @@ from .precision import LayerProducts, MatrixProduct, make_product
 from .schedule import PrefixTree, reverse_index
 from .threads import both_directions
 
-# Bytes of float32 gate inputs per chunk of the packed inference path: bounds its memory, and stays
-# below glibc's largest mmap threshold (32 MiB), so that each chunk reuses heap memory rather than
-# mapping fresh pages and faulting them in (1,024 rows of the original size, 64 MiB, did: the
-# copies then ran at about 1.3 GB/s).
+# Bytes of float32 gate inputs per chunk of the packed inference path (and per piece of the first
+# layer's, one row per distinct word): bounds its memory, and stays below glibc's largest mmap
+# threshold (32 MiB), so that each chunk reuses heap memory rather than mapping fresh pages and
+# faulting them in (1,024 rows of the original size, 64 MiB, did: the copies then ran at about
+# 1.3 GB/s).
 PACKED_CHUNK_BYTES = 16 * 2**20
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
@@ -46,6 +47,26 @@ def gates_to_tf(w: Tensor, dim: int) -> Tensor:
     blocks = w.split(dim, dim=-1)
     inverse = [TF_TO_INTERNAL.index(k) for k in range(4)]
     return torch.cat([blocks[k] for k in inverse], dim=-1)
+
+
+def chunk_rows(width: int) -> int:
+    """Rows of `width` float32 values in `PACKED_CHUNK_BYTES` (at least 1)."""
+    return max(1, PACKED_CHUNK_BYTES // (4 * width))
+
+
+def gather_rows(pieces: Sequence[Tensor], index: Tensor) -> Tensor:
+    """Rows `index` `(n,)` of the pieces' concatenation -> `(n, W)`: pieces `(R, W)` each (the last
+    one may hold fewer), kept apart so that none is larger than a chunk."""
+    if len(pieces) == 1:
+        return pieces[0].index_select(0, index)
+    rows = len(pieces[0])
+    out = pieces[0].new_empty(len(index), pieces[0].shape[1])
+    which = torch.div(index, rows, rounding_mode="floor")
+    for k, piece in enumerate(pieces):
+        at = (which == k).nonzero().squeeze(1)
+        if len(at):
+            out.index_copy_(0, at, piece.index_select(0, index[at] - k * rows))
+    return out
 
 
 def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Tensor:
@@ -207,11 +228,11 @@ class ProjectedLSTMLayer(nn.Module):
         in chunks of at most `PACKED_CHUNK_BYTES` (at least one step), which bounds memory.
         """
         h, c = h0, c0
-        chunk_rows = max(1, PACKED_CHUNK_BYTES // (16 * self.dim))  # rows of 4D float32
+        most = chunk_rows(4 * self.dim)
         start = t = 0
         while t < len(batch_sizes):
             stop, rows = t, 0
-            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= chunk_rows):
+            while stop < len(batch_sizes) and (rows == 0 or rows + batch_sizes[stop] <= most):
                 rows += batch_sizes[stop]
                 stop += 1
             xw = gate_inputs(start, rows)  # (rows, 4D)
@@ -330,11 +351,14 @@ class BiLSTMStack(nn.Module):
 
         def run(d: int) -> None:
             tree = trees[d]
-            word_gates = products[0][d].input(words)  # (U, 4D)
+            step = chunk_rows(4 * self.dim)  # (U, 4D) in pieces of at most a chunk
+            word_gates = [
+                products[0][d].input(words[a : a + step]) for a in range(0, len(words), step)
+            ]
 
             def gates(start: int, rows: int) -> Tensor:
                 """`(rows, 4D)`: the gate inputs of each node's word."""
-                return word_gates.index_select(0, tree.words[start : start + rows])
+                return gather_rows(word_gates, tree.words[start : start + rows])
 
             for l, layer in enumerate(self.layers):
                 out, c = layer.forward_packed(
