@@ -103,7 +103,7 @@ class AutoChoice(NamedTuple):
 
 def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
     """The precision "auto" runs on `device`, by the kind of host. Measured (bench/README.md): AMX
-    bfloat16 2.5-2.6x float32, int8 1.4x; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8 2.4-2.8x,
+    bfloat16 2.5-2.6x float32, int8 1.4x; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8 2.4-3.0x,
     bfloat16 1.9x; AVX2 only: int8 1.4-1.5x, bfloat16 emulated (slower than float32); an H200 GPU
     bfloat16 0.6-1.1x float32 (each step's products are small: the pass waits on kernel launches,
     not arithmetic). `training` (no int8 path; autocast of larger products): bfloat16 where
