@@ -3,11 +3,11 @@
 Each LSTM direction runs in its own thread (`threads.both_directions`), and glibc gives each thread
 an arena of its own: there every batch's large tensors (the gate inputs of a batch's words, tens
 of MiB at the original size) grow new 64 MiB heaps that are unmapped again when freed, so the
-kernel maps and zeroes the same memory batch after batch (on a 2-core host a fifth of an int8
-pass's CPU time). One arena, a fixed mmap threshold of 32 MiB (the largest glibc takes) and no
-trimming below 1 GiB keep freed memory in the process for the next batch instead (bench/README.md
-gives the figures). These are settings of the whole process, which is why the library leaves them
-alone: a program that embeds in its own process sets the same with `GLIBC_TUNABLES` (README.md).
+kernel maps and zeroes the same memory batch after batch. One arena, a fixed mmap threshold of
+32 MiB (the largest glibc takes) and no trimming below 1 GiB keep freed memory in the process for
+the next batch instead (bench/README.md gives the figures). These are settings of the whole
+process, which is why the library leaves them alone: a program that embeds in its own process sets
+the same with `GLIBC_TUNABLES` (README.md).
 """
 
 from __future__ import annotations

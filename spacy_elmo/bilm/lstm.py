@@ -23,14 +23,13 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .precision import LayerProducts, MatrixProduct, make_product
-from .schedule import PrefixTree, reverse_index
+from .schedule import PrefixTree, gather_rows, reverse_index
 from .threads import both_directions
 
 # Bytes of float32 gate inputs per chunk of the packed inference path (and per piece of the first
 # layer's, one row per distinct word): bounds its memory, and stays below glibc's largest mmap
 # threshold (32 MiB), so that each chunk reuses heap memory rather than mapping fresh pages and
-# faulting them in (1,024 rows of the original size, 64 MiB, did: the copies then ran at about
-# 1.3 GB/s).
+# faulting them in (bench/README.md).
 PACKED_CHUNK_BYTES = 16 * 2**20
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
@@ -52,21 +51,6 @@ def gates_to_tf(w: Tensor, dim: int) -> Tensor:
 def chunk_rows(width: int) -> int:
     """Rows of `width` float32 values in `PACKED_CHUNK_BYTES` (at least 1)."""
     return max(1, PACKED_CHUNK_BYTES // (4 * width))
-
-
-def gather_rows(pieces: Sequence[Tensor], index: Tensor) -> Tensor:
-    """Rows `index` `(n,)` of the pieces' concatenation -> `(n, W)`: pieces `(R, W)` each (the last
-    one may hold fewer), kept apart so that none is larger than a chunk."""
-    if len(pieces) == 1:
-        return pieces[0].index_select(0, index)
-    rows = len(pieces[0])
-    out = pieces[0].new_empty(len(index), pieces[0].shape[1])
-    which = torch.div(index, rows, rounding_mode="floor")
-    for k, piece in enumerate(pieces):
-        at = (which == k).nonzero().squeeze(1)
-        if len(at):
-            out.index_copy_(0, at, piece.index_select(0, index[at] - k * rows))
-    return out
 
 
 def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Tensor:

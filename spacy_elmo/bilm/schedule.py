@@ -129,3 +129,18 @@ def direction_trees(
     return (forward, backward), np.stack(
         [forward_node, np.take_along_axis(backward_node, back, axis=1)]
     )
+
+
+def gather_rows(pieces: Sequence[Tensor], index: Tensor) -> Tensor:
+    """Rows `index` `(n,)` of the pieces' concatenation -> `(n, W)`: pieces `(R, W)` each (the last
+    one may hold fewer), such as a batch's per-word gate inputs kept in pieces of a bounded size."""
+    if len(pieces) == 1:
+        return pieces[0].index_select(0, index)
+    rows = len(pieces[0])
+    out = pieces[0].new_empty(len(index), pieces[0].shape[1])
+    which = torch.div(index, rows, rounding_mode="floor")
+    for k, piece in enumerate(pieces):
+        at = (which == k).nonzero().squeeze(1)
+        if len(at):
+            out.index_copy_(0, at, piece.index_select(0, index[at] - k * rows))
+    return out
