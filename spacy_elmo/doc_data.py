@@ -19,21 +19,22 @@ The getters are module-level functions, so extensions pickle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import numpy as np
 import srsly
 from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 
-from .errors import ElmoFileError
+from .bilm.finite import cast_finite
+from .errors import ElmoError, ElmoFileError
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
 
 
-def token_spans(doc: Doc) -> np.ndarray:
-    """int32 `(n_tokens, 2)`: each token's character start and end in `doc.text` (spaCy's offsets
-    are int32)."""
+def token_spans(doc: Union[Doc, Span]) -> np.ndarray:
+    """int32 `(n_tokens, 2)`: each token's character start and end in `doc.text` (a Span's: in its
+    Doc's; spaCy's offsets are int32)."""
     spans = doc.to_array([IDX, LENGTH]).astype(np.int32).reshape(len(doc), 2)
     spans[:, 1] += spans[:, 0]
     return spans
@@ -62,16 +63,16 @@ class ElmoDocData:
     def width(self) -> int:
         return self.layers.shape[2] if self.layers is not None else self.mixed.shape[1]
 
-    def mix(self) -> np.ndarray:
+    def mix(self, what: str = "doc._.elmo") -> np.ndarray:
         """The fixed mix `(n_tokens, width)` in the stored dtype (summed in float32, computed once
-        per Doc)."""
+        per Doc); NonFiniteError `{what}: ...` where a sum lies beyond float16's range."""
         if self._mix_cache is None:
             if self.mixed is not None:
                 out = self.mixed
             else:
                 layers = self.layers.astype(np.float32, copy=False)
-                out = np.tensordot(self.mix_weights, layers, axes=1).astype(
-                    self.layers.dtype, copy=False
+                out = cast_finite(
+                    np.tensordot(self.mix_weights, layers, axes=1), self.layers.dtype, what
                 )
             out.setflags(write=False)
             self._mix_cache = out
@@ -85,11 +86,18 @@ class ElmoDocData:
 
     def fits_token(self, token: Token) -> bool:
         """Whether row `token.i` was computed for `token` (O(1))."""
-        doc = token.doc
-        if self.n_tokens != len(doc):
+        if self.n_tokens != len(token.doc):
             return False
         return self.spans is None or (
             self.spans[token.i, 0] == token.idx and self.spans[token.i, 1] == token.idx + len(token)
+        )
+
+    def fits_span(self, span: Span) -> bool:
+        """Whether the rows of `span` were computed for its tokens (O(len(span)))."""
+        if self.n_tokens != len(span.doc):
+            return False
+        return self.spans is None or np.array_equal(
+            self.spans[span.start : span.end], token_spans(span)
         )
 
     def realigned(self, doc: Doc) -> "ElmoDocData":
@@ -252,6 +260,15 @@ def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
     return data.layers.astype(np.float32, copy=False)
 
 
+def span_mix(span: Span) -> Optional[np.ndarray]:
+    """The fixed mix of the span's Doc `(n_tokens, width)`, its rows checked for the span's tokens
+    only (the whole Doc is realigned where they do not fit); None before `elmo` ran."""
+    data = span.doc._.elmo_data
+    if data is None:
+        return None
+    return (data if data.fits_span(span) else elmo_data(span.doc)).mix()
+
+
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
     """`token._.elmo`: `(width,)`, in the stored dtype."""
     data = token.doc._.elmo_data
@@ -263,7 +280,7 @@ def get_token_elmo(token: Token) -> Optional[np.ndarray]:
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:
     """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's non-whitespace
     tokens (the rule of a merged token; zeros where it has none)."""
-    mix = get_doc_elmo(span.doc)
+    mix = span_mix(span)
     return None if mix is None else _mean_vector(mix, span.doc, span.start, span.end)
 
 
@@ -302,21 +319,33 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum() / (na * nb)) if na and nb else 0.0
 
 
+def _hooked(vector: Optional[np.ndarray], doc: Doc) -> np.ndarray:
+    """`vector`; an ElmoError where the Doc has the hooks but no ELMo data."""
+    if vector is None:
+        raise ElmoError(
+            f"this Doc ({len(doc)} tokens) has ELMo's vector hooks but no ELMo data: spaCy's "
+            "Span.as_doc() copies a Doc's hooks, not its extensions. Read span._.elmo on the "
+            "original Doc, or run the pipeline on the new Doc's text"
+        )
+    return vector
+
+
 def doc_vector_hook(doc: Doc) -> np.ndarray:
     """`doc.vector` under the hooks: the mean ELMo vector of the non-whitespace tokens."""
-    return _mean_vector(get_doc_elmo(doc), doc, 0, len(doc))
+    return _mean_vector(_hooked(get_doc_elmo(doc), doc), doc, 0, len(doc))
 
 
 def span_vector_hook(span: Span) -> np.ndarray:
-    return get_span_elmo(span)
+    return _hooked(get_span_elmo(span), span.doc)
 
 
 def token_vector_hook(token: Token) -> np.ndarray:
-    return get_token_elmo(token)
+    return _hooked(get_token_elmo(token), token.doc)
 
 
 def has_vector_hook(obj) -> bool:
-    return True
+    """Whether the Doc of `obj` (a Doc, Span or Token) holds ELMo data."""
+    return (obj if isinstance(obj, Doc) else obj.doc)._.elmo_data is not None
 
 
 def similarity_hook(a, b) -> float:

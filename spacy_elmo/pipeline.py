@@ -57,7 +57,7 @@ from .errors import ElmoConfigError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
-from .workers import guard_spacy_worker, warn_in_spacy_worker
+from .workers import warn_in_spacy_worker, worker_threads
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -155,6 +155,7 @@ class Elmo(Pipe):
                 load_weights(self.model, self.weights)
         self.cache.clear()
         bilm = self.bilm  # raises if there are no weights at all
+        self.mix_weights(bilm.num_output_layers)  # a mix of the wrong length is an error now
         for component, mixes in self.listener_map.items():
             section = nlp.config["components"].get(component, {}) if nlp is not None else {}
             paths = feature_paths(section, f"components.{component}")
@@ -230,8 +231,7 @@ class Elmo(Pipe):
     def predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
         """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch
         threads."""
-        guard_spacy_worker()
-        with torch_threads(self.threads):
+        with torch_threads(worker_threads(self.threads)):
             return self._predict(docs)
 
     def _predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:
@@ -246,12 +246,12 @@ class Elmo(Pipe):
             layers = doc_layers(
                 doc, plan, outs, bilm.num_output_layers, bilm.output_dim, self.dtype
             )
-            mixed = None
-            if not self.keep_layers:
-                mixed = np.tensordot(mix_weights, layers.astype(np.float32, copy=False), axes=1)
-                layers, mixed = None, cast_finite(mixed, self.dtype, self.stored_what)
-            spans = token_spans(doc)
-            out.append(ElmoDocData(layers, mixed, mix_weights, spans, save_layers=self.save_layers))
+            data = ElmoDocData(layers, None, mix_weights, token_spans(doc), self.save_layers)
+            if not self.keep_layers or self.dtype != np.float32:  # a float16 mix can overflow
+                mixed = data.mix(self.stored_what)
+                if not self.keep_layers:
+                    data = ElmoDocData(None, mixed, mix_weights, data.spans, self.save_layers)
+            out.append(data)
         return out
 
     def _embed(self, bilm: ElmoEmbedder, inputs: List[List[str]]) -> List[np.ndarray]:
@@ -370,9 +370,9 @@ def make_elmo(
 ) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by
     `initialize` or on first use (never by `spacy.load`, which reads the biLM from the pipeline
-    directory). `threads`: torch threads for the biLM (null: torch's default; 1 on a shared machine
-    or with `n_process`, whose forked children always use 1). `cache_mb`: the feature cache's bound,
-    used while training and, with `cache_at_inference`, at inference too."""
+    directory). `threads`: torch threads for the biLM (null: torch's default, 1 in the workers of
+    `n_process`; 1 on a shared machine). `cache_mb`: the feature cache's bound, used while training
+    and, with `cache_at_inference`, at inference too."""
     # A pipeline that spacy.load restores lists its components in the meta.json it is created with;
     # its biLM comes from the pipeline directory, so the weights path of its training run is not
     # read (and may be gone).

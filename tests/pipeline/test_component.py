@@ -13,7 +13,7 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_elmo import BiLM, BiLMOptions
+from spacy_elmo import BiLM, BiLMOptions, ElmoFileError
 from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
 
 from ..helpers import FLOAT32_ATOL
@@ -382,3 +382,26 @@ def test_unbounded_settings_are_one_config_error(fixture_dir, config, setting):
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), **config})
         nlp.initialize()
         nlp("The cat sat .")
+
+
+def test_a_float16_mix_beyond_its_range_is_an_error_not_infinities(fixture_dir):
+    """`store="float16"` keeps the layers in float16; a mix whose sums pass float16's range (65504)
+    is one ElmoFileError when the Doc is made, as with `keep_layers` false, never infinities in
+    `doc._.elmo` or a stored Doc."""
+    for keep_layers in (True, False):
+        nlp = spacy.blank("en")
+        config = {"store": "float16", "mix": [1e4, 1e4, 1e4], "keep_layers": keep_layers}
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), **config})
+        with pytest.raises(ElmoFileError, match="float16.s range"):
+            nlp("The cat sat on the mat .")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "store": "float16"})
+    doc = nlp("The cat sat on the mat .")
+    assert np.isfinite(doc._.elmo).all() and doc._.elmo.dtype == np.float16
+
+
+def test_a_mix_of_the_wrong_length_is_an_error_at_initialize(fixture_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": [0.5, 0.5]})
+    with pytest.raises(ValueError, match="mix has 2 weights but the biLM has 3"):
+        nlp.initialize()

@@ -8,7 +8,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc, DocBin, Span
 
-from spacy_elmo import ElmoError
+from spacy_elmo import ElmoError, doc_data
 from spacy_elmo.doc_data import ElmoDocData
 
 TEXT = "New York is a big city ."
@@ -195,3 +195,43 @@ def test_features_refuse_misaligned_data_by_name(nlp):
 def test_a_doc_without_elmo_reads_none(nlp):
     doc = nlp.make_doc("no elmo here")
     assert Doc.has_extension("elmo") and doc._.elmo is None and doc[0]._.elmo is None
+
+
+def test_a_span_is_checked_against_its_own_tokens_not_the_whole_doc(nlp, monkeypatch):
+    """Reading `span._.elmo` looks at the span's tokens only: every span of a long Doc in turn
+    (entities, noun chunks) costs the Doc's length once, not once per span."""
+    doc = nlp(" ".join(["the cat sat ."] * 500))
+    expected = doc._.elmo.copy()
+    seen = []
+    spans_of = doc_data.token_spans
+    monkeypatch.setattr(doc_data, "token_spans", lambda d: seen.append(len(d)) or spans_of(d))
+    for start in range(0, len(doc), 2):
+        got = doc[start : start + 2]._.elmo
+        np.testing.assert_allclose(got, expected[start : start + 2].mean(0), rtol=1e-6, atol=1e-6)
+    assert sum(seen) <= 2 * len(doc), f"{sum(seen)} token spans computed for {len(doc) // 2} spans"
+    with doc.retokenize() as retokenizer:  # a span after a merge is realigned all the same
+        retokenizer.merge(doc[0:2])
+    np.testing.assert_allclose(doc[0:1]._.elmo, expected[0:2].mean(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(doc[1:2]._.elmo, expected[2])
+
+
+def test_vector_hooks_on_a_doc_without_elmo_data_say_so(fixture_dir):
+    """`Span.as_doc()` copies a Doc's hooks but not its extensions: the new Doc has no ELMo
+    vector (`has_vector` false), and reading one is one ElmoError saying why, not a TypeError."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "vector_hooks": True})
+    doc = nlp("The cat sat. The dog ran.")
+    sent = list(doc.sents)[0].as_doc()
+    assert sent._.elmo_data is None
+    assert not sent.has_vector and not sent[0].has_vector and not sent[0:2].has_vector
+    for read in (
+        lambda: sent.vector,
+        lambda: sent[0].vector,
+        lambda: sent[0:2].vector,
+        lambda: sent[0].similarity(sent[1]),
+        lambda: sent.similarity(doc),
+    ):
+        with pytest.raises(ElmoError, match="no ELMo data.*as_doc"):
+            read()
+    assert doc[0].has_vector and doc[0].similarity(doc[1]) != 0  # the Doc it came from still works

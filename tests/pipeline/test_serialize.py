@@ -403,3 +403,45 @@ def test_a_worker_that_closes_its_queue_still_takes_the_texts_left_for_it(
         [str(script), method, written], 180, f"the parent hung at exit ({method})"
     )
     assert out.split() == ["ok", "0"], (out, err[-2000:])
+
+
+THREADS_IN_WORKERS = """
+import multiprocessing, os, sys
+os.environ["OMP_NUM_THREADS"] = "2"  # torch's default count in a spawned worker, on any machine
+import spacy, torch
+from spacy_elmo.pipeline import Elmo
+
+_predict = Elmo._predict
+
+
+def recording(self, docs):  # runs in the workers too: each imports this script
+    for doc in docs:
+        doc.user_data["torch_threads"] = torch.get_num_threads()
+    return _predict(self, docs)
+
+
+Elmo._predict = recording
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[2])
+    torch.set_num_threads(2)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+    nlp("The cat sat .")  # the parent has run torch on 2 threads
+    docs = list(nlp.pipe(["The cat sat .", "A dog ran ."] * 4, n_process=2, batch_size=2))
+    print(sorted({doc.user_data["torch_threads"] for doc in docs}), torch.get_num_threads())
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_n_process_workers_run_the_bilm_on_one_thread(fixture_dir, tmp_path, method):
+    """`threads` null: each worker of `nlp.pipe(n_process=N)` runs the biLM on one torch thread
+    (N workers share the cores), under spawn as under fork; the parent keeps its count."""
+    script = tmp_path / "threads_in_workers.py"
+    script.write_text(THREADS_IN_WORKERS, encoding="utf-8")
+    returncode, out, err = run_or_fail_on_hang(
+        [str(script), str(fixture_dir), method], 120, f"nlp.pipe(n_process=2) hung ({method})"
+    )
+    assert returncode == 0, err[-3000:]
+    assert out.split() == ["[1]", "2"], (out, err[-2000:])
