@@ -6,21 +6,24 @@ device or a directory is refused, naming what it is, before it is opened (a FIFO
 never ends). A model directory is read from itself: every file a loader reads in it is named through
 `inside_dir`. A message quotes what a file holds only as an `excerpt`.
 
-Writing: files become visible only when complete: written under a temporary name beside the target,
-fsynced, renamed into place, the rename made durable; the temporary is removed on failure. Where a
-write fails, `write_errors` says what went wrong in one error (a full disk above all).
+Writing: files become visible only when complete: written under a new temporary name beside the
+target, fsynced, renamed into place, the rename made durable; the temporary is removed on failure.
+Where a write fails, `write_errors` says what went wrong in one error (a full disk above all).
 """
 
 from __future__ import annotations
 
 import errno
+import glob
+import json
 import os
 import re
+import secrets
 import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterator, Optional, Union
 
 from .errors import ElmoError, ElmoFileError, ElmoResourceError
 
@@ -58,6 +61,18 @@ def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
     _check_status(path, status, what, max_bytes)
     return status
+
+
+def exists(path: PathLike, what: str) -> bool:
+    """Whether `path` exists (symlinks followed); ElmoFileError naming it and `what` it should be
+    where the system cannot say (a name too long, no permission)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as err:
+        raise ElmoFileError(f"{path}: cannot use it as the {what} ({err.strerror})") from None
+    return True
 
 
 def _check_status(path: Path, status: os.stat_result, what: str, max_bytes: Optional[int]) -> None:
@@ -131,6 +146,18 @@ def read_regular(path: PathLike, what: str, max_bytes: int) -> bytes:
     return data
 
 
+def parse_json(data: Union[str, bytes], source: PathLike, what: str) -> Any:
+    """`data` (bytes: see `TEXT_ENCODING`) parsed as JSON; ElmoFileError naming `source` where it is
+    not text or not JSON (nested too deep, an integer of more digits than Python converts)."""
+    try:
+        return json.loads(data.decode(TEXT_ENCODING) if isinstance(data, bytes) else data)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        detail = str(err).split("; use sys.set_int_max_str_digits")[0]
+        raise ElmoFileError(
+            f"{source}: not a valid JSON {what} ({type(err).__name__}: {detail})"
+        ) from None
+
+
 def hdf5_dataset(f, name: str, path: PathLike, what: str):
     """The dataset `name` (`a/b/c`) of the open h5py File `f`, checked from its metadata alone
     (nothing is read); None where it is missing. ElmoFileError naming `path` where it is reached
@@ -174,13 +201,35 @@ def fsync_dir(path: PathLike) -> None:
         os.close(fd)
 
 
+def is_temporary(name: str, target: str) -> bool:
+    """Whether the file `name` is one of `atomic_path`'s temporary files for `target` (a name)."""
+    return name.startswith(f".{target}.") and name.endswith(".tmp")
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        return True
+    return True
+
+
 @contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path` to write; on success it is fsynced and renamed to `path`
-    (readers see the old file or the whole new one, even after a crash); on failure it is
-    removed."""
+    """Yield a new, empty temporary file beside `path` to write, `.NAME.PID.RANDOM.tmp` (created
+    here, never through a symlink; those that killed processes left for `path` are removed first);
+    on success it is fsynced and renamed to `path` (readers see the old file or the whole new one,
+    even after a crash); on failure it is removed."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    for left in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = left.name[len(path.name) + 2 :].split(".")[0]
+        if pid.isdigit() and not _running(int(pid)):
+            left.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
     try:
         yield tmp
         with open(tmp, "rb+") as f:
@@ -217,10 +266,11 @@ def append_whole(path: PathLike, data: bytes) -> None:
 
 @contextmanager
 def atomic_dir(path: PathLike) -> Iterator[Path]:
-    """Yield a new temporary directory beside `path` to fill; on success every file in it and it are
-    fsynced and it is renamed to `path`, so `path` appears complete or not at all (a directory there
-    before is removed once the new one is in place); on failure it is removed."""
-    path = Path(path)
+    """Yield a new temporary directory beside `path` (`.`, a symlink: the directory it names) to
+    fill; on success every file in it and it are fsynced and it is renamed to `path`, so `path`
+    appears complete or not at all (a directory there before is removed once the new one is in
+    place); on failure it is removed."""
+    path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = (path.with_name(f".{path.name}.{os.getpid()}.{end}") for end in ("tmp", "old"))
     for left in (tmp, old):  # left by a killed run of this process id

@@ -1,6 +1,6 @@
 """The fixture biLM written as each kind of model a test can then damage (options.json and
 weights.hdf5, this project's own format, a saved pipeline), and a load in a child process whose
-address space is bounded."""
+address space is bounded or whose peak memory is measured."""
 
 from __future__ import annotations
 
@@ -97,6 +97,29 @@ def refused_in_3gb(result):
     """A result of `loads_in_3gb` that must be one ElmoFileError -> (seconds, error message)."""
     assert "failed" not in result, result["failed"][-2000:]
     return result["seconds"], result["error"]
+
+
+PEAK_LOAD = textwrap.dedent("""
+    import resource, sys, spacy_elmo
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        spacy_elmo.load_bilm(sys.argv[1])
+    except spacy_elmo.ElmoFileError as err:
+        print(err)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)
+""")
+
+
+def refused_with_peak(path):
+    """`load_bilm(path)` in a subprocess, which must raise one ElmoFileError -> (its message, MiB
+    its peak resident memory grew by while loading)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_LOAD, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *message, grown = proc.stdout.splitlines()
+    assert len(message) == 1, proc.stdout[-2000:]
+    return message[0], int(grown)
 
 
 def load_in_3gb(kind, path):

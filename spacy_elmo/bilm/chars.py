@@ -17,7 +17,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import ElmoFileError
-from ..files import excerpt
+from ..files import excerpt, parse_json
 
 BOS_CHAR = 256
 EOS_CHAR = 257
@@ -210,12 +210,7 @@ class CharTable:
         cls, text: str, max_chars: int, n_characters: int, n_words: int, source: str
     ) -> "CharTable":
         """The inverse of `to_json`, checked (see `checked`); ElmoFileError naming `source`."""
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as err:
-            raise ElmoFileError(
-                f"{source}: not a valid JSON character table ({type(err).__name__}: {err})"
-            ) from None
+        data = parse_json(text, source, "character table")
         if (
             not isinstance(data, dict)
             or not isinstance(data.get("chars"), dict)

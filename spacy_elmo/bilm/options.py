@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, NamedTuple, Tuple
@@ -10,7 +9,7 @@ from typing import Any, Callable, Dict, NamedTuple, Tuple
 import numpy as np
 
 from ..errors import ElmoFileError
-from ..files import TEXT_ENCODING, read_regular
+from ..files import parse_json, read_regular
 from .chars import CHAR_SPECIALS, WORD_SPECIALS
 from .policy import STATE_POLICIES, StatePolicy, check_state_policy  # noqa: F401 (their old home)
 
@@ -34,13 +33,7 @@ MAX_FORGET_BIAS = 100.0
 def read_json(path: Path, what: str = "ELMo options file") -> Any:
     """A small JSON file (an options file or `bilm.json`): not a regular file, too large, not UTF-8
     or not JSON -> ElmoFileError."""
-    data = read_regular(path, what, MAX_JSON_BYTES)
-    try:
-        return json.loads(data.decode(TEXT_ENCODING))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ElmoFileError(
-            f"{path}: not a valid JSON options file ({type(err).__name__}: {err})"
-        ) from None
+    return parse_json(read_regular(path, what, MAX_JSON_BYTES), path, what)
 
 
 REQUIRED = object()  # the default of an option that an options file must give

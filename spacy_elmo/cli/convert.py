@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ElmoConfigError, ElmoFileError
-from ..files import atomic_dir, inside_dir, write_errors
+from ..files import atomic_dir, exists, inside_dir, write_errors
 from ..pretrain.outputs import HEAD_FILE, VOCAB_FILE
-from ..weights import export_hdf5, hub, load_bilm, locate, read_state_dict, save_bilm
+from ..weights import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
 from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
@@ -42,18 +42,18 @@ def convert_cli(
     nothing behind).
     """
     with errors():
-        bilm = load_bilm(src)
-        target = to or ("hdf5" if locate(src).kind == "own" else "own")
+        bilm, files = load_bilm(src), locate(src)
+        target = to or ("hdf5" if files.kind == "own" else "own")
         if target not in ("own", "hdf5"):
             raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        if exists(dest, "output directory") and (not dest.is_dir() or any(dest.iterdir())):
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
-        # a published name is never a local directory
-        local = not hub.is_published(src) and Path(src).is_dir()
+        # beside the model's weights (`pretrain`'s OUT/model), never in the cache of published ones
+        home = files.weights.parent
         extras = [
-            inside_dir(Path(src), name, "extra model file")
+            inside_dir(home, name, "extra model file")
             for name in EXTRA_FILES
-            if local and (Path(src) / name).is_file()
+            if not files.published and (home / name).is_file()
         ]
         for extra in extras:
             # copied only if it is a plain state dict, as `pretrain --init-from` reads it

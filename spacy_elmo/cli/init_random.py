@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ElmoFileError
-from ..files import atomic_dir, write_errors
+from ..files import atomic_dir, exists, write_errors
 from ..weights.untrained import SIZES, write_untrained
 from .app import app, errors
 
@@ -36,7 +36,7 @@ def init_random_cli(
     model ("small").
     """
     with errors():
-        if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        if exists(output, "output directory") and (not output.is_dir() or any(output.iterdir())):
             raise ElmoFileError(f"{output} exists and is not an empty directory")
         with write_errors(output), atomic_dir(output) as tmp:
             written = write_untrained(tmp, size, seed)

@@ -24,11 +24,11 @@ from spacy.language import Language
 from ..about import __version__
 from ..bilm import ElmoEmbedder
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
-from ..files import regular_file
+from ..files import is_temporary, regular_file
 from ..weights import load_bilm
 from .compute import embed_blocks, parse_layer
 from .flock import held_by, locked
-from .h5writer import TMP, HDF5Output, write_error
+from .h5writer import HDF5Output, write_error
 from .options import EmbedOptions
 from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan
 from .sentences import read_sentences, scan_input
@@ -245,15 +245,11 @@ def start_sharded(
     """Make or check the shard directory and its manifest: the directory, every shard's line range
     and the shards still to write (only `only` where given)."""
     out = job.output
-    # a run that made the directory and has not written its manifest yet
-    ours = (
-        LOCK,
-        MANIFEST + TMP,
-    )
     if out.exists() and (
         not out.is_dir()
         or not os.path.lexists(out / MANIFEST)
-        and any(p.name not in ours for p in out.iterdir())
+        # a run that made the directory and has not written its manifest yet
+        and any(p.name != LOCK and not is_temporary(p.name, MANIFEST) for p in out.iterdir())
     ):
         raise ElmoFileError(
             f"{out} exists and is not a sharded output of `python -m spacy_elmo embed`: "

@@ -25,7 +25,7 @@ from ..bilm.chars import CharTable
 from ..bilm.lstm import gates_to_internal
 from ..bilm.options import BiLMOptions, read_json
 from ..errors import ElmoFileError
-from ..files import TEXT_ENCODING, excerpt, inside_dir, read_regular
+from ..files import TEXT_ENCODING, excerpt, exists, inside_dir, read_regular
 from .checks import check_finite, check_float, check_stored
 from .data import ModelData, ModelFiles
 from .memory import check_memory
@@ -94,7 +94,7 @@ def _named_architecture(directory: Path) -> Tuple[Path, str, Optional[Path]]:
     relative = [named] if not os.path.isabs(named) and ".." not in Path(named).parts else []
     for name in relative + [os.path.basename(named)]:
         path = inside_dir(directory, name, ARCHITECTURE_WHAT)
-        if name and path.exists():
+        if name and exists(path, ARCHITECTURE_WHAT):
             return config_path, named, path
     return config_path, named, None
 

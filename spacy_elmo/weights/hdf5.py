@@ -284,6 +284,11 @@ def read(model: ModelFiles) -> ModelData:
     model's files): the memory a load needs is checked first, then every dataset (see `read_hdf5`);
     policy "warm", the warm state computed when needed."""
     options = BiLMOptions.from_file(model.config)
+    if options.char_table:
+        raise ElmoFileError(
+            f"{model.config}: 'char_cnn.char_table' is for ELMoForManyLangs models; the bilm-tf "
+            "hdf5 layout has no character table"
+        )
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
     state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
     # not in the file: computed

@@ -35,6 +35,8 @@ STORAGE_BYTES = {
     "BoolStorage": 1,
 }
 REBUILDS = ("_rebuild_tensor", "_rebuild_tensor_v2")
+# bound on the pickles of a state dict: its tensors' names, sizes and storage keys
+PICKLE_BYTES = 1 << 20
 
 
 class _StorageType:
@@ -46,11 +48,39 @@ def _rebuilt(*args):
     return None  # a tensor's place: only the storages' sizes are wanted here
 
 
-class _Walker(pickle.Unpickler):
-    """Unpickles nothing but plain containers, recording `storages[key] = (element_size, numel)`."""
+class _Bounded:
+    """`file` read through at most `PICKLE_BYTES`: a declared length beyond them fails before
+    anything is allocated for it."""
 
     def __init__(self, file: BinaryIO, source: str):
-        super().__init__(file)
+        self.file, self.source, self.left = file, source, PICKLE_BYTES
+
+    def _take(self, n: int) -> None:
+        if n > self.left:
+            raise ElmoFileError(
+                f"{self.source}: its pickles take more than {PICKLE_BYTES:,} bytes, more than a "
+                "torch state dict's structure needs (crafted?)"
+            )
+        self.left -= n
+
+    def read(self, n: int) -> bytes:
+        self._take(n)
+        return self.file.read(n)
+
+    def readline(self) -> bytes:
+        line = self.file.readline(self.left + 1)
+        self._take(len(line))
+        return line
+
+
+class _Walker(pickle._Unpickler):
+    """Unpickles nothing but plain containers, recording `storages[key] = (element_size, numel)`."""
+
+    # BYTEARRAY8 allocates its declared length before reading it
+    dispatch = {k: v for k, v in pickle._Unpickler.dispatch.items() if k != pickle.BYTEARRAY8[0]}
+
+    def __init__(self, file: BinaryIO, source: str):
+        super().__init__(_Bounded(file, source))
         self.source = source
         self.storages: Dict[str, Tuple[int, int]] = {}
 

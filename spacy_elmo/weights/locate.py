@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Tuple, Union
 
 from ..errors import ElmoConfigError, ElmoFileError
+from ..files import exists
 from . import hdf5, hub, pipeline
 from .data import ModelFiles
 from .formats import FORMATS
@@ -43,13 +44,13 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise ElmoConfigError(f"pass (options_file, weight_file), got {len(path)} paths")
-        files = [Path(p) for p in path]
+        files = [_path(p) for p in path]
         for file, what in zip(files, ("options file", "weight file")):
             if not os.path.lexists(file):  # what is there is checked when it is read
                 raise ElmoFileError(f"ELMo {what} not found: {file}")
         return ModelFiles(hdf5.KIND, *files)
-    directory = Path(path)
-    if not directory.exists():
+    directory = _path(path)
+    if not exists(directory, "ELMo weights"):
         raise ElmoFileError(f"ELMo weights not found: {directory}")
     if not directory.is_dir():
         raise ElmoConfigError(
@@ -58,6 +59,16 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
     # the last, hdf5, claims every directory
     fmt = next(fmt for fmt in FORMATS if fmt.detect(directory))
     return fmt.model_files(directory)
+
+
+def _path(path: object) -> Path:
+    """`path` as a Path; ElmoConfigError where it is no path (bytes, a number, None)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ElmoConfigError(
+            "pass a path (a str or a Path) or an (options_file, weight_file) pair, got "
+            f"{type(path).__name__}"
+        )
+    return Path(path)
 
 
 def describe_source(path: ModelPath) -> ModelPath:

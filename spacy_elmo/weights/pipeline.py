@@ -51,7 +51,7 @@ def _factories(directory: Path) -> List[tuple]:
         if len(parts) == 2 and parts[0] == "components" and parser.has_option(section, "factory"):
             try:
                 factory = json.loads(parser.get(section, "factory"))
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON (thinc reads it as a string), or too many digits
                 factory = parser.get(section, "factory")
             found.append((parts[1], factory))
     return found

@@ -17,6 +17,9 @@ from ..files import open_regular
 from .legacy_torch import check_legacy
 from .memory import check_memory
 
+# the parts of torch's messages that advise loading what was refused
+_ADVICE = re.compile(r"weights_only|Weights only load failed|Check the documentation|safe_globals")
+
 
 def check_archive(file: BinaryIO, source: str) -> int:
     """The bytes of tensor data a `torch.save` zip archive declares, checked before anything is
@@ -65,15 +68,8 @@ def read_state_dict(
     try:
         state_dict = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for bad archives (UnpicklingError, ...)
-        # torch's message spans lines and suggests weights_only=False (never do that): keep its
-        # cause only
-        cause = re.search(
-            r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)",
-            str(err),
-            re.S,
-        )
-        detail = " ".join(cause.group(1).split()) if cause else str(err).strip().split("\n")[0]
-        if "Unsupported global" in detail:
+        detail = _torch_cause(err)
+        if re.search("unsupported global", detail, re.I):  # not allowed, or its module blocked
             raise ElmoFileError(
                 f"{source}: refused: it holds Python objects other than tensors, and this "
                 f"package never unpickles them ({detail})"
@@ -87,6 +83,19 @@ def read_state_dict(
         )
     check_entries(state_dict, source)
     return state_dict
+
+
+def _torch_cause(err: Exception) -> str:
+    """torch's reason for a failed load on one line, without its advice (to load with
+    `weights_only=False` or to allow a global: never do that)."""
+    text = str(err)
+    cause = re.search(
+        r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", text, re.S
+    )
+    kept = [cause.group(1)] if cause else re.split(r"\n\s*\n", text)
+    return " ".join(
+        " ".join(part.split()) for part in kept if part.strip() and not _ADVICE.search(part)
+    )
 
 
 def check_entries(state_dict: Dict[str, torch.Tensor], source: str) -> None:

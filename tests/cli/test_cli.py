@@ -67,6 +67,32 @@ def test_missing_model_is_a_clear_error(tmp_path, capsys):
     assert err.startswith("error:") and "not found" in err and "Traceback" not in err
 
 
+def test_an_options_file_of_too_many_digits_is_one_error_line(fixture_dir, tmp_path, capsys):
+    (tmp_path / "options.json").write_text("9" * 5000)
+    (tmp_path / "weights.hdf5").write_bytes((fixture_dir / "lm_weights.hdf5").read_bytes())
+    assert run_cli("info", tmp_path) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "options.json" in line and "4300 digits" in line and "set_int_max" not in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("info", "LONG"),
+        ("init-random", "LONG"),
+        ("convert", "FIXTURE", "LONG"),
+        ("convert", "LONG", "out"),
+    ],
+)
+def test_a_name_too_long_is_one_error_line(fixture_dir, tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    named = {"LONG": "a" * 300, "FIXTURE": str(fixture_dir)}
+    assert run_cli(*(named.get(a, a) for a in args)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "a" * 300 in line and "File name too long" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_module_entry_point_and_help(fixture_dir, capsys):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
@@ -131,6 +157,30 @@ def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(
             ).read_bytes()
     assert run_cli("info", tmp_path / "h5") == 0
     assert "softmax (lm_head.pt)" in capsys.readouterr().out
+
+
+def test_convert_finds_the_softmax_of_a_pretrain_output_in_its_model_directory(
+    fixture_dir, tmp_path, capsys
+):
+    model = tmp_path / "out" / "model"  # what `pretrain OUT` writes
+    save_bilm(load_bilm(fixture_dir), model)
+    torch.save({"weight": torch.randn(4, 16), "bias": torch.randn(4)}, model / "lm_head.pt")
+    (model / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    (tmp_path / "out" / "vocab.txt").write_bytes((model / "vocab.txt").read_bytes())
+    assert run_cli("convert", tmp_path / "out", tmp_path / "h5") == 0
+    for name in ("lm_head.pt", "vocab.txt"):
+        assert (tmp_path / "h5" / name).read_bytes() == (model / name).read_bytes()
+
+
+@pytest.mark.parametrize("dest", [".", "../link"], ids=["the current directory", "a symlink"])
+def test_convert_into_an_empty_directory_named_so(fixture_dir, tmp_path, monkeypatch, dest):
+    """DEST `.` had an empty name; DEST a symlink to an empty directory was "Not a directory"."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    monkeypatch.chdir(tmp_path / "empty")
+    assert run_cli("convert", fixture_dir, dest) == 0
+    assert (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["bilm.json", "weights.pt"]
 
 
 @pytest.mark.timeout(120)

@@ -5,8 +5,10 @@ random, untrained weights in the published layout, labelled so (the options file
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,21 @@ def random_small(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "untrained" in done.stdout + done.stderr
     return root / "my_elmo"
+
+
+@pytest.mark.parametrize("output", [".", "../link"], ids=["the current directory", "a symlink"])
+def test_into_an_empty_directory_named_so(tmp_path, monkeypatch, output):
+    from spacy_elmo.cli import init_random
+
+    def write(directory, size, seed):
+        return [Path(shutil.copy(__file__, directory / "written"))]
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    monkeypatch.chdir(tmp_path / "empty")
+    monkeypatch.setattr(init_random, "write_untrained", write)
+    assert run_cli("init-random", output) == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "empty" / "written").is_file()
 
 
 def test_the_published_layout_labelled_untrained(random_small):

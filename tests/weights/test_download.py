@@ -196,6 +196,21 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, f
         load_bilm("small")
 
 
+def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
+    tmp_path, monkeypatch, fixture_dir
+):
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    (options_name, _), (weights_name, _) = hub.published_files("small")
+    with tmpfs(tmp_path / "cache", "2m") as cache:
+        (cache / "small").mkdir()
+        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
+        shutil.copy(fixture_dir / "lm_weights.hdf5", cache / "small" / weights_name)
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
+            assert load_bilm("small").output_dim == 32
+        assert not (cache / "small" / "manifest.json").exists()
+
+
 # ---------------------------------------------------------------- bounded downloads (issue 34, item
 # 5)
 def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):

@@ -4,7 +4,10 @@ allocated."""
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
+import struct
 from pathlib import Path
 from unittest import mock
 
@@ -16,7 +19,7 @@ from spacy_elmo import ElmoFileError, load_bilm, save_bilm
 
 from ..efml_models import write_efml_model
 from ..helpers import one_error_line, refused, run_cli
-from ..model_files import edit_pipeline_bilm, load_in_3gb
+from ..model_files import edit_pipeline_bilm, load_in_3gb, refused_with_peak
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +147,33 @@ def test_truncated_legacy_file(copy):
     refused(copy, "encoder.pkl", "more than the file holds")
 
 
+def legacy_pickles(object_pickle: bytes) -> bytes:
+    """A legacy `torch.save` file's pickles around `object_pickle` (the object's), no storages."""
+    data = io.BytesIO()
+    for header in (0x1950A86A20F9469CFC6C, 1001, {}):
+        pickle.dump(header, data, protocol=2)
+    data.write(object_pickle)
+    pickle.dump([], data, protocol=2)
+    return data.getvalue()
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_memo_index_allocates_nothing(copy):
+    """A memo put of index 2**25 in a 50-byte file: C's unpickler zeroes 16 bytes per index."""
+    (copy / "encoder.pkl").write_bytes(
+        legacy_pickles(b"\x80\x02}r" + struct.pack("<I", 1 << 25) + b".")
+    )
+    message, grown_mib = refused_with_peak(copy)
+    assert "encoder.pkl" in message and grown_mib < 64, (message, grown_mib)
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_declared_pickle_length_is_refused_unread(copy):
+    (copy / "encoder.pkl").write_bytes(legacy_pickles(b"\x80\x02X" + struct.pack("<I", 0xF0000000)))
+    seconds, message = load_in_3gb("bilm", copy)
+    assert "encoder.pkl" in message and "more than a torch state dict's structure needs" in message
+
+
 @pytest.mark.parametrize(
     "file, text, fragments",
     [
@@ -187,10 +217,17 @@ def test_dictionary_not_utf8_or_too_large(copy):
     refused(copy, "word.dic", "too large")
 
 
-@pytest.mark.parametrize("config", ["[1]", '{"model": "x"}', '{"config_path": 3}', "not json"])
+@pytest.mark.parametrize(
+    "config", ["[1]", '{"model": "x"}', '{"config_path": 3}', "not json", "9" * 5000]
+)
 def test_config_json(copy, config):
     (copy / "config.json").write_text(config)
     refused(copy, "config.json")
+
+
+def test_a_config_path_too_long_is_named(copy):
+    edit_json(copy / "config.json", lambda c: c.update(config_path="a" * 300))
+    refused(copy, "a" * 300, "File name too long")
 
 
 def test_own_format_character_table(model_dir, tmp_path, capsys):
@@ -200,6 +237,8 @@ def test_own_format_character_table(model_dir, tmp_path, capsys):
     refused(tmp_path / "own", "char_table.json", "'<pad>' has id 1,000,000,000")
     edit_json(table, lambda t: t.update({"words": None}))
     refused(tmp_path / "own", "char_table.json", "a word table is missing")
+    table.write_text('{"chars": {"a": ' + "9" * 5000 + "}}")
+    refused(tmp_path / "own", "char_table.json", "Exceeds the limit (4300 digits)")
     table.unlink()
     refused(tmp_path / "own", "char_table.json", "not found")
     assert run_cli("info", tmp_path / "own") == 1

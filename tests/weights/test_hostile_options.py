@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from spacy_elmo import load_bilm
+
 from ..helpers import refused
 from ..model_files import fixture_options, hdf5_model
 
@@ -50,6 +52,7 @@ def test_options_of_the_wrong_type(fixture_dir, tmp_path, edit, key):
     "text, problem",
     [
         (lambda opts: "[" * 100_000, "not a valid JSON"),
+        (lambda opts: "9" * 5000, "Exceeds the limit (4300 digits)"),
         (lambda opts: json.dumps(opts) + " " * (2 << 20), "too large"),
     ],
 )
@@ -57,6 +60,18 @@ def test_deeply_nested_or_huge_json_options(fixture_dir, tmp_path, text, problem
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     (directory / "options.json").write_text(text(fixture_options(fixture_dir)))
     refused(directory, "options.json", problem)
+
+
+def test_a_stray_json_file_of_too_many_digits_is_not_an_options_file(fixture_dir, tmp_path):
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    (directory / "x.json").write_text("9" * 5000)
+    assert load_bilm(directory).options == load_bilm(fixture_dir).options
+
+
+def test_a_character_table_in_the_options_of_an_hdf5_pair_is_refused(fixture_dir, tmp_path):
+    options = fixture_options(fixture_dir)
+    options["char_cnn"]["char_table"] = True
+    refused(hdf5_model(fixture_dir, tmp_path / "m", options), "options.json", "char_table")
 
 
 def test_a_forget_bias_out_of_float32_range_in_options_json_is_refused(fixture_dir, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoFileError
+from spacy_elmo import ElmoFileError, load_bilm
 
 from ..model_files import edit_pipeline_bilm, pipeline
 
@@ -37,6 +37,14 @@ def test_corrupt_pipeline_model_names_the_file(fixture_dir, tmp_path, damage):
     model.write_bytes(damage(model.read_bytes()))
     with pytest.raises(ElmoFileError, match="elmo/model"):
         spacy.load(tmp_path / "p")
+
+
+def test_a_factory_of_too_many_digits_is_no_elmo_component(fixture_dir, tmp_path):
+    pipeline(fixture_dir, tmp_path / "p")
+    config = tmp_path / "p" / "config.cfg"
+    config.write_text(config.read_text().replace('factory = "elmo"', "factory = " + "9" * 5000))
+    with pytest.raises(ElmoFileError, match="no elmo component"):
+        load_bilm(tmp_path / "p")
 
 
 def test_corrupt_pipeline_bytes(fixture_dir, tmp_path):

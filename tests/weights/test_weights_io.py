@@ -1,14 +1,17 @@
 """Weight files: exact export back to the bilm-tf layout, our own format, and clear errors."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import h5py
 import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import ElmoFileError, export_hdf5, load_bilm, save_bilm
+from spacy_elmo import ElmoConfigError, ElmoFileError, export_hdf5, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.weights.hdf5 import iter_hdf5_datasets
 
@@ -64,6 +67,42 @@ def test_saving_onto_a_file_is_one_error_naming_it(fixture_dir, tmp_path):
     assert (tmp_path / "taken").read_text(encoding="utf-8") == "a file"
 
 
+@pytest.mark.parametrize(
+    "write, names",
+    [(save_bilm, ["weights.pt", "bilm.json"]), (export_hdf5, ["options.json", "weights.hdf5"])],
+)
+def test_saving_never_writes_through_a_symlink_at_a_temporary_name(
+    fixture_dir, tmp_path, write, names
+):
+    """A fixed temporary name (NAME.tmp) was written through a symlink placed there."""
+    outside = tmp_path / "outside"
+    outside.write_text("kept", encoding="utf-8")
+    (tmp_path / "m").mkdir()
+    for name in names:
+        (tmp_path / "m" / f"{name}.tmp").symlink_to(outside)
+    write(load_bilm(fixture_dir), tmp_path / "m")
+    assert outside.read_text(encoding="utf-8") == "kept"
+    assert all((tmp_path / "m" / f"{name}.tmp").is_symlink() for name in names)
+    load_bilm(tmp_path / "m")
+
+
+def test_saving_removes_the_temporary_files_killed_processes_left(fixture_dir, tmp_path):
+    """kill -9 during a save leaves `.NAME.PID.RANDOM.tmp` (up to a model's size): the next save
+    of the same file removes those of processes that no longer run, not those of running ones."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    save_bilm(load_bilm(fixture_dir), tmp_path)
+    left = {pid: tmp_path / f".weights.pt.{pid}.0123abcd.tmp" for pid in (gone.pid, os.getppid())}
+    for path in left.values():
+        path.write_bytes(b"part of a model")
+    save_bilm(load_bilm(fixture_dir), tmp_path)
+    assert not left[gone.pid].exists() and left[os.getppid()].exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == [
+        left[os.getppid()].name
+    ]
+    load_bilm(tmp_path)
+
+
 def test_own_format_is_not_unpickled(fixture_dir, tmp_path):
     """A weights.pt carrying arbitrary Python objects is refused (weights_only=True)."""
     save_bilm(load_bilm(fixture_dir), tmp_path)
@@ -75,6 +114,23 @@ def test_own_format_is_not_unpickled(fixture_dir, tmp_path):
     torch.save({"x": Evil()}, tmp_path / "weights.pt")
     with pytest.raises(ElmoFileError, match="weights.pt"):
         load_bilm(tmp_path)
+
+
+@pytest.mark.parametrize("code", [os.system, print], ids=["blocked module", "not allowed"])
+def test_code_is_refused_without_torchs_advice_to_unpickle_it(fixture_dir, tmp_path, code):
+    save_bilm(load_bilm(fixture_dir), tmp_path)
+    torch.save({"x": torch.zeros(2), "code": code}, tmp_path / "weights.pt")
+    with pytest.raises(ElmoFileError) as err:
+        load_bilm(tmp_path)
+    message = str(err.value)
+    assert "weights.pt: refused" in message and code.__name__ in message
+    assert "weights_only" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("path", [5, None, b"/x", ("options.json", 5)])
+def test_what_is_no_path_is_a_config_error(path):
+    with pytest.raises(ElmoConfigError, match="pass a path"):
+        load_bilm(path)
 
 
 def test_missing_files(tmp_path, fixture_dir):
