@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import files
 from ..errors import ElmoError, ElmoFileError
-from ..files import fsync_dir, regular_file
+from ..files import fsync_dir, parse_json, regular_file
 from .writer import Line, Pieces
 
 SETTINGS = "spacy_elmo.settings"
@@ -363,7 +363,7 @@ class HDF5Output:
             with h5py.File(path, "r") as f:
                 if SETTINGS not in f.attrs:
                     raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
-                return json.loads(f.attrs[SETTINGS])
+                return parse_json(f.attrs[SETTINGS], path, f"attribute '{SETTINGS}'")
         except OSError as err:
             raise ElmoFileError(
                 f"{path}: exists and cannot be read as hdf5 ({err}): choose another output"

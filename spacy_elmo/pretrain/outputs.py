@@ -26,6 +26,7 @@ from ..files import (
     TEXT_ENCODING,
     append_whole,
     atomic_dir,
+    parse_json,
     read_regular,
     write_atomic,
     write_errors,
@@ -262,9 +263,8 @@ def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     """A model directory written by `pretrain` -> (biLM, softmax head, vocabulary, training
     config)."""
     model_dir = Path(model_dir)
-    summary = json.loads(
-        read_regular(model_dir / TRAINING_SUMMARY, "training summary", RECORD_BYTES)
-    )
+    path = model_dir / TRAINING_SUMMARY
+    summary = parse_json(read_regular(path, "training summary", RECORD_BYTES), path, "summary")
     config = Config().from_str(summary["config"])
     bilm = load_bilm(model_dir).network
     vocab = Vocab.from_disk(model_dir / VOCAB_FILE)

@@ -627,3 +627,17 @@ def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
         del f["sentence_to_index"]
     with pytest.raises(ElmoFileError, match="not an output of `python -m spacy_elmo embed`"):
         open_embeddings(out)
+
+
+def test_resume_onto_a_file_whose_settings_are_not_json_is_one_error_line(
+    fixture_dir, tmp_path, capsys
+):
+    """The settings `--resume` compares, when they are no JSON it can read (an integer of more
+    digits than Python converts, a torn attribute), are one error naming the file."""
+    text = write_lines(tmp_path / "in.txt", LINES[:5])
+    out = tmp_path / "out.hdf5"
+    for settings in ("9" * 5000, '{"torn'):
+        with h5py.File(out, "w") as f:
+            f.attrs["spacy_elmo.settings"] = settings
+        assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 1
+        assert str(out) in one_error_line(capsys.readouterr().err)
