@@ -41,6 +41,7 @@ OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the 
 # Float32 copies of the weights alive at once while a file loads: the arrays read, the state dict
 # converted from them, the network's parameters.
 HDF5_COPIES = 3
+BILM_GROUPS = ("char_embed", "CNN", "RNN_")  # the names of bilm-tf's weights begin so
 
 
 def _cell(d: int, l: int) -> str:
@@ -92,8 +93,7 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
     if tuple(node.shape) != shape:
         raise ElmoFileError(
             f"{path}: dataset '{name}' has shape {tuple(node.shape)} but {options_path} implies "
-            f"{shape}; "
-            "the options file and the weights do not belong together"
+            f"{shape}; the options file and the weights do not belong together"
         )
     plist = node.id.get_create_plist()
     stored = node.id.get_storage_size()
@@ -109,8 +109,7 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
         if written < expected:
             raise ElmoFileError(
                 f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks "
-                f"({stored:,} "
-                f"of {node.nbytes:,} bytes declared): partly written or crafted"
+                f"({stored:,} of {node.nbytes:,} bytes declared): partly written or crafted"
             )
     if node.nbytes >= CHECKED_DATASET_BYTES and node.nbytes > MAX_COMPRESSION_RATIO * stored:
         raise ElmoFileError(
@@ -119,6 +118,19 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
             "crafted file (a decompression bomb) is not read"
         )
     return node
+
+
+def _check_nothing_left_out(f, expected, path: Path, options_path: str) -> None:
+    """ElmoFileError where the open file `f` holds biLM weights (bilm-tf's groups) that `expected`
+    does not name: options of a smaller biLM (fewer layers or highways) than the weights."""
+    found: List[str] = []
+    f.visit(lambda n: None if n in expected or not n.startswith(BILM_GROUPS) else found.append(n))
+    left = [n for n in found if isinstance(f.get(n), _h5py().Dataset)]
+    if left:
+        raise ElmoFileError(
+            f"{path}: holds {len(left)} datasets that {options_path} leaves out "
+            f"({', '.join(left[:3])}): the options file and the weights do not belong together"
+        )
 
 
 def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
@@ -139,6 +151,7 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
             datasets = {}
             for name, shape in expected_shapes(opts).items():
                 datasets[name] = _dataset(f, name, path, shape, options_path)
+            _check_nothing_left_out(f, datasets, path, options_path)
             for name, ds in datasets.items():
                 arrays[name] = np.asarray(ds[...], dtype=np.float32)
         except ElmoFileError:

@@ -178,3 +178,22 @@ def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(
                 name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip"
             )
     refused(directory, "weights.hdf5", "'char_embed'", "compress")
+
+
+@pytest.mark.parametrize(
+    "section, key, value, dataset",
+    [
+        ("lstm", "n_layers", 1, "Cell1"),
+        ("char_cnn", "n_highway", 1, "CNN_high_1"),
+    ],
+)
+def test_options_of_a_smaller_bilm_than_the_weights_are_refused(
+    fixture_dir, tmp_path, section, key, value, dataset
+):
+    """Options that describe fewer LSTM layers or highways than the weight file holds would load
+    part of another biLM without a word: the datasets they leave out are named (fewer filters
+    change the highways' shapes, refused as such)."""
+    options = fixture_options(fixture_dir)
+    options[section][key] = value
+    directory = hdf5_model(fixture_dir, tmp_path / "m", options)
+    refused(directory, "weights.hdf5", "options.json", dataset, "do not belong together")
