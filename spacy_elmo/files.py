@@ -226,7 +226,7 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
     path = Path(path)
     for left in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         pid = left.name[len(path.name) + 2 :].split(".")[0]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isascii() and pid.isdigit() and not _running(int(pid)):
             left.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))

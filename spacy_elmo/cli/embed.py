@@ -14,7 +14,7 @@ from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
 if TYPE_CHECKING:
-    from ..embed import EmbedResult
+    from ..embed import EmbedInterrupted, EmbedResult
 
 LAYER_HELP = (
     "all: (n_layers + 1, n_tokens, dim) per line; top, average or a layer number (0: the token "
@@ -79,7 +79,8 @@ def embed_cli(
         bool,
         typer.Option(
             help="continue an interrupted run on OUTPUT_PATH: keeps its complete parts, "
-            "redoes the rest (the input and every setting must be the same)"
+            "redoes the rest (the input and every setting must be the same); not under "
+            "--state carry, where the same command starts an interrupted run again"
         ),
     ] = False,
     flush_every: Annotated[
@@ -88,7 +89,9 @@ def embed_cli(
             min=1,
             help="lines per block (a part: a kill loses at most the one being written; a shard is "
             "whole blocks; "
-            "a line's arrays depend on its block). Default 10,000, or fewer so that --shards N fit",
+            "a line's arrays depend on its block). Default 10,000, or lines/N where --shards N "
+            "needs more blocks (then within float32 rounding of a single run: give both the same "
+            "--flush-every for the same bits)",
         ),
     ] = None,
     shards: Annotated[
@@ -211,15 +214,18 @@ def embed_cli(
             with errors():
                 result = run(options, progress=show)
         except EmbedInterrupted as err:
-            where = "" if err.resume_from is None else f" (from line {err.resume_from})"
-            typer.echo(
-                f"interrupted: continue with "
-                f"{'--resume' if err.resume_from is not None else 'the same command'}"
-                f"{where}",
-                err=True,
-            )
+            typer.echo(f"interrupted: {next_step(err)}", err=True)
             raise typer.Exit(130) from None
     report(result, output_path, weights)
+
+
+def next_step(err: EmbedInterrupted) -> str:
+    """What continues an interrupted run (lines counted from 1, as in other messages)."""
+    if err.starts_over:
+        return "a --state carry run cannot be resumed: the same command starts it again"
+    if err.resume_from is None:
+        return "continue with the same command"
+    return f"continue with --resume (from line {err.resume_from + 1}, counting from 1)"
 
 
 @contextmanager

@@ -24,7 +24,7 @@ def parse_layer(spec: str, num_output_layers: int) -> Union[str, int]:
     """`all`, `top`, `average` or a layer number `0 .. n_layers` (0: the token layer)."""
     if spec in ("all", "top", "average"):
         return spec
-    if spec.isdigit() and int(spec) < num_output_layers:
+    if spec.isascii() and spec.isdigit() and int(spec) < num_output_layers:
         return int(spec)
     raise ElmoConfigError(
         f"--layer must be all, top, average or a number from 0 to {num_output_layers - 1}, got "

@@ -84,7 +84,8 @@ class Embeddings:
                     )
                 if self.ranges is not None:
                     start, stop = self.ranges[i]
-                    ends = (f.get(str(n), getlink=True) for n in (start, stop - 1))
+                    # its first and last line (none in a shard of an empty input)
+                    ends = (f.get(str(n), getlink=True) for n in {start, stop - 1} if start < stop)
                     if len(f) != stop - start + 1 or any(link is None for link in ends):
                         raise ElmoFileError(
                             f"{self.paths[i]}: holds other lines than {start} to {stop - 1}, those "

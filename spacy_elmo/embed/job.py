@@ -110,6 +110,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         raise ElmoConfigError(
             f"{'--shards' if o.shards else '--resume'} needs a deterministic state policy (warm "
             "or zero): under carry a line's vectors depend on every line before it"
+            f"{'' if o.shards else '; without --resume, an interrupted carry run starts again'}"
         )
     docbin = o.input_path.suffix == ".spacy"
     try:
@@ -134,9 +135,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         shards=o.shards,
         tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}",
     )
-    writer = HDF5Output(
-        None if o.compression == "none" else o.compression, reopen_every=settings["flush_every"]
-    )
+    writer = HDF5Output(None if o.compression == "none" else o.compression)
     return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen)
 
 
@@ -176,7 +175,8 @@ def write_range(
 def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     """Write `job.output` as one file through parts in `OUTPUT.partial/`. Returns False where the
     output was complete already. A kill at any moment loses at most the part being written:
-    `resume` keeps the complete parts, redoes the others and assembles again."""
+    `resume` keeps the complete parts, redoes the others and assembles again. Under a state policy
+    that cannot resume (carry), a run starts an interrupted carry run's work over."""
     out, partial = job.output, job.output.with_name(job.output.name + ".partial")
     work = WorkDir(partial, out, "part")
     if out.is_dir():
@@ -184,9 +184,11 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
             f"{out} is a directory: name an output file (inside it, say), or pass --shards N to "
             "write a sharded output into it"
         )
+    resumable = bilm.state_policy.allows_resume
     if out.exists():
         if not resume:
-            raise ElmoResumeError(f"{out} exists: pass --resume to continue it, or remove it")
+            todo = "pass --resume to continue it, or remove it" if resumable else "remove it first"
+            raise ElmoResumeError(f"{out} exists: {todo}")
         check_settings(out, job.writer.read_settings(out), job.settings)
         if partial.exists():  # killed while removing it, after OUTPUT was complete
             work.lock()
@@ -201,13 +203,16 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
                 f"{out}: another process is writing it ({who}; {partial}): wait for it to "
                 "finish, or stop it and run again"
             )
-        raise ElmoResumeError(
-            f"{out}: an interrupted run is in {partial}: pass --resume to continue it"
-        )
+        if resumable:
+            raise ElmoResumeError(
+                f"{out}: an interrupted run is in {partial}: pass --resume to continue it"
+            )
     try:
         if not partial.exists():
             work.create()
         work.lock()
+        if work.has_manifest() and not resumable:
+            _start_over(job, work)
         if work.has_manifest():
             manifest = work.manifest()
             check_settings(out, manifest.settings, job.settings)
@@ -226,6 +231,18 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
     finally:
         work.unlock()
     return True
+
+
+def _start_over(job: Job, work: WorkDir) -> None:
+    """Clear the work of an interrupted run that cannot be continued (`--state carry`), whose lock
+    the caller holds; ElmoResumeError where it was a run that can (its work is kept)."""
+    then = work.manifest().settings.get("state")
+    if then != job.settings["state"]:
+        raise ElmoResumeError(
+            f"{job.output}: an interrupted run of --state {then} is in {work.path}: continue it "
+            f"with --resume and its settings, or remove {work.path}"
+        )
+    work.clear()
 
 
 def embed_sharded(bilm: ElmoEmbedder, job: Job, only: Optional[int] = None) -> bool:

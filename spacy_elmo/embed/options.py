@@ -81,7 +81,7 @@ class EmbedOptions:
     def block_size(self, lines: int) -> int:
         """Lines per block for an input of `lines` lines: `flush_every` where given; else 10,000, or
         fewer where `shards` needs more blocks than that gives (so that `--shards N` works on any
-        input of N lines or more)."""
+        input of N lines or more; its lines then differ from a default single run's in rounding)."""
         if self.flush_every is not None:
             return self.flush_every
         return (
@@ -93,7 +93,7 @@ class EmbedOptions:
         if self.shard is None:
             return None
         i, _, n = self.shard.partition("/")
-        if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or (
+        if not (f"{i}{n}".isascii() and i.isdigit() and n.isdigit() and int(i) < int(n)) or (
             self.shards is not None and self.shards != int(n)
         ):
             raise ElmoConfigError(

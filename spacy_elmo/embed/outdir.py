@@ -255,6 +255,20 @@ class WorkDir:
         except OSError as err:
             raise write_error(err, self.path) from None
 
+    def clear(self) -> None:
+        """Remove all in the directory but its lock (which the caller holds)."""
+        try:
+            for path in self.path.iterdir():
+                if path.name == LOCK:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            fsync_dir(self.path)
+        except OSError as err:
+            raise write_error(err, self.path) from None
+
     def remove(self) -> None:
         """Remove the directory and all in it."""
         try:

@@ -40,13 +40,14 @@ class EmbedResult:
 
 
 class EmbedInterrupted(KeyboardInterrupt):
-    """A run stopped by KeyboardInterrupt; `resume_from`: for a single-file output, the first line
-    that a run with `resume` computes again (its complete parts are kept); None for shards (the same
-    options redo the missing ones)."""
+    """A run stopped by KeyboardInterrupt; `resume_from`: for a single-file output, the index (from
+    0) of the first line that a run with `resume` computes again (its complete parts are kept); None
+    for shards (the same options redo the missing ones) and where `starts_over`: the run cannot be
+    continued (`state` carry), and the same options start it again."""
 
-    def __init__(self, resume_from: Optional[int]):
+    def __init__(self, resume_from: Optional[int], starts_over: bool = False):
         super().__init__(resume_from)
-        self.resume_from = resume_from
+        self.resume_from, self.starts_over = resume_from, starts_over
 
 
 def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResult:
@@ -66,6 +67,7 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
         bilm, job = new_job(options)
         total, source, tokens, embedded = job.settings["lines"], bilm.source, 0, 0
         precision = (bilm.precision, bilm.precision_reason)
+        resumable = bilm.state_policy.allows_resume
 
         # a line embedded here, or a shard by an actor
         def on_lines(n_tokens: int, lines: int = 1) -> None:
@@ -96,6 +98,8 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
             else:
                 wrote = embed_single(bilm, job, options.resume)
         except KeyboardInterrupt:
+            if not resumable:
+                raise EmbedInterrupted(None, starts_over=True) from None
             raise EmbedInterrupted(None if options.shards else first_missing_line(job)) from None
     return EmbedResult(
         options.output,

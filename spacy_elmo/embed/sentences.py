@@ -12,10 +12,23 @@ from typing import Any, Optional
 
 from spacy.language import Language
 from spacy.tokens import DocBin
+from spacy.vocab import Vocab
 
 from ..errors import ElmoFileError
 from ..files import TEXT_ENCODING, open_regular
 from .options import DEFAULT_MAX_DOCBIN_BYTES
+
+# what spaCy raises on a DocBin of other content: missing keys, wrong types, unknown strings
+DOCBIN_ERRORS = (
+    AssertionError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    OverflowError,
+    TypeError,
+    ValueError,
+    ZeroDivisionError,
+)
 
 
 def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> ElmoFileError:
@@ -46,8 +59,8 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
             _check_utf8(path, buf[:cut], rest_at, lines)
             lines += buf.count(b"\n", 0, cut)
             rest, rest_at = buf[cut:], rest_at + cut
-    if docbin:
-        lines = len(_docbin(path, max_docbin_bytes))
+    if docbin:  # every Doc read here, before any work: a file that cannot be read leaves nothing
+        lines = sum(1 for _ in _docbin_sentences(path, _docbin(path, max_docbin_bytes)))
     else:
         _check_utf8(path, rest, rest_at, lines)
         lines += last != b"\n"
@@ -81,12 +94,8 @@ def read_sentences(
     Whitespace tokens are left out, as in the `elmo` component; `text`, the key of
     `sentence_to_index`, is stripped (AllenNLP's key of a line)."""
     if path.suffix == ".spacy":
-        from spacy.vocab import Vocab
-
-        docs = _docbin(path, max_docbin_bytes).get_docs(nlp.vocab if nlp is not None else Vocab())
-        for i, doc in enumerate(docs):
-            if i >= skip:
-                yield doc.text.strip(), [t.text for t in doc if not t.is_space]
+        docbin = _docbin(path, max_docbin_bytes)
+        yield from _docbin_sentences(path, docbin, nlp.vocab if nlp is not None else None, skip)
         return
     lines = (text.strip() for text in _decoded_lines(path, skip))
     if nlp is None:
@@ -107,6 +116,23 @@ def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
                 except UnicodeDecodeError as err:
                     raise _bad_utf8(path, number, offset + err.start, err) from None
             offset += len(raw)
+
+
+def _docbin_sentences(
+    path: Path, docbin: DocBin, vocab: Optional[Vocab] = None, skip: int = 0
+) -> Iterator[tuple[str, list[str]]]:
+    """`(text, tokens)` per Doc of `docbin` (read from `path`) after `skip`, its strings looked up
+    in `vocab` (default: a new one); ElmoFileError where a Doc cannot be made of it."""
+    number = 0
+    try:
+        for number, doc in enumerate(docbin.get_docs(Vocab() if vocab is None else vocab)):
+            if number >= skip:
+                yield doc.text.strip(), [t.text for t in doc if not t.is_space]
+    except DOCBIN_ERRORS as err:
+        raise ElmoFileError(
+            f"{path}: not a spaCy DocBin (.spacy) file: its Doc {number + 1} (counting from 1) "
+            f"cannot be read ({type(err).__name__}: {err})"
+        ) from None
 
 
 def _docbin(path: Path, max_bytes: int) -> DocBin:
@@ -131,5 +157,7 @@ def _docbin(path: Path, max_bytes: int) -> DocBin:
         raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None
     try:
         return DocBin().from_bytes(data)
-    except ValueError as err:
-        raise ElmoFileError(f"{path}: not a spaCy DocBin (.spacy) file ({err})") from None
+    except DOCBIN_ERRORS as err:
+        raise ElmoFileError(
+            f"{path}: not a spaCy DocBin (.spacy) file ({type(err).__name__}: {err})"
+        ) from None

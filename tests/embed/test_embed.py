@@ -23,6 +23,7 @@ from ..helpers import (
     LINES,
     REPO,
     interrupt_embed_at_line,
+    one_error_line,
     read_output,
     run_cli,
     write_lines,
@@ -193,6 +194,36 @@ def test_embed_bad_input(fixture_dir, tmp_path, capsys):
     assert list((tmp_path / "a_dir").iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--layer", "²"),
+        ("--layer", "١"),
+        ("--shard", "²/3"),
+        ("--shard", "0/³"),
+        ("--shard", "١/3"),
+    ],
+)
+def test_numbers_are_ascii_digits(fixture_dir, tmp_path, capsys, option, value):
+    """Other Unicode digits (superscripts, Arabic-Indic) are no number: one error line."""
+    text = write_lines(tmp_path / "in.txt", LINES)
+    args = ["embed", text, tmp_path / "o", "-w", fixture_dir, "--whitespace", "--no-progress"]
+    assert run_cli(*args, option, value) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{option} must be" in line and repr(value) in line, line
+
+
+def test_a_temporary_file_not_named_by_a_pid_is_left_alone(fixture_dir, tmp_path):
+    """A stray `.manifest.json.².x.tmp` (not an ASCII pid) in a shard directory is not taken for a
+    process's leftover."""
+    text, out = write_lines(tmp_path / "in.txt", LINES), tmp_path / "out"
+    out.mkdir()
+    (out / ".manifest.json.².ab.tmp").write_text("")
+    args = ["--whitespace", "--no-progress", "--shards", 2, "--flush-every", 1]
+    assert run_cli("embed", text, out, "-w", fixture_dir, *args) == 0
+    assert (out / ".manifest.json.².ab.tmp").exists()
+
+
 def many_lines(n):
     rng = np.random.default_rng(0)
     words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "."]
@@ -216,7 +247,7 @@ def test_embed_resume_after_an_interruption(weights, tmp_path, monkeypatch, caps
     assert run_cli("embed", text, tmp_path / "full.hdf5", *args) == 0
     interrupt_embed_at_line(monkeypatch, 33)
     assert run_cli("embed", text, tmp_path / "part.hdf5", *args) == 130
-    assert "--resume (from line 30)" in capsys.readouterr().err
+    assert "--resume (from line 31, counting from 1)" in capsys.readouterr().err
     assert not (tmp_path / "part.hdf5").exists()
     work = tmp_path / "part.hdf5.partial"
     assert sorted(p.name for p in work.glob("part-*")) == [f"part-{i:05d}.hdf5" for i in range(6)]

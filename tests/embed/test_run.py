@@ -119,6 +119,26 @@ def test_the_hdf5_writer_is_one_implementation_of_the_writer_interface(tmp_path)
         writer.read_settings(tmp_path / "x.txt")
 
 
+def test_files_are_reopened_by_their_datasets_not_by_the_block(
+    corpus, fixture_dir, tmp_path, monkeypatch
+):
+    """HDF5 files are closed and reopened every 10,000 datasets (a bound on HDF5's bookkeeping),
+    whatever --flush-every is: blocks of one line do not reopen the output after each dataset."""
+    import h5py
+
+    from spacy_elmo.embed import EmbedOptions, run
+
+    real, modes = h5py.File, []
+
+    def counted(*args, **kwargs):
+        modes.append(args[1] if len(args) > 1 else kwargs.get("mode"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", counted)
+    run(EmbedOptions(corpus, tmp_path / "o.hdf5", str(fixture_dir), whitespace=True, flush_every=1))
+    assert "w" in modes and "r+" not in modes, modes
+
+
 def test_input_and_output_modules_are_named_by_what_they_read():
     from spacy_elmo.embed.embeddings import Embeddings, open_embeddings  # noqa: F401 (an output, read back)
     from spacy_elmo.embed.sentences import read_sentences, scan_input  # noqa: F401 (the input)

@@ -290,6 +290,38 @@ def test_resume_refuses_an_input_edited_in_place(fixture_dir, tmp_path, monkeypa
     assert str(text) in line and "sha256" in line and "changed" in line, line
 
 
+def test_an_interrupted_carry_run_starts_again(fixture_dir, tmp_path, monkeypatch, capsys):
+    """Under --state carry, which cannot resume, Ctrl-C says so and the same command starts the run
+    again (to an uninterrupted run's output); a resumable run's work is never discarded by it."""
+    text, out = generated(tmp_path / "in.txt", 300, seed=3), tmp_path / "out.hdf5"
+    carry = ("--state", "carry", "--flush-every", "50")
+    assert run_cli(*embed_args(text, tmp_path / "full.hdf5", fixture_dir, *carry)) == 0
+    interrupt_embed_at_line(monkeypatch, 120)
+    assert run_cli(*embed_args(text, out, fixture_dir, *carry)) == 130
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert "cannot be resumed: the same command starts it again" in err and "--resume" not in err
+    assert (out.with_name(out.name + ".partial") / "part-00001.hdf5").is_file()
+    assert run_cli(*embed_args(text, out, fixture_dir, *carry, "--resume")) == 1
+    assert "without --resume, an interrupted carry run starts again" in one_error_line(
+        capsys.readouterr().err
+    )
+    assert run_cli(*embed_args(text, out, fixture_dir, *carry)) == 0
+    assert_same_output(tmp_path / "full.hdf5", out)
+    capsys.readouterr()
+    assert run_cli(*embed_args(text, out, fixture_dir, *carry)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "exists: remove it first" in line and "--resume" not in line, line
+    warm = tmp_path / "warm.hdf5"
+    interrupted_run(text, warm, fixture_dir, monkeypatch, at=120)
+    parts = sorted(p.name for p in warm.with_name("warm.hdf5.partial").iterdir())
+    capsys.readouterr()
+    assert run_cli(*embed_args(text, warm, fixture_dir, *carry)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "an interrupted run of --state warm" in line and "--resume" in line, line
+    assert sorted(p.name for p in warm.with_name("warm.hdf5.partial").iterdir()) == parts
+
+
 SLOW = """
 import sys, time
 import spacy_elmo.embed.compute as ef
@@ -485,6 +517,42 @@ def test_a_docbin_bomb_is_refused_while_it_is_decompressed(fixture_dir, tmp_path
         str(bomb) in line and "more than 10,485,760 bytes" in line and "--max-docbin-bytes" in line
     ), line
     assert peak < 50 << 20, peak
+
+
+def _docbin_message(edit):
+    """A `.spacy` file's bytes: a DocBin of one Doc, its msgpack message edited by `edit`."""
+    import zlib
+
+    import spacy
+    import srsly
+    from spacy.tokens import DocBin
+
+    docbin = DocBin()
+    docbin.add(spacy.blank("en")("Hello world"))
+    return zlib.compress(
+        srsly.msgpack_dumps(edit(srsly.msgpack_loads(zlib.decompress(docbin.to_bytes()))))
+    )
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: {"a": 1},
+        lambda m: [1, 2],
+        lambda m: {**m, "strings": []},
+        lambda m: {**m, "attrs": []},
+    ],
+    ids=["other-keys", "a-list", "no-strings", "no-attrs"],
+)
+def test_a_docbin_of_other_content_is_one_error_naming_it(fixture_dir, tmp_path, capsys, edit):
+    """A `.spacy` input that spaCy cannot read (keys missing, another type, strings left out) is
+    refused before any work, in one ElmoFileError naming it: no output, no work directory."""
+    bad = tmp_path / "in.spacy"
+    bad.write_bytes(_docbin_message(edit))
+    assert run_cli("embed", bad, tmp_path / "out.hdf5", "-w", fixture_dir, "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{bad}: not a spaCy DocBin (.spacy) file" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.spacy"]
 
 
 def test_a_byte_order_mark_is_not_text(fixture_dir, tmp_path):

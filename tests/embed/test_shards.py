@@ -269,6 +269,18 @@ def test_open_embeddings_of_a_single_file(single):
             reader[-601]
 
 
+def test_an_empty_input_opens_as_zero_lines_sharded_or_not(fixture_dir, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert run_cli(*args(empty, tmp_path / "one.hdf5", fixture_dir, flush_every=None)) == 0
+    assert run_cli(*args(empty, tmp_path / "out", fixture_dir, "--shards", 2)) == 0
+    for output in (tmp_path / "one.hdf5", tmp_path / "out"):
+        with open_embeddings(output, verify=True) as reader:
+            assert len(reader) == 0 and list(reader) == []
+            with pytest.raises(IndexError):
+                reader[0]
+
+
 def test_a_kill_between_the_last_shard_and_the_manifest_is_repaired_by_the_rerun(
     single, fixture_dir, tmp_path
 ):
