@@ -55,20 +55,23 @@ def pretrain_cli(
         ),
     ] = None,
     whitespace: Annotated[
-        bool, typer.Option(help="the text is tokenized already: split on whitespace")
+        bool,
+        typer.Option(help="the text is tokenized already: split on whitespace (not with --lang)"),
     ] = False,
     init_from: Annotated[
         Optional[str],
         typer.Option(
-            help="continue training this biLM: a directory saved here, bilm-tf / AllenNLP hdf5 "
-            "weights, or a published model's name (from the cache that `download` fills)"
+            help="continue training this biLM: a directory (a pretrain OUTPUT_DIR or its model/, "
+            "or one holding bilm-tf / AllenNLP options and hdf5 weights) or a published model's "
+            "name (from the cache that `download` fills)"
         ),
     ] = None,
     resume: Annotated[
         bool,
         typer.Option(
             help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; "
-            "only when to stop, evaluate or checkpoint may change)"
+            "only when to stop, evaluate or checkpoint may change). Without it, an OUTPUT_DIR "
+            "holding a run's checkpoint or model is refused, never overwritten"
         ),
     ] = False,
     export_hdf5: Annotated[
@@ -99,7 +102,8 @@ def pretrain_cli(
     Output: OUTPUT_DIR/model (loadable by spacy_elmo.load_bilm and the `elmo` component, with the
     softmax, vocabulary and training.json), metrics.jsonl (dev perplexity), checkpoint/ (for
     --resume; published whole, so a kill at any moment resumes bit for bit), model-hdf5 (with
-    --export-hdf5).
+    --export-hdf5). A new run refuses an OUTPUT_DIR that holds a run: --resume continues it, else
+    remove it or choose another.
     """
     with errors():
         out, more, overrides = parse_arguments(
@@ -196,6 +200,11 @@ def resolve_config(
 ) -> Config:
     """The config file plus the command's shortcuts (--train, --dev, --lang, ...) plus dotted
     overrides."""
+    if lang is not None and whitespace:
+        raise ElmoConfigError(
+            "--lang and --whitespace contradict each other (spaCy's tokenizer or splitting on "
+            "whitespace): pass one"
+        )
     values = dict(values)
     if train:
         values.setdefault("paths.train", train[0] if len(train) == 1 else list(train))
@@ -226,8 +235,10 @@ def run_training(
     import torch
     import torch.distributed as dist
 
+    from ..bilm.device import check_device
     from ..pretrain import train
 
+    check_device(device)  # before torch.distributed starts with it
     if threads:
         torch.set_num_threads(threads)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -30,13 +30,21 @@ def training_vocab(
     log: Callable[[str], None],
 ) -> Vocab:
     """The output vocabulary: the resumed run's, the `--init-from` model's (where its softmax is
-    saved beside it), or the `vocab.size` most frequent words of the training corpus's `counts`."""
+    saved beside it; a `vocab.size` it does not have is warned of), or the `vocab.size` most
+    frequent words of the training corpus's `counts`."""
     if resumed_run is not None:
         return Vocab.from_disk(resumed_run / VOCAB_FILE)
+    size, unk = config["vocab"]["size"], config["corpus"]["unk_token"]
     if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
         log(f"vocabulary and softmax from {init_dir}")
-        return Vocab.from_disk(init_dir / VOCAB_FILE)
-    size, unk = config["vocab"]["size"], config["corpus"]["unk_token"]
+        vocab = Vocab.from_disk(init_dir / VOCAB_FILE)
+        n_words = len(vocab) - len(SPECIALS)
+        if size not in (None, n_words, default_vocab_size()):
+            log(
+                f"warning: vocab.size = {size} is not used: training goes on with the vocabulary "
+                f"and softmax of {init_dir} ({n_words} words)"
+            )
+        return vocab
     vocab = Vocab.build(counts, size, unk, shrink=size == default_vocab_size())
     n_words = len(vocab) - len(SPECIALS)
     if size is not None and n_words < size:

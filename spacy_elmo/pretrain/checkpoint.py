@@ -182,14 +182,10 @@ def save(
     barrier(world)
 
 
-def retire(root: Path) -> None:
-    """Remove the checkpoint in `root` (of an earlier run), the manifest first, so that a kill on
-    the way never leaves it for `--resume`."""
-    root = Path(root)
-    if (root / MANIFEST).exists():
-        (root / MANIFEST).unlink()
-        fsync_dir(root)
-    if root.exists():
+def clear_unpublished(root: Path) -> None:
+    """Remove what a run stopped while writing its first checkpoint left in `root`: parts that no
+    manifest names (a published checkpoint is never removed here: see `outputs.check_new_run`)."""
+    if Path(root).exists():
         shutil.rmtree(root)
 
 

@@ -83,6 +83,12 @@ def _fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and 0 <= value < 1
 
 
+def _paths(value: Any) -> bool:
+    return (isinstance(value, str) and value != "") or (
+        isinstance(value, (list, tuple)) and len(value) > 0 and all(_paths(v) for v in value)
+    )
+
+
 class Rule(NamedTuple):
     """What a setting must be: a test of its value, and its words in the error message."""
 
@@ -105,12 +111,24 @@ def _positive_int_at_most(most: int) -> Rule:
     )
 
 
+def _corpus(flag: str) -> Rule:
+    return Rule(
+        lambda value: value is None or _paths(value),
+        f"a path or a non-empty list of paths (as --{flag} gives), or null",
+    )
+
+
 POSITIVE_INT = Rule(_positive_int, "a positive integer")
 POSITIVE_NUMBER = Rule(_positive_number, "a positive number")
+BOOLEAN = Rule(lambda value: isinstance(value, bool), "true or false")
 # (setting, rule), checked in this order by `check_config`: BUILD_SETTINGS (what a run builds and
 # reads), then `training.state_policy`, then LOOP_SETTINGS (the numbers of the training loop).
 BUILD_SETTINGS = (
+    ("corpus.train", _corpus("train")),
+    ("corpus.dev", _corpus("dev")),
     ("corpus.tokenizer", _one_of(TOKENIZERS)),
+    ("corpus.lowercase", BOOLEAN),
+    ("corpus.unk_token", _or_null(Rule(lambda value: isinstance(value, str), "a string"))),
     ("corpus.max_sentence_length", POSITIVE_INT),
     ("vocab.size", _or_null(POSITIVE_INT)),
     ("softmax.type", _one_of(SOFTMAX_TYPES)),
@@ -135,6 +153,7 @@ LOOP_SETTINGS = (
     ("training.learning_rate", POSITIVE_NUMBER),
     ("training.grad_clip", POSITIVE_NUMBER),
     ("training.dropout", Rule(_fraction, "in [0, 1)")),
+    ("training.export_hdf5", BOOLEAN),
 )
 # Settings added after the first configs were written, and what their absence means.
 ADDED_SETTINGS = {"training.precision": "float32"}

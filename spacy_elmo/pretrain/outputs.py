@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from thinc.api import Config
@@ -78,6 +78,11 @@ def resolve_init(path: str) -> Path:
             f"bilm-tf options + hdf5 weights (`python -m spacy_elmo download NAME` fetches "
             f"published ones)"
         )
+    if not Path(path).is_dir():
+        raise ElmoFileError(
+            f"--init-from {path}: not a directory; pass the directory that holds the biLM (its "
+            f"options and weights: bilm-tf / AllenNLP hdf5, or a model saved by pretrain)"
+        )
     try:
         return locate(path).config.parent  # of a pretrain output directory: its model/
     except ElmoFileError as err:
@@ -110,12 +115,11 @@ def check_resumable(
             if section == "training" and key in RESUMABLE_CHANGES:
                 continue
             old = saved.get(section, {}).get(key, DEFAULTS_BEFORE.get((section, key)))
-            if section == "corpus" and key in ("train", "dev"):
-                old, value = resolved_paths(old), resolved_paths(value)
-            if old != value:
+            paths = section == "corpus" and key in ("train", "dev")
+            if (resolved_paths(old) != resolved_paths(value)) if paths else (old != value):
                 raise ElmoResumeError(
                     f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
-                    f"was trained with {old!r}"
+                    f"was trained with {old!r}{_relative_hint(old) if paths else ''}"
                 )
     path = output / CORPUS_RECORD
     data = read_regular(path, "corpus record", RECORD_BYTES)
@@ -142,24 +146,67 @@ def check_resumable(
             )
 
 
-def resolved_paths(value: Any) -> Any:
+def resolved_paths(value: Any, resolve: Callable[[str], str] = os.path.realpath) -> Any:
     """A corpus setting (a path, a list of paths, or null) with each path as the file system
-    resolves it, so that `a.txt`, `./a.txt` and its absolute path are one file."""
+    resolves it, so that `a.txt`, `./a.txt` and its absolute path are one file (or as `resolve`
+    gives it)."""
     if isinstance(value, str):
-        return os.path.realpath(value)
+        return resolve(value)
     if isinstance(value, (list, tuple)):
-        return [resolved_paths(v) for v in value]
+        return [resolved_paths(v, resolve) for v in value]
     return value
+
+
+def check_new_run(output: Path) -> None:
+    """Refuse a new run (not `--resume`) in `output` where it holds an earlier run's checkpoint or
+    model: nothing of a run is removed unasked."""
+    held = []
+    if os.path.lexists(output / CHECKPOINT_DIR / checkpoint.MANIFEST):
+        try:
+            step = checkpoint.read_manifest(output / CHECKPOINT_DIR)["step"]
+            held.append(f"its checkpoint at step {step}")
+        except ElmoFileError:
+            held.append("its checkpoint")
+    if os.path.lexists(output / MODEL_DIR) or os.path.lexists(output / HDF5_DIR):
+        held.append("its model")
+    if held:
+        raise ElmoResumeError(
+            f"{output} holds a pretrain run ({' and '.join(held)}): pass --resume to continue it, "
+            "or remove it (or choose another output)"
+        )
+
+
+def _relative_hint(value: Any) -> str:
+    """For a corpus setting recorded by a run from before paths were recorded absolute: where its
+    relative paths start."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, str) and not os.path.isabs(v) for v in values):
+        return " (relative to the directory that run started in: resume from there)"
+    return ""
+
+
+def with_absolute_corpus(config: Config) -> Config:
+    """`config` with its corpus paths (`corpus.train`, `corpus.dev` and the `paths` they come from)
+    absolute, as a run records them: it resumes from any working directory (symlinks are kept, so
+    that messages name the files given)."""
+    config = config.copy()
+    for section in ("paths", "corpus"):
+        for key in ("train", "dev"):
+            if key in config.get(section, {}):
+                config[section][key] = resolved_paths(config[section][key], os.path.abspath)
+    return config
 
 
 def start_new_run(
     output: Path, config: Config, vocab: Vocab, corpus_sha256: Dict[str, str], bilm: BiLM
 ) -> None:
-    """Retire an earlier run's checkpoint and learning curve in `output` (it can no longer be
-    resumed), then record this run's config, vocabulary, corpus digests and biLM sizes."""
-    output.mkdir(parents=True, exist_ok=True)
-    checkpoint.retire(output / CHECKPOINT_DIR)
-    (output / METRICS_FILE).unlink(missing_ok=True)
+    """Clear what a run stopped before its first checkpoint left in `output` (`check_new_run`
+    refuses any other run), then record this run's config, vocabulary, corpus digests and biLM
+    sizes."""
+    with write_errors(output):
+        output.mkdir(parents=True, exist_ok=True)
+        checkpoint.clear_unpublished(output / CHECKPOINT_DIR)
+        (output / METRICS_FILE).unlink(missing_ok=True)
     for name, text in (
         (CONFIG_FILE, config.to_str()),
         (VOCAB_FILE, vocab.to_str()),
@@ -193,20 +240,21 @@ def append_metrics(output: Path, record: Dict[str, Any]) -> None:
         append_whole(path, (json.dumps(record) + "\n").encode("utf-8"))
 
 
-def forget_metrics_after(output: Path, step: int) -> bool:
+def forget_metrics_after(output: Path, step: int) -> Tuple[bool, bool]:
     """Drop the learning-curve records of steps after the checkpoint (the resumed run redoes them)
     and a torn last line (a line without its newline that is not a record: a kill while it was
-    written). Returns whether a torn line was dropped; any other line that is not a record is an
-    ElmoFileError."""
+    written). Returns (whether a torn line was dropped, whether a record of `step` is kept); any
+    other line that is not a record is an ElmoFileError."""
     path = output / METRICS_FILE
     if not os.path.lexists(path):
-        return False
+        return False, False
     data = read_regular(path, "metrics file", RECORD_BYTES)
     try:
         lines = data.decode(TEXT_ENCODING, "replace").splitlines(keepends=True)
         torn = bool(lines) and not lines[-1].endswith("\n") and not _is_record(lines[-1])
         lines = lines[:-1] if torn else lines
-        kept = [line for line in lines if json.loads(line)["step"] <= step]
+        steps = [json.loads(line)["step"] for line in lines]
+        kept = [line for line, s in zip(lines, steps) if s <= step]
     except (ValueError, KeyError, TypeError) as err:
         raise ElmoFileError(
             f"{path}: not a metrics file written by pretrain ({type(err).__name__}: {err})"
@@ -214,7 +262,7 @@ def forget_metrics_after(output: Path, step: int) -> bool:
     if torn or len(kept) < len(lines):
         with write_errors(path, "free space and run again with --resume"):
             write_atomic(path, "".join(kept))
-    return torn
+    return torn, step in steps
 
 
 def _is_record(line: str) -> bool:

@@ -24,6 +24,9 @@ class Progress:
     tokens: int = 0
     train_seconds: float = 0.0
     last_eval_seconds: float = 0.0
+    # the training loss of the steps since the last report, summed over them (the next report's)
+    loss_sum: float = 0.0
+    loss_steps: int = 0
 
     @property
     def position(self) -> Position:

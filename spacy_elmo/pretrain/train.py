@@ -8,8 +8,9 @@ Under the "stream" scheme the LSTM state at the end of each window is carried in
 Checkpoints hold the weights, the optimizer, the data position, the carried states and the random
 generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on
 CPU); each is published at once, whole (see `checkpoint`). `corpus.json` records the sha256 of every
-training file at the start, so that a resumed run refuses a corpus edited since. A new run (not
-`resume`) in a directory of an earlier one removes that run's checkpoint and metrics first.
+training file at the start, so that a resumed run refuses a corpus edited since; the corpus paths
+are recorded absolute, so a run resumes from any working directory. A new run (not `resume`)
+refuses a directory that holds an earlier run's checkpoint or model.
 
 What is trained is built in `build`; the optimizer and gradients are in `optim`; the progress bar
 and the reports' records in `progress`; the run's files in `outputs`.
@@ -29,6 +30,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..bilm import LSTMState
+from ..bilm.device import check_device
 from ..bilm.precision import resolve_precision
 from ..errors import ElmoConfigError, ElmoFileError
 from ..weights.hub import sha256_file
@@ -45,12 +47,14 @@ from .outputs import (
     HDF5_DIR,
     METRICS_FILE,
     append_metrics,
+    check_new_run,
     check_resumable,
     forget_metrics_after,
     recorded_options,
     resolve_init,
     save_trained,
     start_new_run,
+    with_absolute_corpus,
 )
 from .progress import Progress, TrainingBar, metrics_record, report_line
 
@@ -79,9 +83,12 @@ class Trainer:
         progress_bar: bool = True,
         log: Callable[[str], None] = print,
     ):
-        self.config, self.output, self.device = config, Path(output), torch.device(device)
+        self.output, self.device = Path(output), check_device(device)
         if self.output.exists() and not self.output.is_dir():
             raise ElmoFileError(f"{self.output} exists and is not a directory: pretrain writes one")
+        if not resume:
+            check_new_run(self.output)
+        self.config = config = with_absolute_corpus(config)
         self.rank, self.world = (
             (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         )
@@ -196,11 +203,15 @@ class Trainer:
                 "training.learning_rate"
             )
         self.saved_step = self.progress.step
-        if self.rank == 0 and forget_metrics_after(self.output, self.progress.step):
-            self.log(
-                f"{self.output / METRICS_FILE}: dropped a torn last line (a run stopped while "
-                f"writing it)"
-            )
+        if self.rank == 0:
+            torn, reported = forget_metrics_after(self.output, self.progress.step)
+            if torn:
+                self.log(
+                    f"{self.output / METRICS_FILE}: dropped a torn last line (a run stopped while "
+                    f"writing it)"
+                )
+            if reported:  # the loss the checkpoint holds is in the record of its step
+                self.progress.loss_sum, self.progress.loss_steps = 0.0, 0
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
 
     def _diverged(self, step: int, what: str) -> ElmoConfigError:
@@ -233,14 +244,17 @@ class Trainer:
         )
         return {"policy": self.policy, **perplexities(nll, self.dev.n_predicted)}
 
-    def _report(self, train_loss: float) -> None:
-        """Dev perplexity now: printed, and appended to `metrics.jsonl` (the learning curve)."""
-        start = time.perf_counter()
+    def _report(self) -> None:
+        """Dev perplexity now and the mean training loss since the last report: printed, and
+        appended to `metrics.jsonl` (the learning curve)."""
+        p, start = self.progress, time.perf_counter()
         self.last_dev = self.evaluate()
-        self.progress.last_eval_seconds = self.progress.train_seconds
+        p.last_eval_seconds = p.train_seconds
+        train_loss = p.loss_sum / p.loss_steps
+        p.loss_sum, p.loss_steps = 0.0, 0
         if self.rank != 0:
             return
-        record = metrics_record(self.progress, train_loss, self.last_dev, start)
+        record = metrics_record(p, train_loss, self.last_dev, start)
         append_metrics(self.output, record)
         if self.progress_bar:
             tqdm.write(report_line(record))
@@ -258,7 +272,6 @@ class Trainer:
         # Without a step limit, a time budget is the bar's total: it advances by training seconds.
         budget = t["max_steps"] is None and t["max_minutes"] is not None
         bar = TrainingBar(p, t["max_steps"], max_seconds if budget else None, self.progress_bar)
-        loss_sum, loss_count = 0.0, 0
         with deferred_interrupt(self.world == 1) as interrupted:
             for position, batch in self._batches():
                 if t["max_steps"] is not None and p.step >= t["max_steps"]:
@@ -273,12 +286,11 @@ class Trainer:
                 p.epoch, p.file, p.batch = position
                 p.train_seconds += time.perf_counter() - start
                 step_loss = float(nll.detach().sum()) / (2 * batch.n_predicted)
-                loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
+                p.loss_sum, p.loss_steps = p.loss_sum + step_loss, p.loss_steps + 1
                 bar.update(p, step_loss)
                 step_due = t["eval_every"] and p.step % t["eval_every"] == 0
                 if step_due or p.train_seconds - p.last_eval_seconds >= eval_seconds:
-                    self._report(loss_sum / loss_count)
-                    loss_sum, loss_count = 0.0, 0
+                    self._report()
                 if p.step % t["checkpoint_every"] == 0 or interrupted():
                     self._save_checkpoint()
                 if interrupted():
@@ -287,8 +299,8 @@ class Trainer:
                     raise KeyboardInterrupt
         bar.close()
         self._save_checkpoint()
-        if loss_count:
-            self._report(loss_sum / loss_count)
+        if p.loss_steps:  # the steps since the last report (a resumed run: from its checkpoint)
+            self._report()
         elif self.last_dev is None and self.dev is not None:  # a resumed run that was complete
             self.last_dev = self.evaluate()
         return self.finish()

@@ -113,10 +113,12 @@ def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted
     quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     assert_same_model(out, uninterrupted)
     assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]  # none twice
+    assert metric_losses(out) == metric_losses(uninterrupted)  # from the last report, not resume
 
 
 # A child process runs `python -m spacy_elmo pretrain ARGS` and presses Ctrl-C (SIGINT) in the
-# middle of the first report (step 3; the first checkpoint would be at step 4).
+# middle of the report of step $AT (3: the first, the first checkpoint would be at step 4; 10: the
+# final one, after the final checkpoint).
 CTRL_C = """
 import os, signal, sys
 import torch
@@ -124,18 +126,20 @@ torch.set_num_threads(1)
 from spacy_elmo.cli import main
 from spacy_elmo.pretrain.train import Trainer
 report = Trainer._report
-def pressed(self, loss):
-    os.kill(os.getpid(), signal.SIGINT)
-    report(self, loss)
+def pressed(self, *args):
+    if self.progress.step == int(os.environ["AT"]):
+        os.kill(os.getpid(), signal.SIGINT)
+    report(self, *args)
 Trainer._report = pressed
 main(sys.argv[1:])
 """
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_checkpoints_the_step_and_resume_is_bit_exact(corpus, uninterrupted, tmp_path):
+@pytest.mark.parametrize("at", [3, 10])
+def test_ctrl_c_checkpoints_the_step_and_resume_is_bit_exact(corpus, uninterrupted, tmp_path, at):
     """Ctrl-C ends the step it came in, saves it, says which step --resume continues from; the
-    resumed run ends with the weights of the uninterrupted one."""
+    resumed run ends with the weights and the learning curve of the uninterrupted one."""
     out = tmp_path / "out"
     child = subprocess.run(
         [sys.executable, "-c", CTRL_C, "pretrain", str(out), "--no-progress"]
@@ -144,14 +148,15 @@ def test_ctrl_c_checkpoints_the_step_and_resume_is_bit_exact(corpus, uninterrupt
         capture_output=True,
         text=True,
         timeout=100,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "AT": str(at)},
     )
     assert child.returncode == 130, child.stderr[-2000:]
     last = child.stderr.strip().splitlines()[-1]
-    assert last == "interrupted; continue with --resume (from the checkpoint of step 3)", last
+    assert last == f"interrupted; continue with --resume (from the checkpoint of step {at})", last
     quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     assert_same_model(out, uninterrupted)
     assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]
+    assert metric_losses(out) == metric_losses(uninterrupted)
 
 
 def test_resuming_a_complete_run_trains_nothing_and_records_nothing(
@@ -167,6 +172,11 @@ def test_resuming_a_complete_run_trains_nothing_and_records_nothing(
 
 def metric_steps(out):
     return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def metric_losses(out):
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["train_loss"] for line in lines]
 
 
 class Evil:
@@ -277,21 +287,6 @@ def test_a_hostile_softmax_to_continue_from_is_refused_unread(
     ), err
     last = err.splitlines()[-1]
     assert last.startswith("error:") and str(head) in last and not marker.exists()
-
-
-def test_a_new_run_in_the_same_directory_retires_the_old_checkpoint(corpus, tmp_path):
-    """A new run (no --resume) over an earlier one, killed before its first checkpoint: `--resume`
-    must not continue the earlier run's checkpoint under the new run's config and corpus record."""
-    from spacy_elmo.pretrain import Trainer
-
-    out = tmp_path / "out"
-    quiet_train(tiny_config(corpus, None, training__max_steps=3, training__eval_every=1), out)
-    new = tiny_config(corpus, None, training__max_steps=3, training__seed=7)
-    # set up, then "killed" before a checkpoint
-    Trainer(new, out, progress_bar=False, log=lambda m: None)
-    assert not (out / "metrics.jsonl").exists()
-    with pytest.raises(ElmoFileError, match="no checkpoint"):
-        quiet_train(new, out, resume=True)
 
 
 # ----------------------------------------------------------------------------------------- a full

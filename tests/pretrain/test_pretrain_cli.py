@@ -14,7 +14,14 @@ from spacy_elmo.cli import app
 from spacy_elmo.cli.pretrain import split_overrides
 from spacy_elmo.pretrain import train
 
-from ..helpers import override_args, run_pretrain, tiny_config, toy_sentences, write_corpus
+from ..helpers import (
+    one_error_line,
+    override_args,
+    run_pretrain,
+    tiny_config,
+    toy_sentences,
+    write_corpus,
+)
 
 
 def test_split_overrides():
@@ -246,6 +253,9 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
         ("softmax.adaptive_cutoffs", "5", "increasing positive integers"),
         ("softmax.adaptive_cutoffs", "[8, 4]", "increasing positive integers"),
         ("softmax.adaptive_cutoffs", "[]", "increasing positive integers"),
+        ("corpus.lowercase", '"yes"', "true or false, got 'yes'"),
+        ("training.export_hdf5", '"x"', "true or false, got 'x'"),
+        ("corpus.unk_token", "[1]", "a string or null, got [1]"),
     ],
 )
 def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
@@ -270,6 +280,7 @@ def test_adaptive_cutoffs_beyond_the_vocabulary_are_named_not_dropped_silently(t
     ) in err, err
     head = torch.load(tmp_path / "out" / "model" / "lm_head.pt", weights_only=True)
     assert sum(k.startswith("softmax.tail.") and k.endswith(".0.weight") for k in head) == 1
+    args[0] = tmp_path / "out2"
     code, err = run_pretrain([*args, "--softmax.adaptive_cutoffs", "[100000]"], capsys)
     assert code == 1 and "Traceback" not in err, err
     assert "softmax.adaptive_cutoffs" in err and f"({n_words})" in err, err
@@ -303,3 +314,51 @@ def test_a_torn_last_metrics_line_is_dropped_at_resume(tmp_path, capsys):
     assert "dropped a torn last line" in err
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 3
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("paths.train", "5"), ("paths.dev", "5"), ("paths.train", '{"a":1}'), ("paths.train", "[]")],
+)
+def test_corpus_paths_of_another_type_are_one_error(tmp_path, capsys, key, value):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
+    args = override_args(train_path, None)
+    i = args.index(f"--{key}")
+    args[i + 1] = value
+    code, err = run_pretrain([tmp_path / "out", *args], capsys)
+    setting = key.replace("paths.", "corpus.")
+    assert code == 1 and one_error_line(err).startswith(
+        f"error: config '{setting}' must be a path or a non-empty list of paths"
+    ), err
+
+
+def test_lang_and_whitespace_together_are_one_error(tmp_path, capsys):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(20))
+    code, err = run_pretrain(
+        [tmp_path / "out", "--lang", "en", "--whitespace", "--train", train_path], capsys
+    )
+    assert code == 1 and "--lang and --whitespace" in one_error_line(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_init_from_names_a_directory_and_warns_of_a_vocab_size_it_ignores(
+    tmp_path, capsys, fixture_dir
+):
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    args = ["--no-progress", *override_args(train_path, None, training__max_steps=2)]
+    code, err = run_pretrain([tmp_path / "base", *args], capsys)
+    assert code == 0, err
+    n_words = len((tmp_path / "base" / "vocab.txt").read_text().splitlines()) - 3
+    code, err = run_pretrain(
+        [tmp_path / "tuned", *args, "--init-from", tmp_path / "base", "--vocab.size", "7"], capsys
+    )
+    assert code == 0, err
+    assert "warning: vocab.size = 7 is not used: training goes on with the vocabulary" in err
+    assert f"({n_words} words)" in err
+    weights = fixture_dir / "lm_weights.hdf5"
+    code, err = run_pretrain([tmp_path / "hdf5", *args, "--init-from", weights], capsys)
+    assert code == 1 and one_error_line(err).startswith(
+        f"error: --init-from {weights}: not a directory; pass the directory that holds the biLM"
+    )
+    code, out = run_pretrain(["--help"], capsys, "out")
+    assert "bilm-tf / AllenNLP options and hdf5 weights" in " ".join(out.replace("│", " ").split())

@@ -261,14 +261,12 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
     # a model saved here (or the output directory it is in): its weights, softmax and vocabulary
     # continue
     adapted = tiny_config(train_path, dev_path, training__max_steps=2)
-    for source in (tmp_path / "base" / "model", tmp_path / "base"):
-        logged = []
-        summary = train(
-            adapted, tmp_path / "own", init_from=str(source), progress_bar=False, log=logged.append
-        )
+    for i, source in enumerate((tmp_path / "base" / "model", tmp_path / "base")):
+        logged, own = [], tmp_path / f"own{i}"
+        summary = train(adapted, own, init_from=str(source), progress_bar=False, log=logged.append)
         assert summary["steps"] == 2
         assert f"vocabulary and softmax from {tmp_path / 'base' / 'model'}" in logged
-        assert (tmp_path / "own" / "vocab.txt").read_text() == (
+        assert (own / "vocab.txt").read_text() == (
             tmp_path / "base" / "model" / "vocab.txt"
         ).read_text()
     # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's

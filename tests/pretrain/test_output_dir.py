@@ -1,0 +1,137 @@
+"""The output directory of `pretrain`: a run in it is never replaced unasked, one that cannot be
+written is one error line, a bad device is refused before any work, and a run resumes from any
+working directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from spacy_elmo import ElmoFileError, ElmoResumeError
+from spacy_elmo.pretrain import Trainer
+
+from ..helpers import (
+    one_error_line,
+    override_args,
+    quiet_train,
+    run_pretrain,
+    tiny_config,
+    tmpfs,
+    toy_sentences,
+    write_corpus,
+)
+
+
+def files_of(out):
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_a_new_run_never_replaces_an_earlier_one(tmp_path):
+    """A new run (no resume) over a run's checkpoint or model is refused before anything is
+    written; over a run stopped while writing its first checkpoint it starts afresh."""
+    corpus = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    quiet_train(tiny_config(corpus, None, training__max_steps=3, training__eval_every=1), out)
+    files = files_of(out)
+    new = tiny_config(corpus, None, training__max_steps=3, training__seed=7)
+    with pytest.raises(ElmoResumeError, match=r"\(its checkpoint at step 3 and its model\): pass"):
+        Trainer(new, out, progress_bar=False, log=lambda m: None)
+    assert files_of(out) == files
+    shutil.rmtree(out / "model")
+    (out / "checkpoint" / "checkpoint.json").unlink()  # its parts, published by no manifest
+    Trainer(new, out, progress_bar=False, log=lambda m: None)
+    assert not (out / "metrics.jsonl").exists() and not (out / "checkpoint").exists()
+    with pytest.raises(ElmoFileError, match="no checkpoint"):
+        quiet_train(new, out, resume=True)
+
+
+def test_rerunning_into_a_run_without_resume_is_one_error_and_keeps_the_run(tmp_path, capsys):
+    """Refused before the corpus is read: a rerun whose corpus is too small for one batch (which
+    fails only after reading it) leaves the run as it was too; --help says so."""
+    corpus = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    args = [out, "--no-progress", *override_args(corpus, None, training__checkpoint_every=5)]
+    assert run_pretrain([*args, "--training.max_steps", "8"], capsys)[0] == 0
+    files = files_of(out)
+    tiny = write_corpus(tmp_path / "tiny.txt", ["a b"])
+    expect = (
+        f"error: {out} holds a pretrain run (its checkpoint at step 8 and its model): pass "
+        "--resume to continue it, or remove it (or choose another output)"
+    )
+    for more in (["--training.max_steps", "5"], ["--paths.train", str(tiny)]):
+        code, err = run_pretrain([*args, *more], capsys)
+        assert code == 1 and one_error_line(err) == expect
+        assert files_of(out) == files
+    shutil.rmtree(out / "model")
+    code, err = run_pretrain([*args, "--training.max_steps", "5"], capsys)
+    assert code == 1 and one_error_line(err) == expect.replace(" and its model", "")
+    code, out_text = run_pretrain(["--help"], capsys, "out")
+    assert code == 0 and "never overwritten" in " ".join(out_text.replace("│", " ").split())
+
+
+@pytest.mark.parametrize(
+    "device,expect",
+    [
+        ("nonsense", "device must be 'cpu', 'cuda' or 'cuda:N', got 'nonsense'"),
+        ("cuda:99", "device 'cuda:99': this "),
+    ],
+)
+def test_a_bad_device_is_one_error_before_any_work(tmp_path, capsys, device, expect):
+    missing = tmp_path / "no-such-corpus.txt"  # never read: the device is checked first
+    code, err = run_pretrain(
+        [tmp_path / "out", *override_args(missing, None), "--device", device], capsys
+    )
+    assert code == 1 and one_error_line(err).startswith(f"error: {expect}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_error(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "train.txt", toy_sentences(20))
+    (tmp_path / "afile").write_text("a file", encoding="utf-8")
+    code, err = run_pretrain([tmp_path / "afile" / "sub", *override_args(corpus, None)], capsys)
+    assert code == 1
+    assert (
+        one_error_line(err) == f"error: cannot write {tmp_path / 'afile' / 'sub'}: Not a directory"
+    )
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        code, err = run_pretrain([disk / "out", *override_args(corpus, None)], capsys)
+        assert code == 1
+        assert one_error_line(err) == f"error: cannot write {disk / 'out'}: read-only file system"
+
+
+def test_a_run_resumes_from_another_working_directory(tmp_path, capsys, monkeypatch):
+    """The run records its corpus paths absolute; a run recorded before that (relative paths)
+    resumes from the directory it started in and is named clearly from another."""
+    (tmp_path / "elsewhere").mkdir()
+    write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    write_corpus(tmp_path / "dev.txt", toy_sentences(5, seed=1))
+    monkeypatch.chdir(tmp_path)
+
+    def run(out, corpus, dev, steps, *more):
+        args = [out, "--no-progress", *override_args(corpus, dev, training__max_steps=steps)]
+        return run_pretrain([*args, *more], capsys)
+
+    assert run("out", "train.txt", "dev.txt", 2)[0] == 0
+    corpus, dev = str(tmp_path / "train.txt"), str(tmp_path / "dev.txt")
+    assert list(json.loads((tmp_path / "out" / "corpus.json").read_text())) == [corpus]
+    assert f'train = "{corpus}"' in (tmp_path / "out" / "config.cfg").read_text()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, err = run("../out", "../train.txt", "../dev.txt", 3, "--resume")
+    assert code == 0 and "resumed at step 2" in err, err
+    # as a run of an earlier version recorded it: paths relative to where it started
+    config = tmp_path / "out" / "config.cfg"
+    config.write_text(config.read_text().replace(corpus, "train.txt").replace(dev, "dev.txt"))
+    record = tmp_path / "out" / "corpus.json"
+    record.write_text(json.dumps({"train.txt": json.loads(record.read_text())[corpus]}))
+    code, err = run("../out", "../train.txt", "../dev.txt", 4, "--resume")
+    assert code == 1
+    assert one_error_line(err).endswith(
+        "with 'train.txt' (relative to the directory that run started in: resume from there)"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, err = run("out", "train.txt", "dev.txt", 4, "--resume")
+    assert code == 0 and "resumed at step 3" in err, err
