@@ -10,12 +10,12 @@ from typing import Callable, Iterator
 
 
 @contextmanager
-def deferred_interrupt(enabled: bool = True) -> Iterator[Callable[[], bool]]:
+def deferred_interrupt() -> Iterator[Callable[[], bool]]:
     """Inside, the first SIGINT only sets a flag, read by the function yielded; the second raises
-    KeyboardInterrupt as usual. Off (the flag stays down) where `enabled` is false or outside the
-    main thread, which alone may handle signals."""
+    KeyboardInterrupt as usual. Off (the flag stays down) outside the main thread, which alone may
+    handle signals."""
     caught = []
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
 

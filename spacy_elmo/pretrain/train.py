@@ -272,12 +272,14 @@ class Trainer:
         # Without a step limit, a time budget is the bar's total: it advances by training seconds.
         budget = t["max_steps"] is None and t["max_minutes"] is not None
         bar = TrainingBar(p, t["max_steps"], max_seconds if budget else None, self.progress_bar)
-        with deferred_interrupt(self.world == 1) as interrupted:
+        with deferred_interrupt() as interrupted:
             for position, batch in self._batches():
                 if t["max_steps"] is not None and p.step >= t["max_steps"]:
                     break
                 start = time.perf_counter()
-                n_global = self._predicted_everywhere(batch, p.train_seconds >= max_seconds)
+                n_global, stop = self._everywhere(
+                    batch, p.train_seconds >= max_seconds, interrupted()
+                )
                 if n_global is None:
                     break
                 nll = self._step(batch, n_global)
@@ -291,9 +293,10 @@ class Trainer:
                 step_due = t["eval_every"] and p.step % t["eval_every"] == 0
                 if step_due or p.train_seconds - p.last_eval_seconds >= eval_seconds:
                     self._report()
-                if p.step % t["checkpoint_every"] == 0 or interrupted():
+                stop = stop or self.world == 1 and interrupted()
+                if p.step % t["checkpoint_every"] == 0 or stop:
                     self._save_checkpoint()
-                if interrupted():
+                if stop:
                     bar.close()
                     self.log(f"checkpoint of step {p.step} saved")
                     raise KeyboardInterrupt
@@ -321,13 +324,13 @@ class Trainer:
             t["max_epochs"],
         )
 
-    def _predicted_everywhere(self, batch: Batch, out_of_time: bool) -> Optional[int]:
-        """The tokens that all processes predict per direction in this step, or None to stop: a
-        process is `out_of_time` (every process stops at the same step)."""
-        flags = torch.tensor([batch.n_predicted, float(out_of_time)], dtype=torch.float64)
+    def _everywhere(self, batch: Batch, late: bool, asked: bool) -> Tuple[Optional[int], bool]:
+        """The tokens all processes predict per direction in this step (None to stop now: one is
+        `late`, out of time), and whether one was `asked` to stop (Ctrl-C): all stop together."""
+        flags = torch.tensor([batch.n_predicted, float(late), float(asked)], dtype=torch.float64)
         if self.world > 1:
             dist.all_reduce(flags)
-        return None if flags[1] > 0 else int(flags[0])
+        return (None if flags[1] > 0 else int(flags[0])), bool(flags[2] > 0)
 
     def _step(self, batch: Batch, n_global: int) -> torch.Tensor:
         """One optimizer step on `batch`, whose loss is averaged over the `n_global` tokens of all

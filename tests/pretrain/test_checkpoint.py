@@ -121,7 +121,8 @@ def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted
 # final one, after the final checkpoint).
 CTRL_C = """
 import os, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, also in a background job
+# SIGINT taken as in a terminal, also where the suite runs as a background job (SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import torch
 torch.set_num_threads(1)
 from spacy_elmo.cli import main
