@@ -14,6 +14,7 @@ Where a write fails, `write_errors` says what went wrong in one error (a full di
 from __future__ import annotations
 
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -23,7 +24,7 @@ import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Union
 
 from .errors import ElmoError, ElmoFileError, ElmoResourceError
 
@@ -293,6 +294,42 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
         raise
     fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def exclusive_lock(path: PathLike, on_wait: Optional[Callable[[], None]] = None) -> Iterator[None]:
+    """Hold an exclusive flock on the file `path` (created) for the block, waiting while another
+    process holds it (calling `on_wait()` once first). The file is removed as the lock is released;
+    a process that waited on the removed file takes the one now at `path`. OSError where `path`
+    cannot be opened (a read-only file system)."""
+    path, waited = Path(path), False
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None and not waited:
+                    on_wait()
+                waited = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed by its holder meanwhile
+    try:
+        yield
+    finally:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def write_error(

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import errno
 import http.client
+import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import ElmoConfigError, ElmoError, ElmoResourceError
+from ..files import exclusive_lock, write_error, write_errors
 from . import hub
 from .load import load_bilm
 
@@ -26,6 +29,8 @@ CHUNK = 1 << 20
 DEADLINE_BASE = 60.0
 MIN_RATE = 64 << 10  # bytes per second
 FULL = (errno.ENOSPC, errno.EDQUOT)
+LOCAL = (errno.EROFS, errno.EACCES, errno.EPERM)  # no retry will write
+LOCK = "download.lock"
 
 
 def file_deadline(max_bytes: int) -> float:
@@ -55,38 +60,96 @@ def download(
     included (default: `file_deadline` of its largest size), after which the part file is kept for
     the next call; a file announced or arriving larger than the published one can be
     (`hub.max_bytes`) is refused. A full disk or quota (ENOSPC, EDQUOT) is one ElmoResourceError,
-    not retried, and removes the part file.
+    not retried, and removes the part file; a read-only cache or a permission is one ElmoFileError.
+
+    One download of a model at a time: a second call waits for the first (an flock on
+    `download.lock` in the model's directory), then finds the model complete. Files appear whole,
+    each renamed from its part file once complete.
     """
     if deadline is not None and not deadline > 0:  # nan too
         raise ElmoConfigError(f"deadline must be a positive number of seconds, got {deadline}")
     directory = hub.model_dir(name, cache)
     files = hub.published_files(name, base_url)
-    if all((directory / f).is_file() for f, _ in files) and hub.verify(directory, name):
+    if _present(directory, files) and hub.verify(directory, name):
         return directory
     created = not directory.exists()
     hub.make_model_dir(name, cache)
-    fetched = []
     try:
-        for (file_name, url), limit in zip(files, hub.max_bytes(name)):
-            target = directory / file_name
-            if target.is_file():
-                continue
-            seconds = file_deadline(limit) if deadline is None else deadline
-            try:
-                _fetch(url, target, progress, attempts, timeout, limit, seconds)
-            except urllib.error.URLError as err:  # no network (HTTP errors: ElmoResourceError)
-                raise ElmoResourceError(
-                    f"could not reach {url} ({err.reason}). Without network access, fetch "
-                    f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
-                ) from None
-            fetched.append(target)
-        _check_loads(directory, name, fetched)
+        with _locked(directory, name, files):
+            # another download may have completed it meanwhile
+            if not (_present(directory, files) and hub.verify(directory, name)):
+                _fetch_all(directory, name, files, progress, attempts, timeout, deadline)
     except BaseException:
-        if created and not any(directory.iterdir()):  # nothing to resume: the cache as it was
-            directory.rmdir()
+        if created:  # nothing to resume: the cache as it was
+            try:
+                directory.rmdir()
+            except OSError:  # not empty
+                pass
         raise
-    hub.record(directory, name, dict(files))
     return directory
+
+
+def _present(directory: Path, files: list[tuple[str, str]]) -> bool:
+    return all((directory / f).is_file() for f, _ in files)
+
+
+@contextmanager
+def _locked(directory: Path, name: str, files: list[tuple[str, str]]) -> Iterator[None]:
+    """The block under the lock of `directory` (one download of a model at a time: another waits,
+    saying so once). Where the lock cannot be written (a read-only cache) and every file is there,
+    the block runs without it (nothing to fetch); else one error naming the lock."""
+    path = directory / LOCK
+
+    def waiting() -> None:
+        print(f"waiting for another download of '{name}' into {directory}", file=sys.stderr)
+
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive_lock(path, waiting))
+        except OSError as err:
+            if not _present(directory, files):
+                raise _write_error(err, path) from None
+        yield
+
+
+def _fetch_all(
+    directory: Path,
+    name: str,
+    files: list[tuple[str, str]],
+    progress: Optional[Progress],
+    attempts: int,
+    timeout: float,
+    deadline: Optional[float],
+) -> None:
+    """Fetch the missing `files` of `name` into `directory`, check that the model loads and record
+    the files in the manifest (those placed by hand: where it can be written, see
+    `hub.record_by_hand`)."""
+    fetched = []
+    for (file_name, url), limit in zip(files, hub.max_bytes(name)):
+        target = directory / file_name
+        if target.is_file():
+            continue
+        seconds = file_deadline(limit) if deadline is None else deadline
+        try:
+            _fetch(url, target, progress, attempts, timeout, limit, seconds)
+        except urllib.error.URLError as err:  # no network (HTTP errors: ElmoResourceError)
+            raise ElmoResourceError(
+                f"could not reach {url} ({err.reason}). Without network access, fetch "
+                f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
+            ) from None
+        fetched.append(target)
+    _check_loads(directory, name, fetched)
+    if not fetched:
+        hub.record_by_hand(directory, name, stacklevel=4)
+        return
+    with write_errors(directory / hub.MANIFEST, "free space and run the download again"):
+        hub.record(directory, name, dict(files))
+
+
+def _write_error(err: OSError, path: Path) -> ElmoError:
+    """A failed local write of the download (`write_error`), with where the cache can go instead."""
+    error = write_error(err, path, "free space and run the download again")
+    return type(error)(f"{error}; set SPACY_ELMO_CACHE to a writable directory")
 
 
 def _check_loads(directory: Path, name: str, fetched: list[Path]) -> None:
@@ -251,6 +314,8 @@ def _copy(
                     if bar is not None:
                         bar.update(len(block))
     except OSError as err:
+        if err.errno in LOCAL:
+            raise _write_error(err, part) from None
         if err.errno not in FULL:
             raise
         part.unlink(missing_ok=True)

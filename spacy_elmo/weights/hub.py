@@ -12,12 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Optional, Union
 from urllib.parse import urlsplit
 
 from ..errors import ElmoConfigError, ElmoFileError
-from ..files import RECORD_BYTES, open_regular, read_regular, regular_file, write_atomic
+from ..files import (
+    RECORD_BYTES,
+    open_regular,
+    read_regular,
+    regular_file,
+    write_atomic,
+    write_error,
+)
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -176,6 +184,19 @@ def record(directory: Path, name: str, sources: dict[str, str]) -> dict[str, dic
     }
     write_manifest(directory, name, files)
     return files
+
+
+def record_by_hand(directory: Path, name: str, stacklevel: int = 3) -> None:
+    """Record the published model `name`'s files placed by hand in `directory` in the manifest;
+    where it cannot be written (a read-only cache), a warning: the model loads."""
+    try:
+        record(directory, name, {f: "placed by hand" for f, _ in published_files(name)})
+    except OSError as err:
+        warnings.warn(
+            f"{write_error(err, directory / MANIFEST)}: model '{name}' loads, but its files "
+            "placed by hand are not recorded, so they are not checked against checksums later",
+            stacklevel=stacklevel,
+        )
 
 
 def missing_message(name: str, directory: Path) -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Optional, Union
@@ -18,7 +17,6 @@ from ..bilm.options import BiLMOptions, StatePolicy, check_state_policy
 from ..bilm.precision import Precision, check_precision
 from ..bilm.runner import check_cache_size
 from ..errors import ElmoResourceError
-from ..files import write_error
 from . import hub, pipeline
 from .checks import check_enough_bytes, check_matches, check_network_finite
 from .data import ModelData
@@ -75,7 +73,7 @@ def load_bilm(
         embedder.precision = precision
     # files placed by hand: trusted now that they load, checked from now on
     if files.published and not files.verified:
-        _record_by_hand(files.config.parent, files.published)
+        hub.record_by_hand(files.config.parent, files.published)
     warn_if_untrained(embedder.options, path)  # `init-random`'s weights: said at every load
     return embedder
 
@@ -111,19 +109,6 @@ def bilm_from_state_dict(
     return build(
         ModelData(opts, state_dict, source, state, char_table, warm_state), None, cache_size
     )
-
-
-def _record_by_hand(directory: Path, name: str) -> None:
-    """Record the published model `name`'s files placed by hand in `directory` in the cache
-    manifest; where it cannot be written (a read-only cache), a warning: the model loads."""
-    try:
-        hub.record(directory, name, {f: "placed by hand" for f, _ in hub.published_files(name)})
-    except OSError as err:
-        warnings.warn(
-            f"{write_error(err, directory / hub.MANIFEST)}: model '{name}' loads, but its files "
-            "placed by hand are not recorded, so they are not checked against checksums later",
-            stacklevel=3,
-        )
 
 
 @contextmanager

@@ -34,7 +34,8 @@ class Handler(BaseHTTPRequestHandler):
     `server.truncate_once` is cut off halfway (after announcing its full length) the first time it
     is asked for; a path in `server.trickle` ({path: seconds}) is sent one byte at a time, that many
     seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
-    says, counted in its Content-Length."""
+    says, counted in its Content-Length; a path in `server.rate` ({path: bytes per second}) is sent
+    at that rate."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
@@ -59,9 +60,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.path in self.server.truncate_once:
             self.server.truncate_once.discard(self.path)
             body = body[: len(body) // 2]
-        delay = self.server.trickle.get(self.path)
+        delay, step = self.server.trickle.get(self.path), self.server.rate.get(self.path, 0) // 20
         try:
-            if not delay:
+            for i in range(0, len(body) if step else 0, step or 1):
+                self.wfile.write(body[i : i + step])
+                time.sleep(0.05)
+            if not delay and not step:
                 self.wfile.write(body)
             for i in range(len(body) if delay else 0):
                 self.wfile.write(body[i : i + 1])
@@ -78,7 +82,7 @@ def server(fixture_dir, tmp_path, monkeypatch):
     """A local server holding the fixture under the published names of 'small'; the cache in
     tmp_path."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra = [], set(), {}, {}
+    httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra, httpd.rate = [], set(), {}, {}, {}
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
@@ -209,6 +213,107 @@ def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
         with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
             assert load_bilm("small").output_dim == 32
         assert not (cache / "small" / "manifest.json").exists()
+
+
+def test_download_into_a_read_only_cache_of_files_placed_by_hand_warns(
+    tmp_path, monkeypatch, fixture_dir, capsys
+):
+    """Nothing to fetch and no manifest to write: the files load, a warning says they are not
+    recorded, exit 0."""
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # never the network
+    (options_name, _), (weights_name, _) = hub.published_files("small")
+    with tmpfs(tmp_path / "cache", "2m") as cache:
+        (cache / "small").mkdir()
+        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
+        shutil.copy(fixture_dir / "lm_weights.hdf5", cache / "small" / weights_name)
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
+            assert run_cli("download", "small", "--no-progress") == 0
+        assert "error" not in capsys.readouterr().err
+        assert sorted(p.name for p in (cache / "small").iterdir()) == [options_name, weights_name]
+
+
+def test_a_read_only_cache_with_a_part_file_is_one_error_not_retried(
+    server, tmp_path, monkeypatch, fixture_dir, capsys
+):
+    """A `.part` file in a read-only cache: one error naming the cache's read-only file system, no
+    request (before: three attempts, each failing to write, ending in "run the download again")."""
+    (options_name, _), (weights_name, _) = hub.published_files("small")
+    with tmpfs(tmp_path / "cache", "2m") as cache:
+        (cache / "small").mkdir()
+        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
+        part = cache / "small" / f"{weights_name}.part"
+        part.write_bytes((fixture_dir / "lm_weights.hdf5").read_bytes()[:1000])
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        assert run_cli("download", "small", "--no-progress") == 1
+        line = one_error_line(capsys.readouterr().err)
+        assert str(cache / "small") in line and "read-only file system" in line, line
+        assert "attempts" not in line and server.log == [], line
+        assert part.stat().st_size == 1000
+
+
+@pytest.mark.parametrize(
+    "code, says",
+    [
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+        (errno.EPERM, "permission denied"),
+    ],
+)
+def test_a_part_file_that_cannot_be_written_is_one_error_not_retried(
+    server, tmp_path, monkeypatch, capsys, code, says
+):
+    """EROFS / EACCES / EPERM writing the weights' part file (injected): one error naming it, one
+    request, no retry."""
+    real_open = open
+
+    def open_refused(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullFile(f, 1000, code) if str(path).endswith("weights.hdf5.part") else f
+
+    monkeypatch.setattr(download_module, "open", open_refused, raising=False)
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "weights.hdf5.part" in line and says in line and "attempts" not in line, line
+    assert [p for p, _ in server.log].count(server.weights_path) == 1
+
+
+def test_concurrent_downloads_of_a_model_wait_for_one_another(server, fixture_dir, tmp_path):
+    """Three `download` processes of one model at once, from a throttled server: one fetches, the
+    others wait for it (saying so once) and find the model complete; all succeed (before: they
+    appended to one part file and renamed it from under one another)."""
+    server.rate[server.weights_path] = 150_000
+    env = {
+        **ENV,
+        "SPACY_ELMO_BASE_URL": os.environ["SPACY_ELMO_BASE_URL"],
+        "SPACY_ELMO_CACHE": os.environ["SPACY_ELMO_CACHE"],
+    }
+    command = [sys.executable, "-m", "spacy_elmo", "download", "small", "--no-progress"]
+    children = []
+    for _ in range(3):
+        children.append(
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        )
+        time.sleep(0.1)
+    try:
+        results = [(c.wait(timeout=120), c.stderr.read().decode()) for c in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.stdout.close()
+            child.stderr.close()
+    assert all(code == 0 for code, _ in results), results
+    waits = [err.count("waiting for another download of 'small'") for _, err in results]
+    assert max(waits) == 1 and sum(waits) >= 1, results
+    assert [p for p, _ in server.log].count(server.weights_path) == 1
+    directory = tmp_path / "cache" / "small"
+    assert hub.verify(directory, "small")
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        ["manifest.json"] + [f for f, _ in hub.published_files("small")]
+    )
+    weights = directory / hub.published_files("small")[1][0]
+    assert weights.read_bytes() == (fixture_dir / "lm_weights.hdf5").read_bytes()
 
 
 # ---------------------------------------------------------------- bounded downloads (issue 34, item
