@@ -115,7 +115,8 @@ def embed_cli(
         typer.Option(
             min=1,
             help="torch threads (default: torch's, one per core); "
-            "1 on a machine that other jobs share",
+            "1 on a machine that other jobs share (with --engine ray: "
+            "--threads-per-worker)",
         ),
     ] = None,
     engine: Annotated[

@@ -120,6 +120,11 @@ class EmbedOptions:
                     "runtime_env) go with --engine ray"
                 )
             return
+        if self.threads is not None:
+            raise ElmoConfigError(
+                "--threads sets this process's torch threads: with --engine ray, give each "
+                "actor's with --threads-per-worker"
+            )
         if self.device not in ("cpu", "cuda"):
             raise ElmoConfigError(
                 f"--device {self.device}: with --engine ray, --device is cpu or cuda (Ray gives "

@@ -23,6 +23,7 @@ import re
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -31,6 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 import ray
+import ray._private.worker as ray_worker
 import ray.data
 import torch
 
@@ -40,7 +42,7 @@ from .compute import bound_kernel_cache
 from .job import Job, record_complete, start_sharded, write_shard
 from .outdir import WorkDir
 
-CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before Ray is asked to join it
+CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address, and for Ray to join it
 
 
 class ShardWriter:
@@ -109,8 +111,10 @@ EXPECTED = ("has constructor arguments in the object store",)
 def ray_stderr() -> Iterator[None]:
     """While the block runs, what Ray's C++ core writes to stderr (fd 2) goes to a temporary file,
     Python's `sys.stderr` (a progress bar, messages) to the terminal as before; after it, the lines
-    other than Ray's debug, info and warning lines and its `EXPECTED` notices are written out. Ray's
-    log files keep them all (/tmp/ray/session_latest/logs)."""
+    other than Ray's debug, info and warning lines and its `EXPECTED` notices are written out (fd 2
+    stays off where a join given up runs on: `init_within`). The `(raylet) ...` messages Ray prints
+    to `sys.stdout` (a worker that died and is redone) are off. Ray's log files keep them all
+    (/tmp/ray/session_latest/logs)."""
     try:
         ours = sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):
@@ -122,13 +126,22 @@ def ray_stderr() -> Iterator[None]:
         sys.stderr = os.fdopen(
             os.dup(saved), "w", buffering=1, encoding=before.encoding, errors=before.errors
         )
+    printing, ray_worker._worker_logs_enabled = ray_worker._worker_logs_enabled, False
     try:
         yield
     finally:
+        ray_worker._worker_logs_enabled = printing
         sys.stderr.flush()
-        os.dup2(saved, 2)
+        abandoned = joining()
+        if abandoned:  # a join given up retries on, writing to fd 2: that goes nowhere now
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
+        else:
+            os.dup2(saved, 2)
         os.close(saved)
-        sys.stderr = before
+        if not (ours and abandoned):
+            sys.stderr = before
         capture.seek(0)
         for line in capture.read().decode("utf-8", "replace").splitlines():
             found = RAY_LINE.match(line)
@@ -139,25 +152,90 @@ def ray_stderr() -> Iterator[None]:
         capture.close()
 
 
-def connect(address: Optional[str]) -> bool:
-    """Join the Ray cluster at `address`, or start Ray on this machine's CPUs; nothing where Ray
-    runs in this process already. Returns whether it started (the caller then shuts it down).
-    Ray that cannot start is an ElmoResourceError in one line. Ray logs only errors here, and the
-    actors' output stays in Ray's log files (`log_to_driver`)."""
-    if ray.is_initialized():
-        return False
-    host, _, port = (address or "").split("://")[-1].rpartition(":")
-    if host and port.isdigit():  # Ray itself retries an unreachable address for minutes
+def cluster(address: Optional[str]) -> tuple[Optional[str], str]:
+    """The cluster to join: `address`, else `$RAY_ADDRESS` (as in `ray job submit`), else None (Ray
+    starts on this machine); and where the address came from, for errors."""
+    if address:
+        return address, "--address"
+    return os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
+
+
+def host_port(address: str) -> Optional[tuple[str, int]]:
+    """HOST and PORT of an address (`ray://` and an IPv6 address's brackets taken off); None for
+    one of another form ("auto")."""
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not (host and port.isdigit()):
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def check_address(address: Optional[str]) -> None:
+    """ElmoResourceError where nothing listens at the cluster's address (`cluster`): Ray itself
+    retries an unreachable address for minutes. Nothing where Ray runs in this process already."""
+    address, source = cluster(address)
+    found = host_port(address) if address and not ray.is_initialized() else None
+    if found:
         try:
-            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+            socket.create_connection(found, timeout=CONNECT_TIMEOUT).close()
         except OSError as err:
             raise ElmoResourceError(
-                f"no Ray cluster at {address} ({err.strerror or err}): start one there with "
-                "`ray start --head`, or leave --address out to run on this machine"
+                f"no Ray cluster at {address} ({source}; {err.strerror or err}): start one there "
+                f"with `ray start --head`, or {unset(source)} to run on this machine"
             ) from None
+
+
+def unset(source: str) -> str:
+    return "leave --address out" if source == "--address" else "unset RAY_ADDRESS"
+
+
+INIT_THREAD = "spacy_elmo_ray_init"
+
+
+def joining() -> bool:
+    """Whether a `ray.init` that `init_within` gave up runs on."""
+    return any(t.name == INIT_THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def init_within(seconds: float, **settings: Any) -> None:
+    """`ray.init(**settings)`, in a daemon thread given up after `seconds` (TimeoutError): Ray waits
+    for minutes on an address that answers but not as Ray."""
+    outcome: list[Optional[BaseException]] = []
+
+    def init() -> None:
+        try:
+            ray.init(**settings)
+        except BaseException as err:  # raised in the caller's thread
+            outcome.append(err)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=init, name=INIT_THREAD, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise TimeoutError
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def connect(address: Optional[str]) -> bool:
+    """Join the Ray cluster at `address` (`cluster`: else `$RAY_ADDRESS`), or start Ray on this
+    machine's CPUs; nothing where Ray runs in this process already. Returns whether it started (the
+    caller then shuts it down). Ray that cannot start is an ElmoResourceError in one line. Ray logs
+    only errors here, and the actors' output stays in Ray's log files (`log_to_driver`)."""
+    if ray.is_initialized():
+        return False
+    check_address(address)
+    address, source = cluster(address)
+    where = f"at {address} ({source})" if address else "on this machine"
     try:
         if address:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+            init_within(
+                CONNECT_TIMEOUT,
+                address=address,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+            )
         else:
             ray.init(
                 num_cpus=os.cpu_count(),
@@ -165,8 +243,13 @@ def connect(address: Optional[str]) -> bool:
                 logging_level=logging.ERROR,
                 log_to_driver=False,
             )
+    except TimeoutError:
+        raise ElmoResourceError(
+            f"{address} ({source}) does not answer as a Ray cluster within {CONNECT_TIMEOUT:g} s: "
+            f"give the address `ray start --head` printed, or {unset(source)} to run on this "
+            "machine"
+        ) from None
     except Exception as err:  # Ray raises many kinds; each is one line here
-        where = f"at {address}" if address else "on this machine"
         raise ElmoResourceError(
             f"Ray cannot start {where}: {str(err).strip().splitlines()[0]}"
         ) from None
@@ -195,9 +278,14 @@ def pool_size(
     shards: int, workers: Optional[int], threads_per_worker: int, gpus_per_worker: float
 ) -> int:
     """The actors of the pool: `workers`, else as many as the cluster's CPUs and GPUs hold, at most
-    one per shard. ElmoResourceError where the cluster has fewer than `gpus_per_worker` GPUs."""
+    one per shard. ElmoResourceError where the cluster has fewer than `threads_per_worker` CPUs or
+    `gpus_per_worker` GPUs (Ray would wait for them)."""
     resources = ray.cluster_resources()
     cpus, gpus = int(resources.get("CPU", 1)), resources.get("GPU", 0.0)
+    if threads_per_worker > cpus:
+        raise ElmoResourceError(
+            f"--threads-per-worker {threads_per_worker}: the Ray cluster has {cpus} CPU(s)"
+        )
     if gpus_per_worker > gpus:
         raise ElmoResourceError(
             f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPU(s)"
@@ -279,6 +367,7 @@ def embed_job(
         raise ElmoConfigError(
             "a job on device cuda needs GPUs per worker, and only such a job takes them"
         )
+    check_address(address)  # before the output is made
     work, ranges, todo = start_sharded(job)
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -157,11 +158,12 @@ def die_on_first_try_at_shard_1():
 
 @pytest.mark.timeout(300)
 def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(
-    local_ray, corpus, fixture_dir, tmp_path
+    local_ray, corpus, fixture_dir, tmp_path, capsys
 ):
     """float16 output, with the actor writing shard 1 killed halfway on its first try: Ray
-    restarts it and shard 1 is written whole; float16 equals float32 rounded. Then a rerun after
-    a lost shard (and a temporary file left behind) writes that shard only."""
+    restarts it and shard 1 is written whole, and its `(raylet)` message is not printed; float16
+    equals float32 rounded. Then a rerun after a lost shard (and a temporary file left behind)
+    writes that shard only."""
     text, expected, _ = corpus
     out, marker = tmp_path / "ray16", tmp_path / "died"
     job = embed_with_ray_run(
@@ -174,6 +176,7 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(
         **SETTINGS,
     )
     assert int(marker.read_text()) > 0, "the actor was not killed mid-write"
+    assert "(raylet)" not in capsys.readouterr().out
     assert (
         job.lines_run == 300
         and json.loads((out / "manifest.json").read_text())["complete"] == [True] * SHARDS
@@ -214,6 +217,17 @@ def test_a_gpu_job_on_a_cluster_without_gpus_is_one_error_not_a_wait(
     ):
         embed_job(gpu_job, str(fixture_dir), gpus_per_worker=1.0)
     assert not list((tmp_path / "o").glob("*.hdf5"))
+
+
+@pytest.mark.timeout(300)
+def test_more_threads_per_worker_than_the_cluster_has_cpus_is_one_error_not_a_wait(
+    local_ray, corpus, fixture_dir, tmp_path
+):
+    text, _, _ = corpus
+    with pytest.raises(
+        ElmoResourceError, match=r"--threads-per-worker 3: the Ray cluster has 2 CPU\(s\)"
+    ):
+        embed_with_ray_run(text, tmp_path / "o", str(fixture_dir), threads_per_worker=3, **SETTINGS)
 
 
 def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_path):
@@ -286,6 +300,7 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
             "a number above 0",
         ),
         (cli(text, tmp_path / "o", fixture_dir, "--device", "cuda:1"), "--device is cpu or cuda"),
+        (cli(text, tmp_path / "o", fixture_dir, "--threads", "2"), "with --threads-per-worker"),
     ]
     if not torch.cuda.is_available():
         cases.append(
@@ -305,31 +320,50 @@ NO_RAY = (
 )
 
 
+def not_ray() -> socket.socket:
+    """A port that takes connections but is not Ray: on ::1 where this host has IPv6."""
+    try:
+        return socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        return socket.create_server(("127.0.0.1", 0))
+
+
 @pytest.mark.timeout(300)
 def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
     """In fresh processes: the package imports without Ray, and `--engine ray` says what to install;
-    an address where no cluster listens is one line, at once (Ray itself would retry for
-    minutes)."""
+    an address where no cluster listens (`--address`, or `$RAY_ADDRESS` as `ray job submit` sets
+    it) is one line, at once (Ray itself would retry for minutes), and no output is made; so is a
+    port that answers but not as Ray, in the 10 s given to join."""
     text, _, _ = corpus
-    for code, extra, words in (
-        (NO_RAY, [], 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
-        (
-            "from spacy_elmo.cli import main; import sys; main(sys.argv[1:])",
-            ["--address", "127.0.0.1:1"],
-            "error: no Ray cluster at 127.0.0.1:1",
-        ),
-    ):
-        done = subprocess.run(
-            [sys.executable, "-c", code, *cli(text, tmp_path / "o", fixture_dir, *extra)],
-            env=ENV,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 1, done.stderr
-        assert one_error_line(done.stderr).startswith(words), done.stderr
+    main = "from spacy_elmo.cli import main; import sys; main(sys.argv[1:])"
+    with not_ray() as server:
+        host, port = server.getsockname()[:2]
+        other = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        for n, (code, extra, env, words) in enumerate(
+            (
+                (NO_RAY, [], {}, 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
+                (main, ["--address", "127.0.0.1:1"], {}, "error: no Ray cluster at 127.0.0.1:1"),
+                (
+                    main,
+                    [],
+                    {"RAY_ADDRESS": "127.0.0.1:1"},
+                    "error: no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS",
+                ),
+                (main, ["--address", other], {}, f"error: {other} (--address) does not answer"),
+            )
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", code, *cli(text, tmp_path / f"o{n}", fixture_dir, *extra)],
+                env={**ENV, **env},
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 1, done.stderr
+            assert one_error_line(done.stderr).startswith(words), done.stderr
+            assert n == 3 or not (tmp_path / f"o{n}").exists()
 
 
 @pytest.mark.timeout(300)
