@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -200,9 +201,10 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, f
         load_bilm("small")
 
 
-def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
-    tmp_path, monkeypatch, fixture_dir
-):
+@contextmanager
+def placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir):
+    """A read-only cache (`SPACY_ELMO_CACHE`, a tmpfs) holding the published small model's two files
+    placed by hand, without a manifest -> the cache directory."""
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (options_name, _), (weights_name, _) = hub.published_files("small")
     with tmpfs(tmp_path / "cache", "2m") as cache:
@@ -210,6 +212,13 @@ def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
         shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
         shutil.copy(fixture_dir / "lm_weights.hdf5", cache / "small" / weights_name)
         subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        yield cache
+
+
+def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
+    tmp_path, monkeypatch, fixture_dir
+):
+    with placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir) as cache:
         with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
             assert load_bilm("small").output_dim == 32
         assert not (cache / "small" / "manifest.json").exists()
@@ -220,14 +229,9 @@ def test_download_into_a_read_only_cache_of_files_placed_by_hand_warns(
 ):
     """Nothing to fetch and no manifest to write: the files load, a warning says they are not
     recorded, exit 0."""
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # never the network
     (options_name, _), (weights_name, _) = hub.published_files("small")
-    with tmpfs(tmp_path / "cache", "2m") as cache:
-        (cache / "small").mkdir()
-        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
-        shutil.copy(fixture_dir / "lm_weights.hdf5", cache / "small" / weights_name)
-        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+    with placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir) as cache:
         with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
             assert run_cli("download", "small", "--no-progress") == 0
         assert "error" not in capsys.readouterr().err
@@ -266,17 +270,8 @@ def test_a_part_file_that_cannot_be_written_is_one_error_not_retried(
 ):
     """EROFS / EACCES / EPERM writing the weights' part file (injected): one error naming it, one
     request, no retry."""
-    real_open = open
-
-    def open_refused(path, mode="r", *args, **kwargs):
-        f = real_open(path, mode, *args, **kwargs)
-        return FullFile(f, 1000, code) if str(path).endswith("weights.hdf5.part") else f
-
-    monkeypatch.setattr(download_module, "open", open_refused, raising=False)
-    assert run_cli("download", "small", "--no-progress") == 1
-    line = one_error_line(capsys.readouterr().err)
+    line = download_failing_to_write(server, monkeypatch, capsys, code)
     assert "weights.hdf5.part" in line and says in line and "attempts" not in line, line
-    assert [p for p, _ in server.log].count(server.weights_path) == 1
 
 
 def test_concurrent_downloads_of_a_model_wait_for_one_another(server, fixture_dir, tmp_path):
@@ -409,18 +404,24 @@ def test_a_full_disk_is_one_error_that_removes_the_part(
 ):
     """ENOSPC / EDQUOT writing the weights (injected): one error naming the file, the part removed,
     no retry."""
+    line = download_failing_to_write(server, monkeypatch, capsys, code)
+    assert "weights.hdf5" in line and os.strerror(code) in line and "removed" in line, line
+    assert not list((tmp_path / "cache" / "small").glob("*.part"))
+
+
+def download_failing_to_write(server, monkeypatch, capsys, code: int) -> str:
+    """`download small` where writing the weights' part file fails with `code` after 1000 bytes:
+    exit code 1 after one request -> its one error line."""
     real_open = open
 
-    def open_full(path, mode="r", *args, **kwargs):
+    def open_failing(path, mode="r", *args, **kwargs):
         f = real_open(path, mode, *args, **kwargs)
         return FullFile(f, 1000, code) if str(path).endswith("weights.hdf5.part") else f
 
-    monkeypatch.setattr(download_module, "open", open_full, raising=False)
+    monkeypatch.setattr(download_module, "open", open_failing, raising=False)
     assert run_cli("download", "small", "--no-progress") == 1
-    line = one_error_line(capsys.readouterr().err)
-    assert "weights.hdf5" in line and os.strerror(code) in line and "removed" in line, line
     assert [p for p, _ in server.log].count(server.weights_path) == 1
-    assert not list((tmp_path / "cache" / "small").glob("*.part"))
+    return one_error_line(capsys.readouterr().err)
 
 
 def test_a_real_full_disk(server, tmp_path, monkeypatch, capsys):
