@@ -2,9 +2,9 @@
 released).
 
 - `spacy_elmo.ElmoModel.v1`: the frozen biLM of the `elmo` component, token texts -> layers.
-- `spacy_elmo.ElmoFeatures.v2` (and `.v1`, the same with dropout and l2 0 by default): a task's own
-  mix of the layers that `elmo` stored on each Doc, `ELMo_k = gamma * sum_j softmax(s)_j h_kj`
-  (Peters et al. 2018, sec. 3.3).
+- `spacy_elmo.ElmoFeatures.v2` (and `.v1`, the same with dropout and l2 0 by default and n_layers
+  and width required): a task's own mix of the layers that `elmo` stored on each Doc, `ELMo_k =
+  gamma * sum_j softmax(s)_j h_kj` (Peters et al. 2018, sec. 3.3).
 - `spacy_elmo.ElmoFeatures.v3`: `.v2` plus `layers`, the biLM layers to mix (null: all).
 - `spacy_elmo.ElmoMultiHashEmbed.v1`: `[x_k; ELMo_k]`, `MultiHashEmbed` beside the features, reduced
   to `width`, as the `embed` of `spacy.Tok2Vec.v2` (ELMo at the task model's input).
@@ -44,8 +44,9 @@ def ElmoModel(
 
     options: the biLM sizes in the bilm-tf options layout (`{"lstm": {...}, "char_cnn": {...}}`), or
         null to take them from the weights. state: the state policy ("warm", "zero", "carry"), or
-        null for the weights' own (the `elmo` component's default: "warm" for bilm-tf weights,
-        "zero" for ELMoForManyLangs models, the saved one for this project's format).
+        null for the weights' own ("warm" for bilm-tf weights, "zero" for ELMoForManyLangs models,
+        the saved one for this project's format): the `elmo` component's config sets null; this
+        function's own default, kept for configs written against it, is "warm".
     batch_size: bounds memory, not the result: a compute batch holds at most 8x this many sequences
     and
         256x this many tokens, regrouped by length (see `spacy_elmo.bilm.check_batch_size`).
@@ -166,8 +167,8 @@ def ElmoMultiHashEmbed(
     elmo: Model[List[Doc], List[Floats2d]],
 ) -> Model[List[Doc], List[Floats2d]]:
     """`[x_k; ELMo_k]` reduced to `width` by a Maxout: x_k from `spacy.MultiHashEmbed.v2` (same
-    arguments), ELMo_k from `elmo` (an `ElmoFeatures.v1` or `.v2`). Docs -> `(n_tokens, width)` per
-    Doc, for `spacy.Tok2Vec.v2`."""
+    arguments), ELMo_k from `elmo` (an `ElmoFeatures`, `.v1` to `.v3`). Docs -> `(n_tokens,
+    width)` per Doc, for `spacy.Tok2Vec.v2`."""
     hash_embed = MultiHashEmbed(
         width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors
     )

@@ -36,7 +36,8 @@ def convert_cli(
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format (an
     ELMoForManyLangs model converts to this project's format only).
 
-    `load_bilm` gives the same outputs before and after, bit for bit. The softmax and vocabulary
+    `load_bilm` gives the same outputs before and after, bit for bit (the hdf5 layout keeps no state
+    policy: a zero or carry model read from it needs its `state=`). The softmax and vocabulary
     that `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
     --init-from DEST` continues with them. DEST appears complete or not at all (a full disk leaves
     nothing behind).

@@ -56,8 +56,8 @@ def embed_cli(
     state: Annotated[
         Optional[str],
         typer.Option(
-            help="state policy: warm (the default; zero for an "
-            "ELMoForManyLangs model), zero or carry"
+            help="state policy: warm, zero or carry (default: the weights' own: warm for hdf5 "
+            "weights, zero for ELMoForManyLangs, the saved one for save_bilm / pretrain models)"
         ),
     ] = None,
     precision: Annotated[
@@ -144,7 +144,8 @@ def embed_cli(
         typer.Option(
             min=1,
             help="with --engine ray: actors writing shards at once "
-            "(default: the cluster's CPUs / --threads-per-worker)",
+            "(default: as many as the cluster's CPUs / --threads-per-worker and GPUs hold, at "
+            "most one per shard)",
         ),
     ] = None,
     threads_per_worker: Annotated[

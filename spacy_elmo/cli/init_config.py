@@ -99,7 +99,7 @@ def parse_pipeline(pipeline: str) -> List[str]:
         )
         raise ElmoConfigError(
             f"--pipeline {pipeline!r}: {problem}; supported: {', '.join(SUPPORTED)} "
-            "(comma-separated; elmo and tok2vec are added)"
+            "(comma-separated; elmo is added, and a shared tok2vec with --optimize efficiency)"
         )
     return names
 
@@ -259,7 +259,8 @@ def write_config(text: str, output: Path, force: bool) -> None:
 
 
 PIPELINE_HELP = (
-    f"comma-separated components to train, of {', '.join(SUPPORTED)} (elmo and tok2vec are added)"
+    f"comma-separated components to train, of {', '.join(SUPPORTED)} (elmo is added, and a "
+    "shared tok2vec with --optimize efficiency)"
 )
 OPTIMIZE_HELP = (
     "efficiency: one shared tok2vec (width 96, depth 4) and one ELMo mix for all components; "

@@ -347,7 +347,8 @@ def export_hdf5(
     AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
     later). ElmoConfigError for a warm state read from other text than the built-in one, which
-    loading the layout reads again."""
+    loading the layout reads again, and for an ELMoForManyLangs model (a character table). The
+    layout records no state policy: it loads as warm."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
