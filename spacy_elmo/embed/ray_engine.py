@@ -164,7 +164,7 @@ def host_port(address: str) -> Optional[tuple[str, int]]:
     """HOST and PORT of an address (`ray://` and an IPv6 address's brackets taken off); None for
     one of another form ("auto")."""
     host, _, port = address.split("://")[-1].rpartition(":")
-    if not (host and port.isdigit()):
+    if not (host and port.isascii() and port.isdigit()):
         return None
     return host.removeprefix("[").removesuffix("]"), int(port)
 

@@ -350,6 +350,7 @@ def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
                     "error: no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS",
                 ),
                 (main, ["--address", other], {}, f"error: {other} (--address) does not answer"),
+                (main, ["--address", "127.0.0.1:²"], {}, "error: "),  # a digit, not ASCII
             )
         ):
             done = subprocess.run(
@@ -363,7 +364,7 @@ def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
             )
             assert done.returncode == 1, done.stderr
             assert one_error_line(done.stderr).startswith(words), done.stderr
-            assert n == 3 or not (tmp_path / f"o{n}").exists()
+            assert n >= 3 or not (tmp_path / f"o{n}").exists()
 
 
 @pytest.mark.timeout(300)
