@@ -275,10 +275,12 @@ def start_sharded(
     ranges = plan(job.settings["lines"], job.block, job.shards)
     if any(start == stop for start, stop in ranges) and job.settings["lines"]:
         lines, blocks = job.settings["lines"], -(-job.settings["lines"] // job.block)
+        smaller = (
+            "fewer shards or a smaller --flush-every" if job.block > 1 else f"{lines} or fewer"
+        )
         raise ElmoFileError(
             f"--shards {job.shards}: {job.input_path} has {lines} line(s), {blocks} block(s) of "
-            f"--flush-every {job.block} lines; a shard is whole blocks: give fewer shards or a "
-            "smaller --flush-every"
+            f"--flush-every {job.block} lines; a shard is whole blocks: give {smaller}"
         )
     manifests = WorkDir(out, out, "shard")
     manifests.create(exist_ok=True)

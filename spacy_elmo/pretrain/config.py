@@ -45,8 +45,9 @@ def load_config(
     except ElmoConfigError:
         raise
     except Exception as err:  # confection raises several error types for bad files
+        detail = " ".join(str(err).split())  # confection's messages span lines
         raise ElmoFileError(
-            f"{path}: cannot read the config ({type(err).__name__}: {err})"
+            f"{path}: cannot read the config ({type(err).__name__}: {detail})"
         ) from None
     check_config(config)
     return config

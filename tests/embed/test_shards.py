@@ -214,6 +214,10 @@ def test_changed_input_or_weights_are_refused(single, fixture_dir, tmp_path, cap
     assert "deterministic" in one_error_line(capsys.readouterr().err)
     assert run_cli(*args(mine, out, fixture_dir, "--shards", 13)) == 1  # 12 blocks of 50 lines
     assert "smaller --flush-every" in one_error_line(capsys.readouterr().err)
+    # blocks of one line: fewer shards is the only way
+    assert run_cli(*args(mine, tmp_path / "o", fixture_dir, "--shards", 700, flush_every=1)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert line.endswith("give 600 or fewer") and "smaller --flush-every" not in line, line
 
 
 @pytest.mark.parametrize("layer", ["all", "top"])

@@ -267,6 +267,14 @@ def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expec
     assert err.startswith(f"error: config '{key}' must be") and expect in err, err
 
 
+def test_a_config_file_that_is_no_config_is_one_error_line(tmp_path, capsys):
+    """confection's message spans lines: it is one line of the error."""
+    (tmp_path / "bad.cfg").write_text("[training\nmax_steps = 3\n", encoding="utf-8")
+    code, err = run_pretrain([tmp_path / "out", "--config", tmp_path / "bad.cfg"], capsys)
+    line = one_error_line(err)
+    assert code == 1 and "bad.cfg: cannot read the config" in line and "section headers" in line
+
+
 def test_adaptive_cutoffs_beyond_the_vocabulary_are_named_not_dropped_silently(tmp_path, capsys):
     train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
     args = [tmp_path / "out", "--no-progress", *override_args(train_path, None)]
