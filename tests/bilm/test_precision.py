@@ -141,6 +141,17 @@ def test_auto_takes_the_path_measured_fastest_on_each_kind_of_host(
     assert load_bilm(fixture_dir, precision="float32").precision_reason == "as asked"
 
 
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU flags")
+def test_auto_on_a_kind_not_measured_takes_native_bfloat16(fixture_dir, monkeypatch):
+    """AVX512-BF16 without VNNI (as Arm BF16): bfloat16, saying that no int8 path was measured
+    faster there."""
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    bilm = load_bilm(fixture_dir, precision="auto")
+    assert bilm.precision == "bfloat16" and "no int8 kernel faster measured" in (
+        bilm.precision_reason
+    )
+
+
 def test_auto_on_a_gpu_embeds_in_float32_and_trains_in_bfloat16(monkeypatch):
     """On an H200 bfloat16 embedded no faster than float32 (bench/README.md), so "auto" embeds in
     float32 there (exact); pretraining's autocast keeps bfloat16 where native."""
