@@ -111,14 +111,21 @@ class TokenEncoder(nn.Module):
             with torch.no_grad():
                 self.word_embedding.weight[0].zero_()
 
-    def forward(self, char_ids: Tensor, products: Optional[EncoderProducts] = None) -> Tensor:
+    def forward(
+        self,
+        char_ids: Tensor,
+        products: Optional[EncoderProducts] = None,
+        convs_as_products: bool = False,
+    ) -> Tensor:
         """char_ids: `(..., token_ids.width)` int64 -> `(..., projection_dim)` float. `products`:
-        the highway and projection products in another precision (`int8_products`); None:
-        float32."""
+        the highway and projection products in another precision (`int8_products`); None: in the
+        weights' dtype. `convs_as_products`: each convolution as one matrix product over its
+        windows (inference on a GPU, where cuDNN would make a plan for every new input shape)."""
         lead = char_ids.shape[:-1]
         ids = char_ids.reshape(-1, char_ids.shape[-1])
         chars = ids if self.word_embedding is None else ids[:, :-1]
-        x = torch.cat(self._filters(chars, None if products is None else products.convs), dim=1)
+        convs = None if products is None else products.convs
+        x = torch.cat(self._filters(chars, convs, convs_as_products), dim=1)
         for k, hw in enumerate(self.highways):
             x = hw(x, None if products is None else products.highways[k])
         if self.word_embedding is not None:
@@ -141,36 +148,47 @@ class TokenEncoder(nn.Module):
 
     @staticmethod
     def _windows_max(
-        chars: Tensor, conv: nn.Conv1d, product: Optional[MatrixProduct], scale: Optional[Tensor]
+        chars: Tensor,
+        conv: nn.Conv1d,
+        product: Optional[MatrixProduct],
+        scale: Optional[Tensor],
+        as_product: bool = False,
     ) -> Tensor:
         """chars `(N, E, L)` -> the filter's largest value over the `L - w + 1` windows `(N, n)`:
-        the convolution, or `product` over the windows laid out as rows `(N * windows, E * w)`,
-        each word's divided by its `scale` `(N, 1)` and the result scaled back (a word's vectors
-        depend on that word alone)."""
-        if product is None:
+        the convolution, or a matrix product over the windows laid out as rows `(N * windows,
+        E * w)`: the filter's weights (`as_product`), or `product`, each word's rows divided by its
+        `scale` `(N, 1)` and the result scaled back (a word's vectors depend on that word alone).
+        The bias is added after the max (the same value: rounding keeps the order)."""
+        if product is None and not as_product:
             return conv(chars).amax(dim=2)
         windows = chars.unfold(2, conv.kernel_size[0], 1).transpose(1, 2)  # (N, L', E, w)
         N, n_windows = windows.shape[:2]
+        if product is None:
+            rows = windows.reshape(N * n_windows, -1)
+            best = torch.mm(rows, conv.weight.flatten(1).t()).view(N, n_windows, -1).amax(dim=1)
+            return best + conv.bias
         rows = (windows.reshape(N, n_windows, -1) / scale.unsqueeze(2)).view(N * n_windows, -1)
         best = product(rows).view(N, n_windows, -1).amax(dim=1)
         return torch.addcmul(conv.bias, best, scale)
 
-    def _filters(self, ids: Tensor, products: Optional[List[MatrixProduct]] = None):
+    def _filters(
+        self,
+        ids: Tensor,
+        products: Optional[List[MatrixProduct]] = None,
+        as_products: bool = False,
+    ):
         """ids `(N, C)` -> one `(N, n_i)` tensor per filter: max over positions, then the
-        activation. `products`: each filter's in another precision (`int8_products`).
+        activation. `products`: each filter's in another precision (`int8_products`);
+        `as_products`: the convolutions as matrix products over their windows.
 
         Positions after the last one that holds anything but PAD in the batch hold only PAD, and
         every window made of PAD alone has the same value. So each convolution runs over the used
         positions only, and that one all-PAD window joins the max (exactly the same set of windows).
-        On a GPU the used positions are rounded up to a multiple of 8 (more all-PAD windows, the
-        same max), so that cuDNN meets few shapes.
         """
         C = ids.shape[1]
         real = (ids != self.pad_id).any(0).nonzero()
         used = int(real[-1]) + 1 if len(real) else 1
-        if ids.is_cuda:
-            used = min(C, -(-used // 8) * 8)
-        # (N, E, C')
+        # (N, E, C'), all C positions where some filter has no all-PAD window
         chars = self.char_embedding(ids[:, : used + self.max_width - 1]).transpose(1, 2)
         pad = self.char_embedding.weight[self.pad_id].view(1, -1, 1)
         # int8: each word's grid, from its largest |embedding| over all its positions (PAD too)
@@ -186,11 +204,12 @@ class TokenEncoder(nn.Module):
         for k, conv in enumerate(self.convs):
             w, product = conv.kernel_size[0], None if products is None else products[k]
             if used + w <= C:  # every word has an all-PAD window
-                windows = self._windows_max(chars[:, :, : used + w - 1], conv, product, scale)
+                used_chars = chars[:, :, : used + w - 1]
+                windows = self._windows_max(used_chars, conv, product, scale, as_products)
                 pads = pad.expand(1 if product is None else len(ids), -1, w)
-                best = torch.maximum(windows, self._windows_max(pads, conv, product, scale))
+                pad_max = self._windows_max(pads, conv, product, scale, as_products)
+                best = torch.maximum(windows, pad_max)
             else:
-                chars_all = self.char_embedding(ids).transpose(1, 2)
-                best = self._windows_max(chars_all, conv, product, scale)
+                best = self._windows_max(chars, conv, product, scale, as_products)
             pooled.append(self.activation(best))
         return pooled

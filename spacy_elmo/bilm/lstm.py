@@ -53,6 +53,13 @@ def chunk_rows(width: int) -> int:
     return max(1, PACKED_CHUNK_BYTES // (4 * width))
 
 
+def word_gate_rows(width: int, n_words: int, device: torch.device) -> int:
+    """Rows per piece of a batch's per-word gate inputs `(n_words, width)`: on a CPU a chunk
+    (`chunk_rows`); on a GPU all of them, since gathering from several pieces waits for the GPU
+    (`schedule.gather_rows` asks which rows each piece holds)."""
+    return max(1, n_words) if device.type == "cuda" else chunk_rows(width)
+
+
 def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Tensor:
     """Gate inputs of packed positions `start:start+rows` of x `(N, I)` -> `(rows, 4D)`."""
     return product(x[start : start + rows])
@@ -335,7 +342,7 @@ class BiLSTMStack(nn.Module):
 
         def run(d: int) -> None:
             tree = trees[d]
-            step = chunk_rows(4 * self.dim)  # (U, 4D) in pieces of at most a chunk
+            step = word_gate_rows(4 * self.dim, len(words), words.device)  # (U, 4D) in pieces
             word_gates = [
                 products[0][d].input(words[a : a + step]) for a in range(0, len(words), step)
             ]

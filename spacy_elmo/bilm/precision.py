@@ -368,18 +368,23 @@ class PrecisionCopies:
 
     def token_encoder(self) -> Callable[[Tensor], Tensor]:
         """The token encoder in this precision: under bfloat16 a bfloat16 copy; under int8 the
-        network's, its highway and projection products in int8 (`TokenEncoder.int8_products`)."""
+        network's, its highway and projection products in int8 (`TokenEncoder.int8_products`). On a
+        GPU its convolutions run as matrix products over their windows: cuDNN would make a plan
+        for every new input shape, and a stream of text meets new shapes at every batch."""
+        on_gpu = self.network.device.type == "cuda"
         if self.precision == "float32":
-            return self.network.token_encoder
+            encoder = self.network.token_encoder
+            return partial(encoder, convs_as_products=True) if on_gpu else encoder
         if self._encoder is None:
             encoder = self.network.token_encoder
             with naming_weights(self.source):
                 if self.precision == "int8":
                     self._encoder = partial(encoder, products=encoder.int8_products())
                 else:
-                    self._encoder = copy.deepcopy(encoder).to(torch.bfloat16)
-                    for name, values in self._encoder.state_dict().items():
+                    copied = copy.deepcopy(encoder).to(torch.bfloat16)
+                    for name, values in copied.state_dict().items():
                         check_finite(values, self.source, f"'token_encoder.{name}' as bfloat16")
+                    self._encoder = partial(copied, convs_as_products=on_gpu)
         return self._encoder
 
     def __getstate__(self) -> dict:
