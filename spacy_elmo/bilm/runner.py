@@ -25,7 +25,6 @@ from .model import BiLM
 from .policy import StatePolicy
 from .precision import PrecisionCopies, choose_auto, resolve_precision
 from .schedule import TOKENS_PER_BATCH, batches_by_length, direction_trees, word_index
-from .warmup import WARMUP_SENTENCES
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -33,22 +32,9 @@ logger = logging.getLogger("spacy_elmo")
 WINDOW_BATCHES = 8
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
-# Sentences `PackedRunner.prime` runs: a compute batch of the default batch size (64) holds up to 8x
-# as many.
-PRIME_SENTENCES = 512
 # Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark:
 # 0.8M), and at most 8 GiB at the largest published width (512).
 MAX_CACHE_SIZE = 1 << 22
-
-
-def primer_sentences(n: int = PRIME_SENTENCES) -> List[List[str]]:
-    """`n` made-up sentences of 2 to 33 tokens (words of `WARMUP_SENTENCES` between a first and a
-    last token of their own), so each direction's first steps take `n` rows."""
-    words = [w for s in WARMUP_SENTENCES for w in s]
-    return [
-        [f"<{k}"] + [words[(k + i) % len(words)] for i in range(k % 32)] + [f"{k}>"]
-        for k in range(n)
-    ]
 
 
 def check_batch_size(batch_size: int) -> int:
@@ -142,22 +128,6 @@ class PackedRunner:
             self.precision_reason = "as asked" if resolved == precision else "bfloat16 not native"
         self.clear()
         self.copies.make(resolved)
-        if self.network.device.type == "cuda":
-            self.prime()
-
-    def prime(self) -> None:
-        """Pay now what the first pass of a process would pay on a GPU (CUDA's library handles,
-        kernels loaded at their first use, the allocator's first blocks): run made-up sentences
-        whose first steps take `PRIME_SENTENCES` rows, their words kept out of the token cache."""
-        kept = self.token_cache
-        self.token_cache = TokenLayerCache(0, kept.dim)
-        try:
-            with torch.inference_mode():
-                self.run(primer_sentences(), StatePolicy.ZERO)
-        finally:
-            self.token_cache = kept
-        if self.network.device.type == "cuda":
-            torch.cuda.synchronize(self.network.device)
 
     def encode_words(self, words: List[str]) -> Tensor:
         """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve

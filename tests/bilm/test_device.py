@@ -11,7 +11,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo import ElmoConfigError, load_bilm
 from spacy_elmo.bilm.lstm import chunk_rows, word_gate_rows
-from spacy_elmo.bilm.runner import PRIME_SENTENCES, PackedRunner, primer_sentences
 from spacy_elmo.bilm.schedule import prefix_tree
 
 from ..helpers import one_error_line, run_cli, write_lines
@@ -153,38 +152,6 @@ def test_convolutions_as_matrix_products_give_the_convolutions_values(fixture_di
         convs = network.token_encoder(ids)
         products = network.token_encoder(ids, convs_as_products=True)
     np.testing.assert_allclose(products, convs, rtol=0, atol=1e-5)
-
-
-def test_priming_changes_no_result_and_no_cached_word(fixture_dir):
-    """`prime` (run at load on a GPU) computes made-up sentences: the token cache and every
-    later result stay as they were."""
-    bilm = load_bilm(fixture_dir)
-    expected = bilm.embed(SENTENCES)
-    cached, lookups = dict(bilm.token_cache.slots), bilm.token_cache.lookups
-    bilm.runner.prime()
-    assert dict(bilm.token_cache.slots) == cached and bilm.token_cache.lookups == lookups
-    for a, b in zip(bilm.embed(SENTENCES), expected):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_the_primer_fills_every_row_of_a_compute_batch():
-    """The primer's sentences share no first and no last token, so each direction's first step
-    takes one row per sentence, as a full compute batch of the default size (8 x 64) does."""
-    sentences = primer_sentences()
-    assert len(sentences) == PRIME_SENTENCES == 8 * 64
-    assert len({s[0] for s in sentences}) == len({s[-1] for s in sentences}) == len(sentences)
-    assert {len(s) for s in sentences} == set(range(2, 34))
-
-
-def test_only_a_gpu_is_primed_when_the_precision_is_set(fixture_dir, monkeypatch):
-    primed = []
-    monkeypatch.setattr(PackedRunner, "prime", lambda self: primed.append(self.network.device))
-    bilm = load_bilm(fixture_dir, precision="int8")
-    bilm.precision = "float32"
-    assert primed == []
-    if torch.cuda.is_available():
-        load_bilm(fixture_dir, device="cuda")
-        assert [d.type for d in primed] == ["cuda"]
 
 
 def test_a_gpu_gathers_word_gate_inputs_from_one_piece():
