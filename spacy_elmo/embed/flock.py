@@ -12,35 +12,30 @@ from pathlib import Path
 from typing import IO, Optional
 
 from ..errors import ElmoResumeError
+from ..files import take_flock
 from .h5writer import write_error
 
 
 def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
-    """Open `path` and take an exclusive flock on it, waiting for it (`wait`) or refusing where
-    another process holds it (naming it: the holder writes its pid and host into the file); the lock
-    lasts until the returned file is closed (`release`). A holder may remove the file as it releases
-    it: a process that waited on the removed file then takes the one now at `path`."""
-    while True:
+    """`files.take_flock` on `path`, waiting for it (`wait`) or refusing where another process holds
+    it (naming it: the holder writes its pid and host into the file); the lock lasts until the
+    returned file is closed (`release`)."""
+    try:
+        # the caller holds it open; its name is `path`
+        file = open(path, "r+", opener=lambda name, _flags: take_flock(name, wait))
+    except BlockingIOError:
         try:
-            file = open(path, "a+")  # the caller holds it open
-        except OSError as err:
-            raise write_error(err, path) from None
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            who = _holder(file)
-            file.close()
-            raise ElmoResumeError(
-                f"{output} is locked by another process that is writing it ("
-                f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
-                "again"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(file.fileno()).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        file.close()  # removed by its holder meanwhile
+            with open(path) as held:
+                who = _holder(held)
+        except OSError:
+            who = ""
+        raise ElmoResumeError(
+            f"{output} is locked by another process that is writing it ("
+            f"{f'{who}; ' if who else ''}{path}): wait for it to finish, or stop it and run "
+            "again"
+        ) from None
+    except OSError as err:
+        raise write_error(err, path) from None
     try:
         file.truncate(0)
         file.write(f"{os.getpid()} {socket.gethostname()}\n")
