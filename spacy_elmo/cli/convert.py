@@ -13,6 +13,7 @@ from ..errors import ElmoConfigError, ElmoFileError
 from ..files import atomic_dir, exists, inside_dir, write_errors
 from ..pretrain.outputs import HEAD_FILE, VOCAB_FILE
 from ..weights import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
+from ..weights.hdf5_export import check_stem
 from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
@@ -43,10 +44,13 @@ def convert_cli(
     nothing behind).
     """
     with errors():
+        check_stem(stem)
         bilm, files = load_bilm(src), locate(src)
         target = to or ("hdf5" if files.kind == "own" else "own")
         if target not in ("own", "hdf5"):
             raise ElmoConfigError(f"--to must be own or hdf5, got {target!r}")
+        if stem is not None and target != "hdf5":
+            raise ElmoConfigError("--stem names the files of the hdf5 layout: add --to hdf5")
         if exists(dest, "output directory") and (not dest.is_dir() or any(dest.iterdir())):
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
         # beside the model's weights (`pretrain`'s OUT/model), never in the cache of published ones

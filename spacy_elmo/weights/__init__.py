@@ -7,7 +7,7 @@ format read), the published models' cache (`hub`) and `download`. Imports the bi
 
 from .data import ModelData, ModelFiles
 from .formats import FORMATS
-from .hdf5 import export_hdf5
+from .hdf5_export import export_hdf5
 from .load import bilm_from_state_dict, build, load_bilm
 from .locate import ModelPath, locate
 from .own import save_bilm

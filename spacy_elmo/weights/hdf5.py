@@ -1,5 +1,6 @@
 """The bilm-tf / AllenNLP weight file layout (`dump_weights`): an options JSON and an `.hdf5` weight
-file, the pair found in a directory (published or plain names), read, checked, converted, written.
+file, the pair found in a directory (published or plain names), read, checked and converted
+(`hdf5_export.py` writes it).
 
 Files are untrusted: every dataset is checked from its metadata (float, the shape the options imply,
 stored in this file, written) before any is read, and values must be finite. What cannot be read is
@@ -8,23 +9,17 @@ one ElmoFileError naming the file.
 
 from __future__ import annotations
 
-import copy
-import json
 from fnmatch import fnmatch
-from io import BytesIO
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from ..bilm.embedder import ElmoEmbedder
-from ..bilm.lstm import gates_to_internal, gates_to_tf
-from ..bilm.model import BiLM
+from ..bilm.lstm import gates_to_internal
 from ..bilm.options import BiLMOptions, read_json
-from ..bilm.warmup import WARMUP_SENTENCES
-from ..errors import ElmoConfigError, ElmoFileError
-from ..files import atomic_path, hdf5_dataset, inside_dir, regular_file, write_atomic
+from ..errors import ElmoFileError
+from ..files import hdf5_dataset, inside_dir, regular_file
 from .checks import check_finite
 from .data import ModelData, ModelFiles
 from .memory import check_memory
@@ -44,7 +39,7 @@ HDF5_COPIES = 3
 BILM_GROUPS = ("char_embed", "CNN", "RNN_")  # the names of bilm-tf's weights begin so
 
 
-def _cell(d: int, l: int) -> str:
+def cell_scope(d: int, l: int) -> str:
     return f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
 
 
@@ -63,13 +58,13 @@ def expected_shapes(opts: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
     shapes["CNN_proj/b_proj"] = (P,)
     for d in range(2):
         for l in range(opts.n_layers):
-            shapes[f"{_cell(d, l)}/W_0"] = (2 * P, 4 * D)
-            shapes[f"{_cell(d, l)}/B"] = (4 * D,)
-            shapes[f"{_cell(d, l)}/W_P_0"] = (D, P)
+            shapes[f"{cell_scope(d, l)}/W_0"] = (2 * P, 4 * D)
+            shapes[f"{cell_scope(d, l)}/B"] = (4 * D,)
+            shapes[f"{cell_scope(d, l)}/W_P_0"] = (D, P)
     return shapes
 
 
-def _h5py():
+def import_h5py():
     try:
         import h5py
     except ImportError:  # pragma: no cover - h5py is a dependency
@@ -125,7 +120,7 @@ def _check_nothing_left_out(f, expected, path: Path, options_path: str) -> None:
     does not name: options of a smaller biLM (fewer layers or highways) than the weights."""
     found: List[str] = []
     f.visit(lambda n: None if n in expected or not n.startswith(BILM_GROUPS) else found.append(n))
-    left = [n for n in found if isinstance(f.get(n), _h5py().Dataset)]
+    left = [n for n in found if isinstance(f.get(n), import_h5py().Dataset)]
     if left:
         raise ElmoFileError(
             f"{path}: holds {len(left)} datasets that {options_path} leaves out "
@@ -136,7 +131,7 @@ def _check_nothing_left_out(f, expected, path: Path, options_path: str) -> None:
 def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
     """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is
     read."""
-    h5py = _h5py()
+    h5py = import_h5py()
     regular_file(path, "ELMo weight file")
     try:
         f = h5py.File(path, "r")
@@ -186,15 +181,15 @@ def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[s
             sd[f"token_encoder.highways.{k}.w_{m}"] = t(arrays[f"CNN_high_{k}/W_{m}"])
             sd[f"token_encoder.highways.{k}.b_{m}"] = t(arrays[f"CNN_high_{k}/b_{m}"])
     for l in range(opts.n_layers):
-        w0 = np.stack([arrays[f"{_cell(d, l)}/W_0"] for d in range(2)])
+        w0 = np.stack([arrays[f"{cell_scope(d, l)}/W_0"] for d in range(2)])
         D = opts.lstm_dim
         sd[f"lstm.layers.{l}.w_input"] = gates_to_internal(t(w0[:, :P]), D).contiguous()
         sd[f"lstm.layers.{l}.w_hidden"] = gates_to_internal(t(w0[:, P:]), D).contiguous()
         sd[f"lstm.layers.{l}.bias"] = gates_to_internal(
-            t(np.stack([arrays[f"{_cell(d, l)}/B"] for d in range(2)])), D
+            t(np.stack([arrays[f"{cell_scope(d, l)}/B"] for d in range(2)])), D
         )
         sd[f"lstm.layers.{l}.w_proj"] = t(
-            np.stack([arrays[f"{_cell(d, l)}/W_P_0"] for d in range(2)])
+            np.stack([arrays[f"{cell_scope(d, l)}/W_P_0"] for d in range(2)])
         )
     return sd
 
@@ -310,76 +305,9 @@ def read(model: ModelFiles) -> ModelData:
     return ModelData(options, state_dict, str(model.weights), "warm")
 
 
-def _state_dict_to_tf(bilm: BiLM) -> Dict[str, np.ndarray]:
-    opts = bilm.options
-    sd = {k: v.detach().cpu().float() for k, v in bilm.state_dict().items()}
-    for l in range(opts.n_layers):
-        for name in ("w_input", "w_hidden", "bias"):
-            key = f"lstm.layers.{l}.{name}"
-            sd[key] = gates_to_tf(sd[key], opts.lstm_dim)
-    sd = {k: v.numpy() for k, v in sd.items()}
-    out: Dict[str, np.ndarray] = {
-        "char_embed": sd["token_encoder.char_embedding.weight"][1:],
-        "CNN_proj/W_proj": sd["token_encoder.w_proj"],
-        "CNN_proj/b_proj": sd["token_encoder.b_proj"],
-    }
-    for i in range(len(opts.filters)):
-        out[f"CNN/W_cnn_{i}"] = sd[f"token_encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
-        out[f"CNN/b_cnn_{i}"] = sd[f"token_encoder.convs.{i}.bias"]
-    for k in range(opts.n_highway):
-        for m in ("transform", "carry"):
-            out[f"CNN_high_{k}/W_{m}"] = sd[f"token_encoder.highways.{k}.w_{m}"]
-            out[f"CNN_high_{k}/b_{m}"] = sd[f"token_encoder.highways.{k}.b_{m}"]
-    for l in range(opts.n_layers):
-        for d in range(2):
-            out[f"{_cell(d, l)}/W_0"] = np.concatenate(
-                [sd[f"lstm.layers.{l}.w_input"][d], sd[f"lstm.layers.{l}.w_hidden"][d]]
-            )
-            out[f"{_cell(d, l)}/B"] = sd[f"lstm.layers.{l}.bias"][d]
-            out[f"{_cell(d, l)}/W_P_0"] = sd[f"lstm.layers.{l}.w_proj"][d]
-    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
-
-
-def export_hdf5(
-    model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None
-) -> Tuple[Path, Path]:
-    """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
-    AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
-    memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
-    later). ElmoConfigError for a warm state read from other text than the built-in one, which
-    loading the layout reads again, and for an ELMoForManyLangs model (a character table). The
-    layout records no state policy: it loads as warm."""
-    bilm = model.network if isinstance(model, ElmoEmbedder) else model
-    if bilm.options.char_table:
-        raise ElmoConfigError(
-            "the bilm-tf hdf5 layout has no character table or word embedding: keep this "
-            "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)"
-        )
-    warm = model.state_policy.warm_start if isinstance(model, ElmoEmbedder) else True
-    if warm and bilm.has_warm_state and not _builtin_warm_state(bilm):
-        raise ElmoConfigError(
-            "the biLM's warm state was not read from the built-in English warm-up text, which "
-            "loading the hdf5 layout reads again (the layout keeps no state): its outputs would "
-            "change. Keep it in this project's format (save_bilm, convert --to own)"
-        )
-    h5py = _h5py()
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
-    weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
-    write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))
-    image = BytesIO()
-    with h5py.File(image, "w") as f:
-        for name, arr in _state_dict_to_tf(bilm).items():
-            f.create_dataset(name, data=arr)
-    with atomic_path(weights_path) as tmp, open(tmp, "wb") as out:
-        out.write(image.getbuffer())
-    return options_path, weights_path
-
-
 def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
     """Every dataset of an hdf5 file as `(name, array)` (for comparisons and `info`)."""
-    h5py = _h5py()
+    h5py = import_h5py()
     with h5py.File(path, "r") as f:
         names = []
         f.visititems(
@@ -387,14 +315,3 @@ def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
         )
         for name in sorted(names):
             yield name, f[name][...]
-
-
-def _builtin_warm_state(bilm: BiLM) -> bool:
-    """Whether `bilm`'s warm state is the one the built-in warm-up text gives (to float32 rounding:
-    another CPU's kernels round otherwise)."""
-    reference = copy.deepcopy(bilm)
-    reference.compute_warm_state(WARMUP_SENTENCES)
-    return all(
-        torch.allclose(getattr(bilm, name), getattr(reference, name), rtol=1e-4, atol=1e-5)
-        for name in ("warm_h", "warm_c")
-    )

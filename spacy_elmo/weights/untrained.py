@@ -18,7 +18,7 @@ from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
 from ..errors import ElmoConfigError, ElmoUntrainedWarning
 from . import hub
-from .hdf5 import export_hdf5
+from .hdf5_export import export_hdf5
 
 # The published models' sizes (DESIGN.md): LSTM cell, projection, highway layers; all share the char
 # CNN.

@@ -137,6 +137,28 @@ def test_convert_round_trips_exactly(weights, tmp_path, capsys):
     assert "not an empty directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("stem", ["../x", "a/b", "", "a b", ".hidden", "x" * 101, "naïve"])
+def test_convert_refuses_a_stem_that_is_no_file_name_part(fixture_dir, tmp_path, capsys, stem):
+    """A stem that would write elsewhere, fail deep in the write ('cannot write DEST'), be dropped
+    (an empty one wrote plain names) or make names of spaces is one error naming the rule, before
+    any model is read or any file written."""
+    assert run_cli("convert", fixture_dir, tmp_path / "h5", "--to", "hdf5", "--stem", stem) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "stem must be 1 to 100 ASCII letters" in line and repr(stem) in line, line
+    assert not (tmp_path / "h5").exists() and not (tmp_path / "x_options.json").exists()
+
+
+def test_convert_refuses_a_stem_for_this_projects_format(fixture_dir, tmp_path, capsys):
+    """`--stem` names hdf5 files: with `--to own` (or SRC in the hdf5 layout, so own by default)
+    it was silently ignored."""
+    for to in (["--to", "own"], []):
+        assert run_cli("convert", fixture_dir, tmp_path / "own", *to, "--stem", "tiny") == 1
+        assert "--stem names the files of the hdf5 layout" in one_error_line(
+            capsys.readouterr().err
+        )
+        assert not (tmp_path / "own").exists()
+
+
 def test_convert_carries_the_softmax_and_vocabulary_of_a_pretrained_model(
     fixture_dir, tmp_path, capsys
 ):

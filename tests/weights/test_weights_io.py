@@ -13,7 +13,9 @@ import torch
 
 from spacy_elmo import ElmoConfigError, ElmoFileError, export_hdf5, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.weights import hub
 from spacy_elmo.weights.hdf5 import iter_hdf5_datasets
+from spacy_elmo.weights.hdf5_export import check_stem
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 
@@ -234,3 +236,15 @@ def test_a_published_name_is_a_name_and_a_path_is_a_path(fixture_dir, tmp_path, 
     for (name, _), source in zip(hub.published_files("small"), ("options.json", "lm_weights.hdf5")):
         shutil.copy(fixture_dir / source, cached / name)
     assert load_bilm("small").state_policy == "warm"
+
+
+def test_export_takes_the_published_stems_and_refuses_a_path(fixture_dir, tmp_path):
+    """`export_hdf5(stem=...)` names files `elmo_<stem>_*`: every published model's stem is one, a
+    path or an empty stem is an ElmoConfigError before anything is written."""
+    for name in hub.PUBLISHED.values():
+        check_stem(name)
+    bilm = load_bilm(fixture_dir)
+    for stem in ("../x", "", "a/b"):
+        with pytest.raises(ElmoConfigError, match="stem must be"):
+            export_hdf5(bilm, tmp_path / "out", stem=stem)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x_options.json").exists()
