@@ -7,9 +7,12 @@ projection_dim)`, as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span.
 dtype; `doc._.elmo_layers` gives float32); whitespace tokens hold zero vectors. It also holds the
 character span of each token it was computed for, so it follows the Doc through `doc.retokenize()`
 (`merge_entities`, `merge_noun_chunks`, ...): when the Doc's tokens are no longer those, the data is
-realigned on first read, by one rule: a merged token gets the mean of its parts' vectors (its
-whitespace parts left out), each piece of a split token gets the vector of the token it came from.
-Data that fits no rule (another text) is an error, never a shifted vector. Stored data read back is
+realigned from the tokens it was computed for (the same vectors however often the Doc was read in
+between), by one rule: a merged token gets the mean of its parts' vectors (its whitespace parts left
+out), each piece of a split token gets the vector of the token it came from, a new whitespace token
+zeros. Data that fits no rule (another text, or data stored without its tokens' spans) is an error,
+never a shifted vector. Means are summed in float64, and a mix beyond the stored dtype's range is an
+error, never an infinity. Stored data read back is
 checked (types, shapes, finite values) against the Doc. The data object is registered with
 srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
 carry it: the mix only, unless `save_layers` (the layers are `n_layers + 1` times its size).
@@ -43,10 +46,10 @@ def token_spans(doc: Union[Doc, Span]) -> np.ndarray:
 @dataclass
 class ElmoDocData:
     """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one
-    is set); `mix_weights` `(n_layers + 1,)` float32: the weights of the fixed mix that `doc._.elmo`
-    reports. `spans` int32 `(n_tokens, 2)`: the tokens' character spans it was computed for (None in
-    data stored before they were kept: then only the token count is checked). `save_layers`: whether
-    a stored Doc keeps `layers` (else only the mix is written)."""
+    is set at least; with both, `mixed` is their mix); `mix_weights` `(n_layers + 1,)` float32: the
+    weights of the fixed mix that `doc._.elmo` reports. `spans` int32 `(n_tokens, 2)`: the tokens'
+    character spans it was computed for (None in data stored before they were kept: it fits no
+    Doc). `save_layers`: whether a stored Doc keeps `layers` (else only the mix is written)."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
@@ -54,6 +57,8 @@ class ElmoDocData:
     spans: Optional[np.ndarray] = None
     save_layers: bool = field(default=False, compare=False)
     _mix_cache: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    # the data realigned to the Doc's current tokens (`elmo_data`), made from this data
+    _realigned: Optional["ElmoDocData"] = field(default=None, repr=False, compare=False)
 
     @property
     def n_tokens(self) -> int:
@@ -65,79 +70,74 @@ class ElmoDocData:
 
     def mix(self, what: str = "doc._.elmo") -> np.ndarray:
         """The fixed mix `(n_tokens, width)` in the stored dtype (summed in float32, computed once
-        per Doc); NonFiniteError `{what}: ...` where a sum lies beyond float16's range."""
+        per Doc); NonFiniteError `{what}: ...` where a sum lies beyond float32's or the stored
+        dtype's range."""
         if self._mix_cache is None:
             if self.mixed is not None:
                 out = self.mixed
             else:
                 layers = self.layers.astype(np.float32, copy=False)
-                out = cast_finite(
-                    np.tensordot(self.mix_weights, layers, axes=1), self.layers.dtype, what
-                )
+                with np.errstate(over="ignore"):
+                    summed = np.tensordot(self.mix_weights, layers, axes=1)
+                out = cast_finite(summed, self.layers.dtype, what)
             out.setflags(write=False)
             self._mix_cache = out
         return self._mix_cache
 
     def fits(self, doc: Doc) -> bool:
         """Whether the data was computed for exactly `doc`'s tokens."""
-        if self.n_tokens != len(doc):
+        if self.n_tokens != len(doc) or self.spans is None:
             return False
-        return self.spans is None or np.array_equal(self.spans, token_spans(doc))
+        return np.array_equal(self.spans, token_spans(doc))
 
     def fits_token(self, token: Token) -> bool:
         """Whether row `token.i` was computed for `token` (O(1))."""
-        if self.n_tokens != len(token.doc):
+        if self.n_tokens != len(token.doc) or self.spans is None:
             return False
-        return self.spans is None or (
-            self.spans[token.i, 0] == token.idx and self.spans[token.i, 1] == token.idx + len(token)
+        return self.spans[token.i, 0] == token.idx and self.spans[token.i, 1] == token.idx + len(
+            token
         )
 
     def fits_span(self, span: Span) -> bool:
         """Whether the rows of `span` were computed for its tokens (O(len(span)))."""
-        if self.n_tokens != len(span.doc):
+        if self.n_tokens != len(span.doc) or self.spans is None:
             return False
-        return self.spans is None or np.array_equal(
-            self.spans[span.start : span.end], token_spans(span)
-        )
+        return np.array_equal(self.spans[span.start : span.end], token_spans(span))
 
     def realigned(self, doc: Doc) -> "ElmoDocData":
         """The data for `doc`'s tokens, which cover the same text in other token boundaries (see the
-        module's rule); ValueError where they do not."""
+        module's rule), made from this data once per set of tokens; ValueError where they do not."""
+        if self._realigned is not None and self._realigned.fits(doc):
+            return self._realigned
         if self.spans is None:
             raise ValueError(
-                f"it holds {self.n_tokens} token vectors for a Doc of {len(doc)} tokens"
+                "it was stored without its tokens' character spans (by an earlier spacy_elmo), "
+                "so it cannot be checked against this Doc"
             )
-        new = token_spans(doc)
-        old = self.spans
-        if len(doc.text) < (old[-1, 1] if len(old) else 0) or (len(new) and len(old) == 0):
+        new, old, text = token_spans(doc), self.spans, doc.text
+        if len(text) < (old[-1, 1] if len(old) else 0):
             raise ValueError("it was computed for another text")
         # first old token ending after the start
         first = np.searchsorted(old[:, 1], new[:, 0], side="right")
         # first old token starting at/after the end
         stop = np.searchsorted(old[:, 0], new[:, 1], side="left")
-        if np.any(stop <= first):
+        gaps = stop <= first  # in no old token: whitespace between them, else another text
+        if any(not text[a:b].isspace() for a, b in new[gaps].tolist()):
             raise ValueError("it was computed for another text")
-        is_space = np.array([doc.text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
-        rows = [self._parts(i, j, is_space) for i, j in zip(first.tolist(), stop.tolist())]
-        arrays = {}
-        for name in ("layers", "mixed"):
-            array = getattr(self, name)
-            if array is not None:
-                axis = array.ndim - 2
-                parts = [
-                    np.take(array, r, axis=axis).astype(np.float32).mean(axis=axis) for r in rows
-                ]
-                out = (
-                    np.stack(parts, axis=axis) if parts else np.take(array, np.arange(0), axis=axis)
-                )
-                arrays[name] = out.astype(array.dtype, copy=False)
-        return ElmoDocData(
-            layers=arrays.get("layers"),
-            mixed=arrays.get("mixed"),
+        is_space = np.array([text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
+        rows = [
+            [] if gap else self._parts(i, j, is_space)
+            for i, j, gap in zip(first.tolist(), stop.tolist(), gaps.tolist())
+        ]
+        # the mix of a new token is the mean of its parts' mixes, as a stored Doc read back gets it
+        self._realigned = ElmoDocData(
+            layers=None if self.layers is None else _row_means(self.layers, rows),
+            mixed=_row_means(self.mix(), rows),
             mix_weights=self.mix_weights,
             spans=new,
             save_layers=self.save_layers,
         )
+        return self._realigned
 
     @staticmethod
     def _parts(first: int, stop: int, is_space: np.ndarray) -> List[int]:
@@ -196,6 +196,18 @@ class ElmoDocData:
         )
 
 
+def _row_means(array: np.ndarray, rows: List[List[int]]) -> np.ndarray:
+    """`array` `(..., n_old, width)` -> `(..., len(rows), width)` in its dtype: the mean of each
+    list of old rows, summed in float64 (a float32 sum can overflow where the mean does not), zeros
+    for an empty list."""
+    old = np.moveaxis(array, -2, 0)
+    out = np.zeros((len(rows),) + old.shape[1:], dtype=array.dtype)
+    for k, r in enumerate(rows):
+        if r:
+            out[k] = old[r].astype(np.float64).mean(axis=0)
+    return np.ascontiguousarray(np.moveaxis(out, 0, -2))
+
+
 def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
     """`value` where it is None or a finite float array of `ndim` dimensions; else ValueError."""
     if value is None:
@@ -213,20 +225,19 @@ def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
 
 
 def elmo_data(doc: Doc) -> Optional[ElmoDocData]:
-    """`doc._.elmo_data` fitted to `doc`'s current tokens (realigned once after a retokenization,
-    see the module); None before `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
+    """The data of `doc._.elmo_data` fitted to `doc`'s current tokens (realigned after a
+    retokenization, see the module; `doc._.elmo_data` itself stays as computed); None before
+    `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
     data = doc._.elmo_data
     if data is None or data.fits(doc):
         return data
     try:
-        data = data.realigned(doc)
+        return data.realigned(doc)
     except ValueError as err:
         raise ElmoFileError(
             f"doc._.elmo_data does not fit this Doc ({len(doc)} tokens): {err}; run the "
             "'elmo' component on it again"
         ) from None
-    doc._.elmo_data = data
-    return data
 
 
 @srsly.msgpack_encoders("spacy_elmo_doc_data")
@@ -285,9 +296,10 @@ def get_span_elmo(span: Span) -> Optional[np.ndarray]:
 
 
 def _mean_vector(mix: np.ndarray, doc: Doc, start: int, end: int) -> np.ndarray:
-    """The mean `(width,)` of `mix`'s rows of the non-whitespace tokens in `doc[start:end]`."""
+    """The mean `(width,)` of `mix`'s rows of the non-whitespace tokens in `doc[start:end]`, in its
+    dtype (summed in float64)."""
     rows = [i for i in range(start, end) if not doc[i].is_space]
-    return mix[rows].mean(axis=0) if rows else np.zeros(mix.shape[1], dtype=mix.dtype)
+    return _row_means(mix, [rows])[0]
 
 
 def install_extensions() -> None:

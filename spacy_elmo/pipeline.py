@@ -56,6 +56,7 @@ from .doc_windows import doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
+from .weights.pipeline import model_file
 from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
 from .workers import warn_in_spacy_worker, worker_threads
 
@@ -322,7 +323,10 @@ class Elmo(Pipe):
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         deserialize = {
             "cfg": lambda p: None,
-            "model": lambda p: self._restored(self.model.from_disk(p)),
+            # read from the pipeline's directory only, as load_bilm reads it
+            "model": lambda p: self._restored(
+                self.model.from_disk(model_file(p.parents[1], p.parent.name))
+            ),
         }
         util.from_disk(path, deserialize, exclude)
         self.cache.clear()

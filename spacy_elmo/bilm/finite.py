@@ -49,13 +49,14 @@ def check_finite(
 
 def cast_finite(values: np.ndarray, dtype, what: str, sentence: Optional[int] = None) -> np.ndarray:
     """Finite `values` as `dtype`; NonFiniteError `{what}: ...` (about `sentence`, where given)
-    where some lie beyond a smaller dtype's range (float16's ends at 65504)."""
+    where some lie beyond its range (float16's ends at 65504), or were summed beyond float32's."""
     with np.errstate(over="ignore"):
         out = values.astype(dtype, copy=False)
-    if out.dtype.itemsize < values.dtype.itemsize and not np.isfinite(out).all():
+    if not np.isfinite(out).all():
         raise NonFiniteError(
             f"{what}: values beyond {out.dtype}'s range (largest "
-            f"{float(np.finfo(out.dtype).max):g}) would be stored as infinities; use float32",
+            f"{float(np.finfo(out.dtype).max):g}) would be stored as infinities"
+            + ("; use float32" if out.dtype.itemsize < 4 else ""),
             sentence,
         )
     return out

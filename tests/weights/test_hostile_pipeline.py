@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 
 import pytest
 import spacy
@@ -53,3 +54,23 @@ def test_corrupt_pipeline_bytes(fixture_dir, tmp_path):
     data = nlp.get_pipe("elmo").model.to_bytes()
     with pytest.raises(ElmoFileError, match="serialized"):
         nlp.get_pipe("elmo").model.from_bytes(data[:-100])
+
+
+@pytest.mark.parametrize("linked", ["elmo/model", "elmo"])
+def test_spacy_load_refuses_a_biLM_symlinked_from_outside_the_pipeline(
+    fixture_dir, tmp_path, linked
+):
+    """`spacy.load` read a pipeline's biLM through a symlink to another pipeline's elsewhere (its
+    model file or its whole elmo directory), where `load_bilm` of the same directory refused it:
+    now both refuse, naming the link."""
+    model = pipeline(fixture_dir, tmp_path / "p")
+    elsewhere = pipeline(fixture_dir, tmp_path / "elsewhere")
+    inside = tmp_path / "p" / linked
+    shutil.rmtree(inside) if inside.is_dir() else inside.unlink()
+    inside.symlink_to(elsewhere if linked == "elmo/model" else elsewhere.parent)
+    assert model.exists()  # through the link
+    for load in (spacy.load, load_bilm):
+        with pytest.raises(
+            ElmoFileError, match=r"elmo/model: refused: .* is a symlink to .*outside"
+        ):
+            load(tmp_path / "p")
