@@ -104,6 +104,15 @@ class ElmoDocData:
             return False
         return np.array_equal(self.spans[span.start : span.end], token_spans(span))
 
+    def fitted(self, part: Union[Token, Span]) -> Optional["ElmoDocData"]:
+        """This data, or its copy realigned last, where it was computed for the tokens of `part` (a
+        Token: O(1); a Span: O(len(span))); None where neither is (`elmo_data` realigns)."""
+        check = self.fits_token if isinstance(part, Token) else self.fits_span
+        if check(part):
+            return self
+        realigned = self._realigned
+        return realigned if realigned is not None and realigned.fitted(part) else None
+
     def realigned(self, doc: Doc) -> "ElmoDocData":
         """The data for `doc`'s tokens, which cover the same text in other token boundaries (see the
         module's rule), made from this data once per set of tokens; ValueError where they do not."""
@@ -277,7 +286,7 @@ def span_mix(span: Span) -> Optional[np.ndarray]:
     data = span.doc._.elmo_data
     if data is None:
         return None
-    return (data if data.fits_span(span) else elmo_data(span.doc)).mix()
+    return (data.fitted(span) or elmo_data(span.doc)).mix()
 
 
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
@@ -285,7 +294,7 @@ def get_token_elmo(token: Token) -> Optional[np.ndarray]:
     data = token.doc._.elmo_data
     if data is None:
         return None
-    return (data if data.fits_token(token) else elmo_data(token.doc)).mix()[token.i]
+    return (data.fitted(token) or elmo_data(token.doc)).mix()[token.i]
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:

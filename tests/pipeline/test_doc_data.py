@@ -230,6 +230,25 @@ def test_a_span_is_checked_against_its_own_tokens_not_the_whole_doc(nlp, monkeyp
     np.testing.assert_array_equal(doc[1:2]._.elmo, expected[2])
 
 
+def test_tokens_and_spans_of_a_retokenized_doc_are_checked_against_their_own_tokens(
+    nlp, monkeypatch
+):
+    """After a retokenization each token's and span's read checks its own rows of the realigned
+    data: reading every token of a long Doc costs its length a few times, not once per token."""
+    doc = nlp(" ".join(["the cat sat ."] * 500))
+    expected = doc._.elmo.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    seen = []
+    spans_of = doc_data.token_spans
+    monkeypatch.setattr(doc_data, "token_spans", lambda d: seen.append(len(d)) or spans_of(d))
+    for token in doc[1:]:
+        np.testing.assert_array_equal(token._.elmo, expected[token.i + 1])
+    for start in range(1, len(doc) - 1, 2):
+        assert doc[start : start + 2]._.elmo is not None
+    assert sum(seen) <= 4 * len(doc), f"{sum(seen)} token spans computed for {len(doc)} tokens"
+
+
 def test_vector_hooks_on_a_doc_without_elmo_data_say_so(fixture_dir):
     """`Span.as_doc()` copies a Doc's hooks but not its extensions: the new Doc has no ELMo
     vector (`has_vector` false), and reading one is one ElmoError saying why, not a TypeError."""
