@@ -22,14 +22,15 @@ import numpy as np
 from spacy.ml.models.tok2vec import MultiHashEmbed
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Maxout, Model, chain, concatenate, with_array
+from thinc.api import Linear, Maxout, Model, chain, concatenate, with_array
 from thinc.layers.concatenate import forward as concatenate_forward
 from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d
 
 from .bilm import BiLMOptions, Precision, StatePolicyName
 from .doc_data import install_extensions
-from .layers import bilm_layer, elmo_mix
+from .errors import ElmoConfigError
+from .layers import bilm_layer, elmo_mix, fixed_dropout
 
 
 @registry.architectures("spacy_elmo.ElmoModel.v1")
@@ -77,6 +78,22 @@ def ElmoFeatures(
     return features(n_layers, width, dropout, l2, layer_norm, projection)
 
 
+def check_features(dropout: float, projection: Optional[int]) -> None:
+    """ElmoConfigError naming `dropout` unless it is a rate in [0, 1), or `projection` unless it is
+    null or a positive width."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ElmoConfigError(
+            f"ElmoFeatures: dropout must be a rate from 0 to below 1, got {dropout!r}"
+        )
+    if projection is not None and (
+        isinstance(projection, bool) or not isinstance(projection, int) or projection < 1
+    ):
+        raise ElmoConfigError(
+            "ElmoFeatures: projection must be a positive width, or null for none, got "
+            f"{projection!r}"
+        )
+
+
 def features(
     n_layers: Optional[int],
     width: Optional[int],
@@ -90,17 +107,19 @@ def features(
 
     n_layers: the biLM's output layers (`n_layers + 1` of the biLM, 3 for the published models).
     width: their width, `2 * projection_dim` (256 small, 1024 original). Null (either): taken from
-    the biLM at initialize; where set, initialize checks them against it. dropout: on the output.
+    the biLM at initialize; where set, initialize checks them against it. dropout: on the output in
+    training, at this rate (`[training] dropout` does not replace it).
     l2: the penalty `l2 * ||s||^2` on the mix logits. layer_norm: normalise each layer per token
     (zero mean, unit variance) before mixing. projection: a learned linear map down to this width.
     layers (`.v3`): the biLM layers to mix, null for all.
     """
+    check_features(dropout, projection)
     install_extensions()
     parts: List[Model] = [elmo_mix(n_layers, width, l2=l2, layer_norm=layer_norm, layers=layers)]
     if projection:
         parts.append(with_array(Linear(projection, width)))
-    if dropout:
-        parts.append(Dropout(dropout))
+    if dropout:  # at this rate, not `[training] dropout` (which spaCy gives `Dropout` layers)
+        parts.append(fixed_dropout(dropout))
     model = chain(*parts) if len(parts) > 1 else parts[0]
     model.set_dim("nO", projection or width)
     return model

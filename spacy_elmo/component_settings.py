@@ -8,6 +8,7 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
+from spacy.pipeline import Tok2Vec
 from thinc.api import Model
 
 from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
@@ -84,6 +85,19 @@ def check_wiring(nlp: Language, name: str, use_sents: bool) -> None:
             )
 
 
+def reads_elmo(nlp: Language, proc) -> bool:
+    """Whether the component `proc` mixes ELMo layers into what is trained: its model holds a mix,
+    and, where it is a tok2vec, some component listens to it (else its output goes nowhere)."""
+    model = getattr(proc, "model", None)
+    if not isinstance(model, Model) or not any(node.name == MIX_NAME for node in model.walk()):
+        return False
+    if isinstance(proc, Tok2Vec):
+        for _, other in nlp.pipeline:
+            proc.find_listeners(other)
+        return bool(proc.listening_components)
+    return True
+
+
 def check_read(nlp: Language, name: str) -> None:
     """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
     builds such a pipeline); the warning names the caller of the component's `initialize`. A
@@ -93,13 +107,7 @@ def check_read(nlp: Language, name: str) -> None:
         for other, proc in nlp.pipeline
         if other != name and getattr(proc, "is_trainable", False)
     ]
-    reads = any(
-        node.name == MIX_NAME
-        for _, proc in nlp.pipeline
-        if isinstance(getattr(proc, "model", None), Model)
-        for node in proc.model.walk()
-    )
-    if trained and not reads:
+    if trained and not any(reads_elmo(nlp, proc) for _, proc in nlp.pipeline):
         warnings.warn(
             f"'{name}' computes ELMo but no component reads it: {', '.join(map(repr, trained))} "
             "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. in "

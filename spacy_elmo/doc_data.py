@@ -120,8 +120,8 @@ class ElmoDocData:
             return self._realigned
         if self.spans is None:
             raise ValueError(
-                "it was stored without its tokens' character spans (by an earlier spacy_elmo), "
-                "so it cannot be checked against this Doc"
+                "it holds no character spans of its tokens (stored by an earlier spacy_elmo, or "
+                "made without `spans`), so it cannot be checked against this Doc"
             )
         new, old, text = token_spans(doc), self.spans, doc.text
         if len(text) < (old[-1, 1] if len(old) else 0):

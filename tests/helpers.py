@@ -25,7 +25,7 @@ from thinc.api import Config
 
 from spacy_elmo import ElmoFileError, load_bilm
 from spacy_elmo.cli import main
-from spacy_elmo.doc_data import ElmoDocData, install_extensions
+from spacy_elmo.doc_data import ElmoDocData, install_extensions, token_spans
 from spacy_elmo.pretrain import load_config, train
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +104,7 @@ def docs_with_layers(lengths, seed=0, dtype=np.float32) -> List[Doc]:
             layers=rng.normal(size=(N_LAYERS, n, WIDTH)).astype(dtype),
             mixed=None,
             mix_weights=np.full(N_LAYERS, 1 / N_LAYERS, dtype="f"),
+            spans=token_spans(doc),
         )
         docs.append(doc)
     return docs

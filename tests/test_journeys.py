@@ -405,5 +405,7 @@ def test_float16_similarity_is_summed_in_float32(fixture_dir):
     data = doc._.elmo_data
     # squares beyond float16's 65504 when summed
     big = (data.layers.astype(np.float32) * 200).astype(np.float16)
-    doc._.elmo_data = type(data)(layers=big, mixed=None, mix_weights=data.mix_weights)
+    doc._.elmo_data = type(data)(
+        layers=big, mixed=None, mix_weights=data.mix_weights, spans=data.spans
+    )
     assert doc[1].similarity(doc[1]) == pytest.approx(1.0, abs=1e-3)

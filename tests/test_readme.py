@@ -17,6 +17,7 @@ sizes the examples show are the published ones.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
@@ -49,6 +50,30 @@ def test_every_block_is_run_or_shown():
     ]
     assert not unknown, f"README.md blocks of unknown language: {unknown}"
     assert sum(b.skip is None for b in RUN) >= 5
+
+
+def test_config_blocks_parse_and_name_registered_functions():
+    """A config block is copied into configs: it parses, and each `@registry = "name"` names a
+    registered function (an inline `# comment` became part of the name: spaCy's E893)."""
+    from spacy.util import registry
+    from thinc.api import Config
+
+    blocks = [b for b in BLOCKS if b.lang == "ini"]
+    assert blocks
+    for block in blocks:
+        sections = re.findall(r"^\[([\w.]+)\]$", block.code, flags=re.M)
+        parents = {".".join(s.split(".")[:k]) for s in sections for k in range(1, s.count(".") + 1)}
+        config = Config().from_str(
+            "".join(f"[{p}]\n" for p in sorted(parents - set(sections))) + block.code
+        )
+        names = re.findall(r"^@(\w+) = (.*)$", block.code, flags=re.M)
+        assert names, f"README.md:{block.line}: no registered function named"
+        for kind, value in names:
+            name = json.loads(value)
+            assert registry.has(kind, name), (
+                f"README.md:{block.line}: {kind} {value} not registered"
+            )
+        assert config
 
 
 def test_every_mark_is_right_before_a_block():

@@ -1,7 +1,8 @@
-"""thinc layers: the frozen biLM that `elmo` runs (`bilm_model`), and the task's mix of its layers
-(`mix`)."""
+"""thinc layers: the frozen biLM that `elmo` runs (`bilm_model`), the task's mix of its layers
+(`mix`), and dropout at its configured rate (`dropout`)."""
 
 from .bilm_model import bilm_layer, frozen_bilm, get_embedder, load_weights
+from .dropout import fixed_dropout
 from .mix import MIX_NAME, Upstream, elmo_mix, feature_paths, learned_mix, set_sizes
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "bilm_layer",
     "elmo_mix",
     "feature_paths",
+    "fixed_dropout",
     "frozen_bilm",
     "get_embedder",
     "learned_mix",

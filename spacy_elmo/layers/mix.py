@@ -83,6 +83,8 @@ def elmo_mix(
     """Docs -> `gamma * sum_j softmax(s)_j h_j` over the biLM's layers j in `layers` (None: all),
     `(n_tokens, width)` per Doc; params `s` `(len(layers) or n_layers,)`, `gamma` `(1,)`. Null sizes
     are set by `mix_init`."""
+    if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not 0 <= l2 < float("inf"):
+        raise ElmoConfigError(f"ElmoFeatures: l2 must be a penalty of 0 or more, got {l2!r}")
     if layers is not None:
         if (
             not isinstance(layers, (list, tuple))
@@ -163,6 +165,13 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
             model.set_dim(dim, value)
         elif configured != value:
             wrong.append((setting, configured, value))
+    if wrong and model.has_param("s") is True:  # trained (sourced or loaded): sizes of its weights
+        raise ElmoConfigError(
+            f"a trained ElmoFeatures mix reads {', '.join(f'{s} {c}' for s, c, _ in wrong)}, but "
+            f"{source} has {', '.join(f'{s} {v}' for s, _, v in wrong)}: a trained component "
+            "reads the layers of the biLM it was trained with; give it that biLM, or train the "
+            "component again with this one"
+        )
     if wrong:
         fixes = [f"--{path}.{s} {v}" for s, _, v in wrong for path in paths] or [
             f"{s} = {v}" for s, _, v in wrong

@@ -7,11 +7,13 @@ import pytest
 import spacy
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Config
+from thinc.api import Config, set_dropout_rate
 
+from spacy_elmo import ElmoConfigError
 from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed
 from spacy_elmo.doc_data import ElmoDocData, install_extensions
-from spacy_elmo.layers import learned_mix
+from spacy_elmo.layers import learned_mix, set_sizes
+from spacy_elmo.layers.dropout import DROPOUT_NAME
 
 from ..helpers import N_LAYERS, WIDTH, docs_with_layers, mix_layer
 
@@ -113,7 +115,7 @@ def test_wrong_sizes_and_mix_only_raise():
     with pytest.raises(ValueError, match="n_layers=3, width=16"):
         model.predict(docs)
     docs[0]._.elmo_data = ElmoDocData(
-        layers=None, mixed=np.zeros((3, WIDTH), "f"), mix_weights=np.ones(3, "f") / 3
+        None, np.zeros((3, WIDTH), "f"), np.ones(3, "f") / 3, docs[0]._.elmo_data.spans
     )
     with pytest.raises(ValueError, match="keep_layers = true"):
         ElmoFeatures(N_LAYERS, WIDTH).predict(docs)
@@ -220,5 +222,54 @@ width = 8
         "l2": 0.001,
     }
     v2 = registry.resolve(config)["v2"]
-    assert any(node.name == "dropout" for node in v2.walk())
+    assert [node.attrs["rate"] for node in v2.walk() if node.name == DROPOUT_NAME] == [0.2]
     assert mix_layer(v2).attrs["l2"] == 0.001
+
+
+def test_the_configured_dropout_survives_spacys_training_dropout():
+    """spaCy sets every layer's `dropout_rate` to `[training] dropout` at each update
+    (`thinc.api.set_dropout_rate`): an ElmoFeatures' own `dropout` (0.2 recommended) was
+    replaced, so every rate but 0 trained alike. The configured rate is kept, and applied."""
+    docs = docs_with_layers([300, 200])
+    model = ElmoFeatures(N_LAYERS, WIDTH, dropout=0.9)
+    model.initialize(X=docs)
+    set_dropout_rate(model, 0.1)  # what a tagger's update does
+    Y, backprop = model.begin_update(docs)
+    zeros = sum(int((y == 0).sum()) for y in Y) / sum(y.size for y in Y)
+    assert 0.85 < zeros < 0.95, zeros
+    backprop([np.ones_like(y) for y in Y])  # the mix's gradient, through the same masks
+    assert not any((y == 0).all() for y in model.predict(docs))  # none in prediction
+
+
+@pytest.mark.parametrize(
+    "setting,value",
+    [
+        ("dropout", -0.5),
+        ("dropout", 1.0),
+        ("dropout", 1.5),
+        ("dropout", "0.2"),
+        ("projection", 0),
+        ("projection", -3),
+        ("projection", 2.5),
+        ("l2", -1.0),
+        ("l2", float("inf")),
+        ("l2", float("nan")),
+    ],
+)
+def test_feature_settings_out_of_range_are_one_error_naming_them(setting, value):
+    """A negative projection failed deep in thinc's initializer, 0 meant none, and a negative l2 or
+    a dropout outside [0, 1) trained without a word."""
+    with pytest.raises(ElmoConfigError, match=f"ElmoFeatures: {setting} must be"):
+        ElmoFeatures(N_LAYERS, WIDTH, **{setting: value})
+
+
+def test_a_trained_mix_that_meets_another_biLM_says_to_give_it_its_own():
+    """A sourced (trained) component's mix has the sizes of its weights: the error suggested a
+    config override that spaCy refuses ('not a section value that can be overridden')."""
+    model = ElmoFeatures(None, None)
+    model.initialize(X=docs_with_layers([2]))
+    path = "components.tok2vec.model.embed.elmo"
+    with pytest.raises(ElmoConfigError, match="reads width 8, but the biLM has width 16") as err:
+        set_sizes(mix_layer(model), N_LAYERS, 2 * WIDTH, "the biLM", [path])
+    assert "give it that biLM, or train the component again" in str(err.value)
+    assert f"--{path}" not in str(err.value)

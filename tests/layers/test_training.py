@@ -47,7 +47,7 @@ def tag_accuracy(nlp, sentences, change_layers=None):
         for doc in docs:
             data = doc._.elmo_data
             doc._.elmo_data = ElmoDocData(
-                layers=change_layers(data.layers), mixed=None, mix_weights=data.mix_weights
+                change_layers(data.layers), None, data.mix_weights, data.spans
             )
     for name in ("tok2vec", "tagger"):
         docs = list(nlp.get_pipe(name).pipe(docs))

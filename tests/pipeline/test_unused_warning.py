@@ -48,3 +48,23 @@ def test_no_warning_where_ELMo_is_read_or_nothing_is_trained(fixture_dir):
         nlp.add_pipe("sentencizer", before="elmo")
         nlp.initialize()
         assert nlp("The cat sat. It ran.")._.elmo.shape == (7, 32)
+
+
+def test_elmo_read_only_by_a_tok2vec_no_component_listens_to_warns(fixture_dir):
+    """A tagger with an embedding of its own beside a tok2vec that mixes ELMo (the README's
+    snippet in a config whose tagger does not listen): the mix never trains, the tagger trains
+    without ELMo, and nothing said so."""
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    config["components"]["tagger"]["model"]["tok2vec"] = {
+        "@architectures": "spacy.HashEmbedCNN.v2",
+        "width": 32,
+        "depth": 1,
+        "embed_size": 300,
+        "window_size": 1,
+        "maxout_pieces": 3,
+        "subword_features": True,
+        "pretrained_vectors": None,
+    }
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    with pytest.warns(ElmoUnusedWarning, match="'tok2vec', 'tagger' train without it"):
+        nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
