@@ -24,7 +24,8 @@ MIX_NAME = "elmo_mix"
 MISSING_FEATURES = (
     "Doc has no ELMo layers (doc._.elmo_data is None): the 'elmo' component must run before this "
     "component. In a pipeline, put 'elmo' before it; in training, list 'elmo' in [training] "
-    "annotating_components so that it annotates every batch."
+    "annotating_components so that it annotates every batch. `spacy pretrain` and `spacy debug "
+    "model` run no other component, so they cannot feed a model that reads ELMo."
 )
 NO_SIZES = (
     "ElmoFeatures has n_layers or width null and nothing to take them from: initialize it in a "
