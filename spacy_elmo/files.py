@@ -371,6 +371,17 @@ def write_error(
     return ElmoFileError(f"cannot write {path}: {os.strerror(code) if code else text}")
 
 
+def output_dir(directory: PathLike, writer: str) -> Path:
+    """`directory`, made where missing (parents too), for `writer` to write files into;
+    ElmoFileError where it is something else than a directory or cannot be made."""
+    directory = Path(directory)
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise ElmoFileError(f"{directory} exists and is not a directory: {writer} writes one")
+    with write_errors(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 @contextmanager
 def write_errors(path: PathLike, retry: str = "free space and run again") -> Iterator[None]:
     """Failed writes in the block -> one error (see `write_error`) naming `path`."""

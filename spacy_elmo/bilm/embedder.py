@@ -200,7 +200,8 @@ class ElmoEmbedder(nn.Module):
         device with `as_tensor=True`). `batch_size`: see `check_batch_size`. Raises TypeError for a
         sentence that is not a list of str."""
         check_batch_size(batch_size)
-        regroup = self._policy.allows_regrouping
+        policy = self._policy  # the policy when the iteration began, whatever is set meanwhile
+        regroup = policy.allows_regrouping
         size = batch_size * WINDOW_BATCHES if regroup else batch_size
         it = iter(sentences)
         count = 0
@@ -214,11 +215,12 @@ class ElmoEmbedder(nn.Module):
             with torch.inference_mode():
                 if regroup:
                     arrays = self.runner.embed(
-                        window, self._policy, batch_size, as_tensor, count - len(window)
+                        window, policy, batch_size, as_tensor, count - len(window)
                     )
                 else:
                     arrays = self._embed_carry(window, as_tensor, count - len(window))
-            yield from arrays
+            # tensors copied out of inference mode: the caller may train on them or edit them
+            yield from (a.clone() for a in arrays) if as_tensor else arrays
 
     def embed(self, sentences: Iterable[Sequence[str]], batch_size: int = 64) -> List[np.ndarray]:
         """Embed token lists: one float32 array `(n_layers + 1, n_tokens, 2 * projection_dim)` each;

@@ -31,8 +31,8 @@ def check_finite(
 ) -> None:
     """NonFiniteError `{source}: {name} ... NaN or infinite values` where `values` (an array or a
     tensor) hold any. With `lengths` (and `ids`, default 0, 1, ...): `values` `(layers,
-    sum(lengths), width)` are sentences one after another, and the error names the first sentence
-    that holds them by its id."""
+    sum(lengths), width)` are sentences one after another, and the error names the sentence of the
+    smallest id that holds them."""
     values = torch.as_tensor(values)
     # a NaN or an infinity makes the sum non-finite; so may finite values that overflow it: only
     # then look closer
@@ -40,9 +40,9 @@ def check_finite(
         return
     sentence = None
     if lengths is not None:
-        token = int((~torch.isfinite(values)).any(dim=2).any(dim=0).nonzero()[0])
-        row = int(np.searchsorted(np.cumsum(lengths), token, side="right"))
-        sentence = row if ids is None else ids[row]
+        tokens = (~torch.isfinite(values)).any(dim=2).any(dim=0).nonzero()[:, 0].cpu().numpy()
+        rows = np.unique(np.searchsorted(np.cumsum(lengths), tokens, side="right"))
+        sentence = int(rows[0]) if ids is None else min(ids[row] for row in rows)
         name = f"{name} for sentence {sentence} (counted from 0)"
     raise NonFiniteError(f"{source}: {name} holds NaN or infinite values", sentence)
 

@@ -182,7 +182,10 @@ class BiLM(OwnLocks, nn.Module):
 
     def fingerprint(self) -> str:
         """sha256 over the options, every parameter and buffer and the character table, if any:
-        identifies the outputs."""
+        identifies the outputs. The warm state is computed first where it is the warm-up text's and
+        not yet current, so the fingerprint does not depend on whether it was."""
+        if self.warmup is not None:
+            self.warm_state(1)
         h = hashlib.sha256(repr(sorted(self.options.sizes().items())).encode())
         token_ids = self.token_encoder.token_ids
         if isinstance(token_ids, CharTable):

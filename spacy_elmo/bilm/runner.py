@@ -45,6 +45,8 @@ def check_batch_size(batch_size: int) -> int:
     sentences by length within windows of `8 * batch_size`. Under "carry" it is the number of rows
     (bilm-tf's batch).
     """
+    if isinstance(batch_size, np.integer):
+        batch_size = int(batch_size)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
@@ -59,7 +61,8 @@ def check_cache_size(cache_size: int) -> int:
         or not 0 <= cache_size <= MAX_CACHE_SIZE
     ):
         raise ElmoConfigError(
-            f"token_cache_size must be an integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
+            f"the token cache size (cache_size, or the component's token_cache_size) must be an "
+            f"integer from 0 (no cache) to {MAX_CACHE_SIZE:,}, "
             f"got {cache_size!r}"
         )
     return cache_size
@@ -69,7 +72,12 @@ def check_sentence(sent, i: int) -> List[str]:
     """Sentence `i` of the input as a list of token texts, else TypeError."""
     if isinstance(sent, str):
         raise TypeError(f"sentence {i} is a str; pass a list of token texts (e.g. text.split())")
-    sent = list(sent)
+    try:
+        sent = list(sent)
+    except TypeError:
+        raise TypeError(
+            f"sentence {i} is a {type(sent).__name__} ({sent!r}); pass a list of token texts"
+        ) from None
     for tok in sent:
         if not isinstance(tok, str):
             raise TypeError(
@@ -86,10 +94,10 @@ def long_sentence(batch_size: int) -> int:
 
 def convert(layers: Tensor, lengths: Sequence[int], as_tensor: bool) -> list:
     """Layers `(n_layers + 1, sum(lengths), 2P)` of sentences one after another -> what
-    `embed_iter` yields for each: a torch copy, or a float32 numpy copy. The numpy copies leave
+    `embed_iter` yields for each: a torch view, or a float32 numpy copy. The numpy copies leave
     the device together (one wait for a GPU per batch, not one per sentence)."""
-    if as_tensor:
-        return [part.clone() for part in layers.split(list(lengths), dim=1)]
+    if as_tensor:  # views, which the caller copies (`ElmoEmbedder.embed_iter`)
+        return list(layers.split(list(lengths), dim=1))
     host = layers.float().cpu().numpy()
     return [part.copy() for part in np.split(host, np.cumsum(lengths)[:-1], axis=1)]
 
@@ -198,9 +206,9 @@ class PackedRunner:
                 raise
             gates = torch.cat([products[0][d].input.weight for d in (0, 1)], dim=1)
             bad = np.flatnonzero(~torch.isfinite(torch.mm(vectors, gates)).all(dim=1).cpu().numpy())
-            row = int(np.isin(index, bad).any(axis=1).argmax())
+            sentence = min(ids[row] for row in np.flatnonzero(np.isin(index, bad).any(axis=1)))
             raise NonFiniteError(
-                f"{err}, for sentence {ids[row]} (counted from 0)", ids[row]
+                f"{err}, for sentence {sentence} (counted from 0)", sentence
             ) from None
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
         layers = torch.stack(
@@ -267,18 +275,35 @@ class PackedRunner:
         results: list = [None] * len(sentences)
         limit = long_sentence(batch_size)
         short = [s if len(s) <= limit else [] for s in sentences]
+        # a batch's error names its first bad sentence; batches go longest first, so after one,
+        # the batches holding earlier sentences are computed too, for the first of all
+        failed: Optional[NonFiniteError] = None
         for batch in batches_by_length(short, batch_size):
-            layers, _ = self.run(
-                [sentences[i] for i in batch], policy, ids=[first + i for i in batch]
-            )
+            if failed is not None and first + min(batch) > failed.sentence:
+                continue
+            try:
+                layers, _ = self.run(
+                    [sentences[i] for i in batch], policy, ids=[first + i for i in batch]
+                )
+            except NonFiniteError as err:
+                if err.sentence is None:
+                    raise
+                failed = err if failed is None or err.sentence < failed.sentence else failed
+                continue
             for i, one in zip(
                 batch, convert(layers, [len(sentences[i]) for i in batch], as_tensor)
             ):
                 results[i] = one
         for i, sentence in enumerate(sentences):
-            if len(sentence) > limit:
-                pieces = self.in_windows(sentence, limit, policy, first + i)
-                (results[i],) = convert(torch.cat(list(pieces), dim=1), [len(sentence)], as_tensor)
+            if len(sentence) > limit and (failed is None or first + i < failed.sentence):
+                try:
+                    pieces = list(self.in_windows(sentence, limit, policy, first + i))
+                except NonFiniteError as err:
+                    failed = err
+                    break
+                (results[i],) = convert(torch.cat(pieces, dim=1), [len(sentence)], as_tensor)
+        if failed is not None:
+            raise failed
         return [self.empty(as_tensor) if r is None else r for r in results]
 
     def empty(self, as_tensor: bool):

@@ -18,7 +18,7 @@ from ..bilm.lstm import gates_to_tf
 from ..bilm.model import BiLM
 from ..bilm.warmup import WARMUP_SENTENCES
 from ..errors import ElmoConfigError
-from ..files import atomic_path, write_atomic
+from ..files import atomic_path, output_dir, write_atomic
 from .hdf5 import cell_scope, import_h5py
 
 PathLike = Union[str, Path]
@@ -92,8 +92,7 @@ def export_hdf5(
         )
     check_stem(stem)
     h5py = import_h5py()
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_dir(directory, "export_hdf5")
     options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
     weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
     write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))

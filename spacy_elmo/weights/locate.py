@@ -62,12 +62,15 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
 
 
 def _path(path: object) -> Path:
-    """`path` as a Path; ElmoConfigError where it is no path (bytes, a number, None)."""
+    """`path` as a Path; ElmoConfigError where it is no path (bytes, a number, None, an empty
+    str, which Path reads as the working directory)."""
     if not isinstance(path, (str, os.PathLike)):
         raise ElmoConfigError(
             "pass a path (a str or a Path) or an (options_file, weight_file) pair, got "
             f"{type(path).__name__}"
         )
+    if os.fspath(path) == "":
+        raise ElmoConfigError("the path is empty: pass a directory or a published model's name")
     return Path(path)
 
 

@@ -21,7 +21,14 @@ from ..bilm.embedder import ElmoEmbedder
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions, StatePolicy, check_state_policy, read_json
 from ..errors import ElmoFileError
-from ..files import TEXT_ENCODING, atomic_path, inside_dir, read_regular, write_atomic
+from ..files import (
+    TEXT_ENCODING,
+    atomic_path,
+    inside_dir,
+    output_dir,
+    read_regular,
+    write_atomic,
+)
 from .data import ModelData, ModelFiles
 from .state_dict import read_state_dict
 
@@ -106,19 +113,18 @@ def save_bilm(
     written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
     warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
     applies (default: the embedder's current one, "warm" for a bare network)."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ElmoFileError(f"{directory} exists and is not a directory: save_bilm writes one")
-    directory.mkdir(parents=True, exist_ok=True)
+    policy = check_state_policy(
+        state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
+    )
+    directory = output_dir(directory, "save_bilm")
     network = model.network if isinstance(model, ElmoEmbedder) else model
     if network.warmup is not None:
         network.warm_state(1)  # computed unless current
-    policy = state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
     config = {
         "format": OWN_FORMAT,
         "version": OWN_VERSION,
         "options": network.options.to_dict(),
-        "state": check_state_policy(policy).value,
+        "state": policy.value,
     }
     if not network.has_warm_state:
         config["warm_state"] = False

@@ -89,6 +89,20 @@ def test_the_error_names_the_first_sentence_with_non_finite_vectors(
         list(bilm.embed_iter(SENTENCES[:2] * 2 + SENTENCES, batch_size=1))
 
 
+@pytest.mark.parametrize("batch_size", [64, 1])
+def test_of_several_bad_sentences_the_error_names_the_first(fixture_dir, batch_size):
+    """Batches go longest first: the error named a later bad sentence where a longer one came
+    first (in one batch, or in an earlier one)."""
+    bilm = load_bilm(fixture_dir, state="zero")
+    with torch.no_grad():
+        bilm.network.token_encoder.char_embedding.weight[ord("Q") + 1] = float("nan")
+    bilm.network.invalidate()
+    sentences = [["Q"], ["fine"], ["Q", "and", "more", "words", "here"]]
+    with pytest.raises(ElmoFileError, match="sentence 0 ") as err:
+        bilm.embed(sentences, batch_size=batch_size)
+    assert err.value.sentence == 0
+
+
 def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture_dir, tmp_path):
     def edit(f):
         w = f[W_0][...]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from spacy_elmo import load_bilm
+from spacy_elmo import ElmoConfigError, load_bilm
 from spacy_elmo.bilm import batch_char_ids, word_char_ids
 
 from ..helpers import FLOAT32_ATOL
@@ -97,6 +97,15 @@ def test_bad_input_types(bilm):
         bilm.embed([["ok", 3]])
     with pytest.raises(ValueError, match="batch_size"):
         bilm.embed([["a"]], batch_size=0)
+    for bad in (None, 5):  # not iterable: 'NoneType' object is not iterable, naming no sentence
+        with pytest.raises(TypeError, match=f"sentence 1 is a {type(bad).__name__} "):
+            bilm.embed([["ok"], bad])
+    expected = bilm.embed([["a", "b"]], batch_size=4)
+    np.testing.assert_array_equal(bilm.embed([["a", "b"]], batch_size=np.int64(4))[0], expected[0])
+    with pytest.raises(ElmoConfigError, match="the path is empty"):
+        load_bilm("")  # Path("") is the working directory
+    with pytest.raises(ElmoConfigError, match=r"token cache size \(cache_size"):
+        load_bilm("small", cache_size=-1)
 
 
 def test_embed_iter_reads_its_input_lazily(bilm):
@@ -196,3 +205,33 @@ def test_efml_char_table_ids_of_a_long_token_are_those_of_its_48_character_cut()
     finally:
         tracemalloc.stop()
     assert held < 1_000_000
+
+
+def test_tensors_of_embed_iter_are_ordinary_tensors(bilm):
+    """`as_tensor=True` gave inference tensors: a trained layer on them could not backpropagate
+    and an in-place edit raised."""
+    import torch
+
+    tensors = list(bilm.embed_iter([["The", "cat"], [], ["sat"]], as_tensor=True))
+    assert not any(t.is_inference() for t in tensors)
+    weight = torch.ones(tensors[0].shape[-1], requires_grad=True)
+    (tensors[0] * weight).sum().backward()
+    assert weight.grad is not None
+    tensors[2].zero_()
+    expected = bilm.embed([["The", "cat"], [], ["sat"]])
+    np.testing.assert_array_equal(tensors[0].numpy(), expected[0])
+    assert tensors[1].shape == expected[1].shape
+
+
+def test_an_iteration_keeps_the_state_policy_it_began_with(fixture_dir):
+    """Setting `state_policy` while an `embed_iter` is consumed gave the rest the vectors of
+    neither policy (carry set mid-way ran as zero): the iteration keeps its own."""
+    sentences = [["The", "cat", "sat", "."], ["It", "ran", "."]] * 8
+    warm = list(load_bilm(fixture_dir).embed_iter(sentences, batch_size=1))
+    bilm = load_bilm(fixture_dir)
+    it = bilm.embed_iter(sentences, batch_size=1)
+    got = [next(it) for _ in range(8)]
+    bilm.state_policy = "carry"
+    got += list(it)
+    for a, b in zip(got, warm):
+        np.testing.assert_array_equal(a, b)

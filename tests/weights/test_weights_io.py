@@ -248,3 +248,31 @@ def test_export_takes_the_published_stems_and_refuses_a_path(fixture_dir, tmp_pa
         with pytest.raises(ElmoConfigError, match="stem must be"):
             export_hdf5(bilm, tmp_path / "out", stem=stem)
     assert not (tmp_path / "out").exists() and not (tmp_path / "x_options.json").exists()
+
+
+def test_writing_where_a_file_stands_is_one_error(fixture_dir, tmp_path):
+    """export_hdf5 and save_bilm over a file, or under one, raised FileExistsError and
+    NotADirectoryError; a bad state made save_bilm's directory before refusing."""
+    bilm = load_bilm(fixture_dir)
+    file = tmp_path / "afile"
+    file.write_text("x")
+    for write in (save_bilm, export_hdf5):
+        with pytest.raises(ElmoFileError, match="exists and is not a directory"):
+            write(bilm, file)
+        with pytest.raises(ElmoFileError, match="cannot write .*afile/x"):
+            write(bilm, file / "x")
+    with pytest.raises(ElmoConfigError, match="unknown state policy"):
+        save_bilm(bilm, tmp_path / "new", state="bogus")
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_fingerprint_does_not_depend_on_whether_the_warm_state_was_computed(fixture_dir):
+    """Loaded under zero or carry, the fingerprint was that of zero warm buffers, and changed
+    once a warm call computed them: the same weights and outputs, two fingerprints."""
+    warm = load_bilm(fixture_dir).fingerprint()
+    for state in ("zero", "carry"):
+        bilm = load_bilm(fixture_dir, state=state)
+        assert bilm.fingerprint() == warm
+        bilm.state_policy = "warm"
+        bilm.embed([["a"]])
+        assert bilm.fingerprint() == warm
