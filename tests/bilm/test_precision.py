@@ -99,12 +99,17 @@ def test_a_sentence_gets_the_same_low_precision_vectors_in_any_batch(
     """int8 inputs sit on a fixed grid (not one fitted to each call's range), so rows do not affect
     each other: not in the LSTM, and not in the token encoder, which a fresh biLM (an empty token
     cache) runs over one, two or three distinct words alone (matrix libraries take other kernels
-    for so few rows)."""
+    for so few rows): every sentence, bit for bit. bfloat16's products take other kernels by row
+    count on some CPUs (an AVX512-BF16 host moved some sentences by a bfloat16 step): no
+    bit-for-bit claim, each sentence within bfloat16's bar of itself in the batch."""
     batch = sentences[:40] + [["Zyx"], ["Zyx", "qwv"], ["Zyx", "qwv", "Zyx", "vvq"]]
     together = load_bilm(fixture_dir, precision=precision).embed(batch)
-    for i in (0, 7, 39, 40, 41, 42):
-        alone = load_bilm(fixture_dir, precision=precision).embed([batch[i]])[0]
-        np.testing.assert_array_equal(alone, together[i])
+    alone = [load_bilm(fixture_dir, precision=precision).embed([s])[0] for s in batch]
+    if precision == "int8":
+        for a, b in zip(alone, together):
+            np.testing.assert_array_equal(a, b)
+    else:
+        assert max(relative_errors(alone, together)) <= BAR["bfloat16"]
 
 
 def test_bfloat16_without_native_support_says_so_and_runs_float32(
