@@ -354,13 +354,21 @@ class PrecisionCopies:
             self.token_encoder()
 
     def clear(self) -> None:
-        self._products = None
-        self._encoder = None
+        self._products = self._encoder = None
+
+    def check_float32(self) -> None:
+        """ElmoConfigError where the network is not float32 (after `.double()`)."""
+        if self.network.dtype != torch.float32:
+            raise ElmoConfigError(
+                f"precision {self.precision!r} runs a float32 network, not {self.network.dtype}: "
+                "call .float() on it, or use precision 'float32' (which runs any dtype)"
+            )
 
     def lstm_products(self) -> List[List[LayerProducts]]:
         """The LSTM's products in this precision (per layer, per direction)."""
         if self.precision == "float32":
             return self.network.lstm_products()
+        self.check_float32()
         if self._products is None:
             with naming_weights(self.source):
                 self._products = self.network.lstm_products(self.precision)
@@ -375,6 +383,7 @@ class PrecisionCopies:
         if self.precision == "float32":
             encoder = self.network.token_encoder
             return partial(encoder, convs_as_products=True) if on_gpu else encoder
+        self.check_float32()
         if self._encoder is None:
             encoder = self.network.token_encoder
             with naming_weights(self.source):

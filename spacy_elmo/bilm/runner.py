@@ -307,10 +307,11 @@ class PackedRunner:
         return [self.empty(as_tensor) if r is None else r for r in results]
 
     def empty(self, as_tensor: bool):
-        """The layers of an empty sentence, `(n_layers + 1, 0, 2P)`."""
+        """The layers of an empty sentence, `(n_layers + 1, 0, 2P)`, in the network's dtype as a
+        tensor (as a non-empty one's), float32 as an array."""
         shape = (self.network.num_output_layers, 0, self.network.output_dim)
         return (
-            torch.zeros(shape, device=self.network.device)
+            torch.zeros(shape, device=self.network.device, dtype=self.network.dtype)
             if as_tensor
             else np.zeros(shape, dtype=np.float32)
         )

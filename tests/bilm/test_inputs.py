@@ -235,3 +235,19 @@ def test_an_iteration_keeps_the_state_policy_it_began_with(fixture_dir):
     got += list(it)
     for a, b in zip(got, warm):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_float64_network_runs_in_float32_precision_only(fixture_dir):
+    """`.double()` (the route of the float64 parity tests) under int8 failed inside torch
+    ('expected scalar type Float but found Double'); and an empty sentence's tensor was float32
+    beside float64 ones."""
+    import torch
+
+    from spacy_elmo import ElmoConfigError
+
+    bilm = load_bilm(fixture_dir, precision="int8").double()
+    with pytest.raises(ElmoConfigError, match="precision 'int8' runs a float32 network"):
+        bilm.embed([["The", "cat"]])
+    bilm.precision = "float32"
+    tensors = list(bilm.embed_iter([["The", "cat"], []], as_tensor=True))
+    assert [t.dtype for t in tensors] == [torch.float64, torch.float64]
