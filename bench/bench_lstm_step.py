@@ -29,8 +29,9 @@ import time
 import torch
 from common import machine
 
+from spacy_elmo.bilm.int8 import Int8Product
 from spacy_elmo.bilm.lstm import ProjectedLSTMLayer
-from spacy_elmo.bilm.precision import Int8Product, native_bfloat16
+from spacy_elmo.bilm.precision import native_bfloat16
 
 
 def ms(f, n: int = 20) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Union
 
 import torch
@@ -32,3 +33,18 @@ def check_device(device: Union[str, torch.device]) -> torch.device:
             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
         )
     return chosen
+
+
+@lru_cache(maxsize=None)
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags as Linux reports them (x86 `flags`, Arm `Features`); empty
+    elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()

@@ -10,8 +10,9 @@ from torch import Tensor, nn
 
 from ..errors import ElmoConfigError
 from .chars import ByteIds, CharTable
+from .int8 import BalancedInt8Product, Int8Product, RowScaledInt8Product
 from .options import BiLMOptions
-from .precision import BalancedInt8Product, Int8Product, MatrixProduct, RowScaledInt8Product
+from .products import MatrixProduct
 
 
 class Highway(nn.Module):

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .precision import LayerProducts, MatrixProduct, make_product
+from .precision import LayerProducts, make_product
+from .products import MatrixProduct
 from .schedule import PrefixTree, gather_rows, reverse_index
 from .threads import both_directions
 
@@ -211,7 +212,8 @@ class ProjectedLSTMLayer(nn.Module):
         holds `batch_sizes[t]` positions, each continuing position `parents[t][k]` of step t - 1
         (None: position k; at step 0, every position starts from h0 `(B, P)`, c0 `(B, D)`, whose
         rows are all the same). `gate_inputs(start, rows)` gives the input projection `(rows, 4D)`
-        of packed positions `start:start+rows`. Writes h `(N, P)` in the same packed layout into
+        of packed positions `start:start+rows` (it may reuse the previous chunk's memory: a chunk
+        is done with before the next is asked for). Writes h `(N, P)` in the same packed layout into
         `out`; returns it and c `(batch_sizes[-1], D)`, the cell state of the last step's positions.
 
         No step computes a padded position, and each step's matrix products cover every position
@@ -346,10 +348,13 @@ class BiLSTMStack(nn.Module):
             word_gates = [
                 products[0][d].input(words[a : a + step]) for a in range(0, len(words), step)
             ]
+            # each chunk is gathered into the same memory (a chunk is done with before the next)
+            most = max(chunk_rows(4 * self.dim), max(tree.batch_sizes))
+            scratch = word_gates[0].new_empty(most, 4 * self.dim)
 
             def gates(start: int, rows: int) -> Tensor:
                 """`(rows, 4D)`: the gate inputs of each node's word."""
-                return gather_rows(word_gates, tree.words[start : start + rows])
+                return gather_rows(word_gates, tree.words[start : start + rows], scratch[:rows])
 
             for l, layer in enumerate(self.layers):
                 out, c = layer.forward_packed(

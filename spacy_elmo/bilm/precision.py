@@ -8,17 +8,17 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   outputs in float32 (the embedder also runs the token encoder in bfloat16). Fast where the CPU
   multiplies bfloat16 natively (AMX, AVX512-BF16, Arm BF16) or on a GPU; CPUs without it
   emulate it slower than float32, so there it runs float32 and warns.
-- "int8": W quantized per output column (symmetric, scale `max|W| / 127`), x on a fixed 7-bit grid
-  over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
-  accumulation: torch's fbgemm (x86) / qnnpack (Arm) kernels. A fixed grid, not one fitted to each
-  call's range, keeps every row's result independent of the rows computed with it (a sentence gets
-  the same vectors in any batch). Inputs with no bound (those of the token encoder's highways, and
-  the token layer, the first LSTM layer's input) are scaled per row onto that grid instead
-  (`RowScaledInt8Product`); the character convolutions run as products over their windows of
-  characters, on the fixed grid of the largest |character embedding|; the token encoder's
-  projection, whose inputs hold a few outlier features in trained models, balanced against its
-  weights and on a grid 127x finer (`BalancedInt8Product`). torchao's int8 route
-  runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
+- "int8" (`int8.py`): W quantized per output column (symmetric, scale `max|W| / 127`), x on a fixed
+  7-bit grid over the range the network bounds it to (the LSTM's projection clip, or tanh's 1),
+  int32 sums: oneDNN's kernels on x86 CPUs with VNNI, else torch's fbgemm (x86) / qnnpack (Arm)
+  ones. A fixed grid, not one fitted to each call's range, keeps every row's result independent of
+  the rows computed with it (a sentence gets the same vectors in any batch). Inputs with no bound
+  (those of the token encoder's highways, and the token layer, the first LSTM layer's input) are
+  scaled per row onto that grid instead (`RowScaledInt8Product`); the character convolutions run as
+  products over their windows of characters, on the fixed grid of the largest |character embedding|;
+  the token encoder's projection, whose inputs hold a few outlier features in trained models,
+  balanced against its weights and on a grid 127x finer (`BalancedInt8Product`). torchao's int8
+  route runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
   host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
   CPUs.
 - "auto": the path measured fastest on this kind of host (`choose_auto`'s table, each row checked
@@ -32,14 +32,17 @@ from __future__ import annotations
 import copy
 import platform
 import warnings
-from functools import lru_cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Callable, List, Literal, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from ..errors import ElmoConfigError
+from .device import cpu_flags
 from .finite import check_finite, naming_weights
+from .int8 import Int8Product, RowScaledInt8Product, int8_kernel
+from .products import BFloat16Product, MatrixProduct
 
 if TYPE_CHECKING:
     from .model import BiLM
@@ -56,21 +59,6 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-@lru_cache(maxsize=None)
-def cpu_flags() -> frozenset:
-    """The CPU's feature flags as Linux reports them (x86 `flags`, Arm `Features`); empty
-    elsewhere."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def native_bfloat16(device: torch.device) -> bool:
     """Whether `device` multiplies bfloat16 matrices natively."""
     if device.type == "cuda":
@@ -81,17 +69,6 @@ def native_bfloat16(device: torch.device) -> bool:
     if platform.machine().lower() in ("arm64", "aarch64"):
         return "bf16" in flags
     return bool(flags & {"amx_bf16", "avx512_bf16"})
-
-
-def int8_engine() -> Optional[str]:
-    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its
-    dynamic int8 linear kernel runs on this CPU, else None."""
-    try:
-        engine = torch.backends.quantized.engine
-        torch.ops.quantized.linear_dynamic  # noqa: B018 (present in this build)
-    except (AttributeError, RuntimeError):
-        return None
-    return engine if engine in ("x86", "fbgemm", "qnnpack") else None
 
 
 class AutoChoice(NamedTuple):
@@ -108,7 +85,7 @@ def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
     bfloat16 0.6-1.1x float32 (each step's products are small: the pass waits on kernel launches,
     not arithmetic). `training` (no int8 path; autocast of larger products): bfloat16 where
     native, else float32."""
-    int8 = not training and device.type == "cpu" and int8_engine() is not None
+    int8 = not training and device.type == "cpu" and int8_kernel() is not None
     native = native_bfloat16(device)
     flags = cpu_flags()
     if device.type != "cpu":
@@ -152,159 +129,14 @@ def resolve_precision(
             stacklevel=stacklevel,
         )
         return "float32"
-    if precision == "int8" and (device.type != "cpu" or int8_engine() is None):
+    if precision == "int8" and (device.type != "cpu" or int8_kernel() is None):
         where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
         raise ElmoConfigError(
-            f"precision 'int8' runs on CPUs with torch's fbgemm or qnnpack kernels, not on "
+            f"precision 'int8' runs on CPUs with oneDNN's, fbgemm's or qnnpack's kernels, not on "
             f"{where}; "
             "use 'bfloat16' on a GPU, or 'auto'"
         )
     return precision
-
-
-class MatrixProduct:
-    """`x W (+ b)` in float32: x `(N, I)`, W `(I, O)`, b `(O,)` -> `(N, O)`. The other precisions
-    subclass it.
-
-    The LSTM step uses three: the input product gives the step's gate inputs `xw` (float32 here,
-    bfloat16 in `BFloat16Product`), `gates` adds the hidden product to them, `into` writes the cell
-    projection."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        self.weight, self.bias = weight, bias
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return (
-            torch.mm(x, self.weight)
-            if self.bias is None
-            else torch.addmm(self.bias, x, self.weight)
-        )
-
-    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
-        """The gate pre-activations `xw + x W` `(n, O)` in float32; xw `(n, O)` comes from an input
-        product of the same precision and may be overwritten."""
-        return xw.addmm_(x, self.weight)
-
-    def into(self, out: Tensor, x: Tensor) -> Tensor:
-        """`out = x W` (no bias), in place."""
-        return torch.mm(x, self.weight, out=out)
-
-
-class BFloat16Product(MatrixProduct):
-    """bfloat16 operands; the gate inputs are kept in bfloat16 (half the memory traffic of the
-    gathers and chunks), and the hidden product is added to them inside the kernel (float32 sums,
-    one rounding), so the step turns one bfloat16 tensor into float32 gates instead of adding a
-    float32 copy of the product."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        super().__init__(
-            weight.detach().to(torch.bfloat16),
-            None if bias is None else bias.detach().to(torch.bfloat16),
-        )
-        for values in (self.weight, self.bias):
-            if values is not None:
-                check_finite(values, "the LSTM's weights", "a matrix as bfloat16")
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return super().__call__(x.to(torch.bfloat16))
-
-    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
-        return torch.addmm(xw, x.to(torch.bfloat16), self.weight).float()
-
-    def into(self, out: Tensor, x: Tensor) -> Tensor:
-        return out.copy_(torch.mm(x.to(torch.bfloat16), self.weight))
-
-
-class Int8Product(MatrixProduct):
-    """int8 products of inputs within `[-bound, bound]` (a bound the network guarantees: a clip or a
-    tanh), quantized on that fixed grid, so each row's result depends on that row alone."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None, *, bound: float):
-        w = weight.detach().t().contiguous().float()  # (O, I), one scale per output
-        reach = bound * w.double().abs().sum(dim=1) + (
-            0 if bias is None else bias.detach().double().abs()
-        )
-        check_finite(
-            reach.float(),
-            "the weights",
-            "the largest result of a matrix's int8 products, in float32,",
-        )
-        scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
-        # torch marks quantized tensor creation deprecated; its kernels stay
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(
-                w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8
-            )
-        self.packed = torch.ops.quantized.linear_prepack(
-            q, None if bias is None else bias.detach().float()
-        )
-        # 7-bit inputs (0..127 around 64): fbgemm's AVX2 u8 x s8 pair sums cannot saturate int16
-        self.input_scale = 2 * bound / 127
-        super().__init__(weight, bias)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.on_grid(x, self.input_scale)
-
-    def on_grid(self, x: Tensor, step: float) -> Tensor:
-        """`round(x / step) * step W` for x `(N, I)` within `[-63.5 step, 63.5 step]`."""
-        return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-            x.contiguous(), step, 64, self.packed
-        )
-
-    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
-        return xw.add_(self(x))
-
-    def into(self, out: Tensor, x: Tensor) -> Tensor:
-        return out.copy_(self(x))
-
-
-class RowScaledInt8Product(Int8Product):
-    """int8 products of inputs that nothing bounds (the token encoder's and the token layer's): each
-    row scaled by its own largest |x| onto the grid of [-1, 1] and the result scaled back, the bias
-    added in float32, so each row's result still depends on that row alone. A row holding NaN or
-    an infinity comes out NaN or infinite (its scale is), as in float32, for the output check."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        super().__init__(weight, None, bound=1.0)
-        self.bias = None if bias is None else bias.detach().float()
-
-    def __call__(self, x: Tensor) -> Tensor:
-        scale = row_scale(x)
-        return self.scaled_back(super().__call__(x / scale), scale)
-
-    def scaled_back(self, y: Tensor, scale: Tensor) -> Tensor:
-        """y `(N, O)` computed on rows divided by `scale` `(N, 1)`: `y * scale + b`."""
-        return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
-
-
-class BalancedInt8Product(RowScaledInt8Product):
-    """A `RowScaledInt8Product` for inputs where a few features are far larger than the rest and
-    their weights smaller (a trained token encoder's highway output). Each input feature is
-    multiplied by its weights' largest |w| and those weights divided by it (the product unchanged),
-    so every feature meets the grid at the size of what it contributes; and the rows sit on a grid
-    127x finer: what rounding onto the 7-bit grid left behind is multiplied too, on its own grid
-    (two exact int8 products, so each row's result still depends on that row alone)."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor] = None):
-        w = weight.detach().float()
-        self.balance = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)  # (I,)
-        super().__init__(w / self.balance.unsqueeze(1), bias)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        x = x * self.balance
-        scale = row_scale(x).mul_(self.input_scale)  # (N, 1): one step of the grid
-        steps = x.div_(scale)  # within [-63.5, 63.5]
-        coarse = torch.round(steps)
-        y = self.on_grid(coarse, 1.0).add_(self.on_grid(steps.sub_(coarse), 1 / 127))
-        return self.scaled_back(y, scale)
-
-
-def row_scale(x: Tensor) -> Tensor:
-    """Each row's largest |x| `(N, 1)` of x `(N, I)`, at least the smallest normal float32."""
-    return torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(
-        min=torch.finfo(torch.float32).tiny
-    )
 
 
 def make_product(

@@ -131,13 +131,15 @@ def direction_trees(
     )
 
 
-def gather_rows(pieces: Sequence[Tensor], index: Tensor) -> Tensor:
-    """Rows `index` `(n,)` of the pieces' concatenation -> `(n, W)`: pieces `(R, W)` each (the last
-    one may hold fewer), such as a batch's per-word gate inputs kept in pieces of a bounded size."""
+def gather_rows(pieces: Sequence[Tensor], index: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """Rows `index` `(n,)` of the pieces' concatenation -> `(n, W)` (into `out` where given):
+    pieces `(R, W)` each (the last one may hold fewer), such as a batch's per-word gate inputs kept
+    in pieces of a bounded size."""
     if len(pieces) == 1:
-        return pieces[0].index_select(0, index)
+        return torch.index_select(pieces[0], 0, index, out=out)
     rows = len(pieces[0])
-    out = pieces[0].new_empty(len(index), pieces[0].shape[1])
+    if out is None:
+        out = pieces[0].new_empty(len(index), pieces[0].shape[1])
     which = torch.div(index, rows, rounding_mode="floor")
     for k, piece in enumerate(pieces):
         at = (which == k).nonzero().squeeze(1)

@@ -171,7 +171,7 @@ def test_auto_on_a_gpu_embeds_in_float32_and_trains_in_bfloat16(monkeypatch):
 
 def test_auto_without_native_bfloat16_or_int8_runs_float32(fixture_dir, monkeypatch):
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
-    monkeypatch.setattr(precision_module, "int8_engine", lambda: None)
+    monkeypatch.setattr(precision_module, "int8_kernel", lambda: None)
     assert load_bilm(fixture_dir, precision="auto").precision == "float32"
     with pytest.raises(ElmoConfigError, match="precision 'int8' runs on CPUs"):
         load_bilm(fixture_dir, precision="int8")

@@ -1,0 +1,195 @@
+"""int8 matrix products: W quantized per output column (symmetric, scale `max|W| / 127`), x on a
+fixed 7-bit grid (0..127 around 64; no kernel's int16 pair sums can saturate), int32 sums.
+
+Two kernels compute them, chosen by the CPU (`int8_kernel`), so every process of a machine writes
+the same bits: oneDNN's where the CPU has VNNI instructions (AVX512-VNNI, AVX-VNNI, AMX) and this
+torch has oneDNN's quantized linear; else torch's quantized engine (fbgemm on x86, qnnpack on Arm).
+oneDNN adds the hidden product into the step's gate inputs in place (a "sum" post-op), so an LSTM
+step allocates no `(n, 4D)` float32 temporary: under glibc's default allocator each such
+temporary, made in a direction's own thread, came from freshly mapped pages (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from functools import lru_cache
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .device import cpu_flags
+from .finite import check_finite
+from .products import MatrixProduct
+
+ONEDNN = "onednn"
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def int8_engine() -> Optional[str]:
+    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its
+    int8 linear kernels run on this CPU, else None."""
+    try:
+        engine = torch.backends.quantized.engine
+        torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32  # noqa: B018 (present)
+    except (AttributeError, RuntimeError):
+        return None
+    return engine if engine in ("x86", "fbgemm", "qnnpack") else None
+
+
+@lru_cache(maxsize=None)
+def has_onednn_linear() -> bool:
+    """Whether this torch has oneDNN's quantized linear ops."""
+    try:
+        torch.ops.onednn.qlinear_prepack  # noqa: B018
+        torch.ops.onednn.qlinear_pointwise.binary  # noqa: B018
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
+def int8_kernel() -> Optional[str]:
+    """The kernel int8 products run on here: "onednn" on an x86 CPU with VNNI, else torch's
+    quantized engine (`int8_engine`); None where neither runs."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if x86 and cpu_flags() & VNNI_FLAGS and has_onednn_linear():
+        return ONEDNN
+    return int8_engine()
+
+
+def on_7bit_grid(x: Tensor, step: float) -> Tensor:
+    """x `(N, I)` within `[-63.5 step, 63.5 step]` -> uint8 `round(x / step) + 64`."""
+    return torch.div(x, step).round_().add_(64).clamp_(0, 255).to(torch.uint8)
+
+
+class Int8Product(MatrixProduct):
+    """int8 products of inputs within `[-bound, bound]` (a bound the network guarantees: a clip or a
+    tanh), quantized on that fixed grid, so each row's result depends on that row alone. `kernel`:
+    see `int8_kernel` (None: this CPU's)."""
+
+    def __init__(
+        self,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        *,
+        bound: float,
+        kernel: Optional[str] = None,
+    ):
+        w = weight.detach().t().contiguous().float()  # (O, I), one scale per output
+        reach = bound * w.double().abs().sum(dim=1) + (
+            0 if bias is None else bias.detach().double().abs()
+        )
+        check_finite(
+            reach.float(),
+            "the weights",
+            "the largest result of a matrix's int8 products, in float32,",
+        )
+        scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
+        # torch marks quantized tensor creation deprecated; its kernels stay
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(
+                w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8
+            )
+        self.kernel = kernel or int8_kernel()
+        self.float_bias = None if bias is None else bias.detach().float()
+        if self.kernel == ONEDNN:
+            self.packed = torch.ops.onednn.qlinear_prepack(q.int_repr(), None)
+            self.weight_scale = scale.float()
+            self.weight_zero = torch.zeros(len(w), dtype=torch.int32)
+        else:
+            self.packed = torch.ops.quantized.linear_prepack(q, self.float_bias)
+        self.input_scale = 2 * bound / 127
+        super().__init__(weight, bias)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.on_grid(x, self.input_scale)
+
+    def on_grid(self, x: Tensor, step: float, add_to: Optional[Tensor] = None) -> Tensor:
+        """`round(x / step) * step W + b` `(N, O)` for x `(N, I)` within `[-63.5 step, 63.5
+        step]`; with `add_to` `(N, O)` float32, added to it in place (on oneDNN without a
+        temporary)."""
+        if self.kernel != ONEDNN:
+            y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+                x.contiguous(), step, 64, self.packed
+            )
+            return y if add_to is None else add_to.add_(y)
+        args = (on_7bit_grid(x, step), step, 64, self.packed, self.weight_scale, self.weight_zero)
+        if add_to is None:
+            return torch.ops.onednn.qlinear_pointwise(
+                *args, self.float_bias, 1.0, 0, torch.float32, "none", [], ""
+            )
+        return torch.ops.onednn.qlinear_pointwise.binary(
+            *args,
+            add_to,
+            self.float_bias,
+            1.0,
+            0,
+            torch.float32,
+            1.0,
+            0,
+            "sum",
+            1.0,
+            "none",
+            [],
+            "",
+        )
+
+    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
+        return self.on_grid(x, self.input_scale, add_to=xw)
+
+    def into(self, out: Tensor, x: Tensor) -> Tensor:
+        return out.copy_(self(x))
+
+
+class RowScaledInt8Product(Int8Product):
+    """int8 products of inputs that nothing bounds (the token encoder's and the token layer's): each
+    row scaled by its own largest |x| onto the grid of [-1, 1] and the result scaled back, the bias
+    added in float32, so each row's result still depends on that row alone. A row holding NaN or
+    an infinity comes out NaN or infinite (its scale is), as in float32, for the output check."""
+
+    def __init__(
+        self, weight: Tensor, bias: Optional[Tensor] = None, *, kernel: Optional[str] = None
+    ):
+        super().__init__(weight, None, bound=1.0, kernel=kernel)
+        self.bias = None if bias is None else bias.detach().float()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        scale = row_scale(x)
+        return self.scaled_back(super().__call__(x / scale), scale)
+
+    def scaled_back(self, y: Tensor, scale: Tensor) -> Tensor:
+        """y `(N, O)` computed on rows divided by `scale` `(N, 1)`: `y * scale + b`."""
+        return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
+
+
+class BalancedInt8Product(RowScaledInt8Product):
+    """A `RowScaledInt8Product` for inputs where a few features are far larger than the rest and
+    their weights smaller (a trained token encoder's highway output). Each input feature is
+    multiplied by its weights' largest |w| and those weights divided by it (the product unchanged),
+    so every feature meets the grid at the size of what it contributes; and the rows sit on a grid
+    127x finer: what rounding onto the 7-bit grid left behind is multiplied too, on its own grid
+    (two exact int8 products, so each row's result still depends on that row alone)."""
+
+    def __init__(
+        self, weight: Tensor, bias: Optional[Tensor] = None, *, kernel: Optional[str] = None
+    ):
+        w = weight.detach().float()
+        self.balance = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)  # (I,)
+        super().__init__(w / self.balance.unsqueeze(1), bias, kernel=kernel)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = x * self.balance
+        scale = row_scale(x).mul_(self.input_scale)  # (N, 1): one step of the grid
+        steps = x.div_(scale)  # within [-63.5, 63.5]
+        coarse = torch.round(steps)
+        y = self.on_grid(coarse, 1.0).add_(self.on_grid(steps.sub_(coarse), 1 / 127))
+        return self.scaled_back(y, scale)
+
+
+def row_scale(x: Tensor) -> Tensor:
+    """Each row's largest |x| `(N, 1)` of x `(N, I)`, at least the smallest normal float32."""
+    return torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(
+        min=torch.finfo(torch.float32).tiny
+    )

@@ -1,0 +1,123 @@
+"""The int8 kernels: which one a CPU gets, that both compute the same products, and that oneDNN's
+adds the LSTM's hidden product into the gate inputs without a temporary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.bilm import int8
+
+from ..helpers import data_path, read_conllu
+from .test_precision import BAR, relative_errors
+
+ENGINE = int8.int8_engine()
+needs_both = pytest.mark.skipif(
+    ENGINE is None or not int8.has_onednn_linear(),
+    reason="this torch lacks oneDNN's quantized linear or a quantized engine",
+)
+
+
+@pytest.mark.parametrize(
+    "machine, flags, onednn",
+    [
+        ("x86_64", {"avx2", "avx512_vnni"}, True),  # AVX512-VNNI (Zen 4, Xeon)
+        ("x86_64", {"avx2", "avx_vnni"}, True),  # AVX-VNNI
+        ("x86_64", {"avx2", "amx_int8"}, True),
+        ("x86_64", {"avx2", "fma"}, False),  # AVX2 only: fbgemm, measured there
+        ("aarch64", {"asimddp"}, False),  # Arm: qnnpack
+    ],
+)
+def test_the_int8_kernel_is_chosen_by_the_cpu(monkeypatch, machine, flags, onednn):
+    monkeypatch.setattr(int8.platform, "machine", lambda: machine)
+    monkeypatch.setattr(int8, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(int8, "has_onednn_linear", lambda: True)
+    monkeypatch.setattr(int8, "int8_engine", lambda: "engine")
+    assert int8.int8_kernel() == ("onednn" if onednn else "engine")
+
+
+def test_without_onednn_or_an_engine_there_is_no_int8_kernel(monkeypatch):
+    monkeypatch.setattr(int8, "cpu_flags", lambda: frozenset({"avx512_vnni"}))
+    monkeypatch.setattr(int8, "has_onednn_linear", lambda: False)
+    monkeypatch.setattr(int8, "int8_engine", lambda: None)
+    assert int8.int8_kernel() is None
+
+
+def off_grid_ties(rows: int, cols: int, step: float, seed: int) -> torch.Tensor:
+    """Inputs a quarter step off the grid (no kernel's rounding can differ), within 63 steps."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(-63, 63, (rows, cols), generator=g) + 0.25) * step
+
+
+@needs_both
+@pytest.mark.parametrize("bias", [False, True])
+def test_both_kernels_compute_the_same_products(bias):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 300, generator=g) * 0.1
+    b = torch.randn(300, generator=g) if bias else None
+    one, other = (int8.Int8Product(w, b, bound=3.0, kernel=k) for k in ("onednn", ENGINE))
+    x = off_grid_ties(37, 48, one.input_scale, 1)
+    xw = torch.randn(37, 300, generator=g)
+    for a, c in [
+        (one(x), other(x)),
+        (one.gates(xw.clone(), x), other.gates(xw.clone(), x)),
+        (one.into(torch.empty(37, 300), x), other.into(torch.empty(37, 300), x)),
+    ]:
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-5)
+    # the exact product on the grid, in float64
+    exact = (torch.round(x / one.input_scale) * one.input_scale).double() @ (
+        torch.round(w / one.weight_scale.unsqueeze(0)) * one.weight_scale.unsqueeze(0)
+    ).double() + (0 if b is None else b.double())
+    torch.testing.assert_close(one(x).double(), exact, rtol=1e-6, atol=1e-5)
+
+
+@needs_both
+def test_both_kernels_scale_rows_and_balance_alike():
+    g = torch.Generator().manual_seed(2)
+    w, b = torch.randn(64, 200, generator=g) * 0.1, torch.randn(200, generator=g)
+    x = torch.randn(25, 64, generator=g) * 40
+    for make in (int8.RowScaledInt8Product, int8.BalancedInt8Product):
+        one, other = (make(w, b, kernel=k) for k in ("onednn", ENGINE))
+        # a row's grid comes from its largest |x|: rounding may differ by a step where the two
+        # kernels' divisions round a tie apart, which the bound below allows
+        torch.testing.assert_close(one(x), other(x), rtol=1e-3, atol=1e-2)
+        assert torch.allclose(one(x), x @ w + b, rtol=0.05, atol=0.05 * float((x @ w).abs().max()))
+
+
+def largest_allocation(f) -> int:
+    """Bytes of the largest allocation while `f()` runs (torch's profiler)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+        f()
+    return max([e.cpu_memory_usage for e in profile.events()] + [0])
+
+
+@needs_both
+def test_onednn_adds_the_hidden_product_in_place_without_a_temporary():
+    """Each LSTM step adds the hidden product into its gate inputs `(n, 4D)`: on oneDNN in place
+    (a fresh `(n, 4D)` float32 temporary per step was the cost under glibc's default allocator);
+    the engine's kernel makes one, which shows that the measure sees it."""
+    w = torch.randn(64, 1024) * 0.1
+    x, xw = off_grid_ties(100, 64, 6 / 127, 3), torch.randn(100, 1024)
+    temporary = xw.numel() * 4
+    onednn = int8.Int8Product(w, bound=3.0, kernel="onednn")
+    assert onednn.gates(xw, x).data_ptr() == xw.data_ptr()
+    assert largest_allocation(lambda: onednn.gates(xw, x)) < temporary / 4
+    engine = int8.Int8Product(w, bound=3.0, kernel=ENGINE)
+    assert largest_allocation(lambda: engine.gates(xw, x)) >= temporary
+
+
+@needs_both
+@pytest.mark.numeric
+def test_each_kernel_embeds_within_the_int8_bar(fixture_dir, monkeypatch):
+    sentences = [
+        s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 150)
+    ]
+    reference = load_bilm(fixture_dir, precision="float32").embed(sentences)
+    for kernel in ("onednn", ENGINE):
+        monkeypatch.setattr(int8, "int8_kernel", lambda kernel=kernel: kernel)
+        bilm = load_bilm(fixture_dir, precision="int8")
+        assert {p.kernel for d in bilm.runner.copies.lstm_products()[0] for p in d} == {kernel}
+        errors = relative_errors(bilm.embed(sentences), reference)
+        assert max(errors) <= BAR["int8"] and errors[1] > 1e-4, (kernel, errors)
