@@ -24,14 +24,9 @@ from torch.nn import functional as F
 
 from .precision import LayerProducts, make_product
 from .products import MatrixProduct
-from .schedule import PrefixTree, gather_rows, reverse_index
+from .schedule import PrefixTree, chunk_rows, gather_rows, reverse_index, word_gate_rows
 from .threads import both_directions
 
-# Bytes of float32 gate inputs per chunk of the packed inference path (and per piece of the first
-# layer's, one row per distinct word): bounds its memory, and stays below glibc's largest mmap
-# threshold (32 MiB), so that each chunk reuses heap memory rather than mapping fresh pages and
-# faulting them in (bench/README.md).
-PACKED_CHUNK_BYTES = 16 * 2**20
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
 
@@ -47,18 +42,6 @@ def gates_to_tf(w: Tensor, dim: int) -> Tensor:
     blocks = w.split(dim, dim=-1)
     inverse = [TF_TO_INTERNAL.index(k) for k in range(4)]
     return torch.cat([blocks[k] for k in inverse], dim=-1)
-
-
-def chunk_rows(width: int) -> int:
-    """Rows of `width` float32 values in `PACKED_CHUNK_BYTES` (at least 1)."""
-    return max(1, PACKED_CHUNK_BYTES // (4 * width))
-
-
-def word_gate_rows(width: int, n_words: int, device: torch.device) -> int:
-    """Rows per piece of a batch's per-word gate inputs `(n_words, width)`: on a CPU a chunk
-    (`chunk_rows`); on a GPU all of them, since gathering from several pieces waits for the GPU
-    (`schedule.gather_rows` asks which rows each piece holds)."""
-    return max(1, n_words) if device.type == "cuda" else chunk_rows(width)
 
 
 def project_rows(product: MatrixProduct, x: Tensor, start: int, rows: int) -> Tensor:
@@ -348,7 +331,6 @@ class BiLSTMStack(nn.Module):
             word_gates = [
                 products[0][d].input(words[a : a + step]) for a in range(0, len(words), step)
             ]
-            # each chunk is gathered into the same memory (a chunk is done with before the next)
             most = max(chunk_rows(4 * self.dim), max(tree.batch_sizes))
             scratch = word_gates[0].new_empty(most, 4 * self.dim)
 

@@ -79,12 +79,11 @@ class AutoChoice(NamedTuple):
 
 
 def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
-    """The precision "auto" runs on `device`, by the kind of host. Measured (bench/README.md): AMX
-    bfloat16 2.5-2.6x float32, int8 1.4x; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8 2.4-3.0x,
-    bfloat16 1.9x; AVX2 only: int8 1.4-1.5x, bfloat16 emulated (slower than float32); an H200 GPU
-    bfloat16 0.6-1.1x float32 (each step's products are small: the pass waits on kernel launches,
-    not arithmetic). `training` (no int8 path; autocast of larger products): bfloat16 where
-    native, else float32."""
+    """The precision "auto" runs on `device`, by the kind of host, as measured there
+    (bench/README.md): AMX bfloat16; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8; AVX2 only
+    int8 (bfloat16 emulated, slower than float32); a GPU float32 (each step's products are small:
+    the pass waits on kernel launches, not arithmetic). `training` (no int8 path; autocast of larger
+    products): bfloat16 where native, else float32."""
     int8 = not training and device.type == "cpu" and int8_kernel() is not None
     native = native_bfloat16(device)
     flags = cpu_flags()
@@ -99,7 +98,7 @@ def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
         return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest (2.5x float32, int8 1.4x)")
     if native and int8 and flags & {"avx512_vnni", "avx_vnni"}:
         return AutoChoice(
-            "int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest (2.5x float32, bf16 1.9x)"
+            "int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest (3.2x float32, bf16 1.9x)"
         )
     if native:
         return AutoChoice("bfloat16", "native bfloat16 products, no int8 kernel faster measured")

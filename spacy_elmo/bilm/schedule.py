@@ -10,6 +10,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
+# Bytes of float32 gate inputs per chunk of the packed path (and per piece of the first layer's, a
+# row per distinct word): bounds its memory, below glibc's largest mmap threshold (32 MiB), so a
+# chunk reuses heap memory rather than fresh pages (bench/README.md).
+PACKED_CHUNK_BYTES = 16 * 2**20
+
+
+def chunk_rows(width: int) -> int:
+    """Rows of `width` float32 values in `PACKED_CHUNK_BYTES` (at least 1)."""
+    return max(1, PACKED_CHUNK_BYTES // (4 * width))
+
+
+def word_gate_rows(width: int, n_words: int, device: torch.device) -> int:
+    """Rows per piece of a batch's per-word gate inputs `(n_words, width)`: on a CPU a chunk
+    (`chunk_rows`); on a GPU all of them, since gathering from several pieces waits for the GPU
+    (`gather_rows` asks which rows each piece holds)."""
+    return max(1, n_words) if device.type == "cuda" else chunk_rows(width)
+
+
 # Compute batches (packed, so without padding) hold up to `batch_size * ROWS_PER_BATCH` sentences
 # and `batch_size * TOKENS_PER_BATCH` tokens: large matrix products, memory bounded by batch_size.
 ROWS_PER_BATCH = 8

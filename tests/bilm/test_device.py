@@ -10,8 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo import ElmoConfigError, load_bilm
-from spacy_elmo.bilm.lstm import chunk_rows, word_gate_rows
-from spacy_elmo.bilm.schedule import prefix_tree
+from spacy_elmo.bilm.schedule import chunk_rows, prefix_tree, word_gate_rows
 
 from ..helpers import one_error_line, run_cli, write_lines
 

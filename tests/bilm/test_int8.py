@@ -6,11 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spacy_elmo import load_bilm
 from spacy_elmo.bilm import int8
-
-from ..helpers import data_path, read_conllu
-from .test_precision import BAR, relative_errors
 
 ENGINE = int8.int8_engine()
 needs_both = pytest.mark.skipif(
@@ -106,18 +102,3 @@ def test_onednn_adds_the_hidden_product_in_place_without_a_temporary():
     assert largest_allocation(lambda: onednn.gates(xw, x)) < temporary / 4
     engine = int8.Int8Product(w, bound=3.0, kernel=ENGINE)
     assert largest_allocation(lambda: engine.gates(xw, x)) >= temporary
-
-
-@needs_both
-@pytest.mark.numeric
-def test_each_kernel_embeds_within_the_int8_bar(fixture_dir, monkeypatch):
-    sentences = [
-        s.words for s in read_conllu(data_path("ud_english_ewt", "en_ewt-ud-dev.conllu.gz"), 150)
-    ]
-    reference = load_bilm(fixture_dir, precision="float32").embed(sentences)
-    for kernel in ("onednn", ENGINE):
-        monkeypatch.setattr(int8, "int8_kernel", lambda kernel=kernel: kernel)
-        bilm = load_bilm(fixture_dir, precision="int8")
-        assert {p.kernel for d in bilm.runner.copies.lstm_products()[0] for p in d} == {kernel}
-        errors = relative_errors(bilm.embed(sentences), reference)
-        assert max(errors) <= BAR["int8"] and errors[1] > 1e-4, (kernel, errors)

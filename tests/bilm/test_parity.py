@@ -173,10 +173,10 @@ def test_warm_and_carry_match_reference_with_state(tmp_path):
 def test_packed_path_with_small_chunks_matches_reference(tmp_path, monkeypatch):
     """Many rows of mixed lengths, with the input projection split into chunks of a few
     positions."""
-    from spacy_elmo.bilm import lstm
+    from spacy_elmo.bilm import schedule
 
     dim = TINY_OPTIONS["lstm"]["dim"]
-    monkeypatch.setattr(lstm, "PACKED_CHUNK_BYTES", 5 * 16 * dim)  # 5 rows of 4 x dim float32
+    monkeypatch.setattr(schedule, "PACKED_CHUNK_BYTES", 5 * 16 * dim)  # 5 rows of 4 x dim float32
     path = write_random_weights(tmp_path, TINY_OPTIONS, seed=7)
     ref = _reference_pair(path)
     sentences = [SENTS[i % len(SENTS)][: 1 + i % 9] for i in range(12)] + [[]]

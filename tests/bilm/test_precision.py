@@ -15,6 +15,7 @@ import spacy
 import torch
 
 from spacy_elmo import ElmoConfigError, load_bilm, save_bilm
+from spacy_elmo.bilm import int8
 from spacy_elmo.bilm import precision as precision_module
 from spacy_elmo.layers import get_embedder
 
@@ -319,3 +320,19 @@ def test_precision_does_not_change_the_float32_path(fixture_dir, sentences, floa
     with torch.inference_mode():
         for a, b in zip(load_bilm(fixture_dir).embed(sentences), float32_layers):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.numeric
+@pytest.mark.skipif(
+    int8.int8_engine() is None or not int8.has_onednn_linear(),
+    reason="this torch lacks oneDNN's quantized linear or a quantized engine",
+)
+def test_each_int8_kernel_embeds_within_the_bar(
+    fixture_dir, sentences, float32_layers, monkeypatch
+):
+    for kernel in ("onednn", int8.int8_engine()):
+        monkeypatch.setattr(int8, "int8_kernel", lambda kernel=kernel: kernel)
+        bilm = load_bilm(fixture_dir, precision="int8")
+        assert {p.kernel for d in bilm.runner.copies.lstm_products()[0] for p in d} == {kernel}
+        errors = relative_errors(bilm.embed(sentences), float32_layers)
+        assert max(errors) <= BAR["int8"] and errors[1] > 1e-4, (kernel, errors)

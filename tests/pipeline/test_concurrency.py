@@ -13,6 +13,8 @@ import pytest
 import spacy
 import torch
 
+from spacy_elmo.bilm.int8 import int8_kernel
+
 from ..helpers import FLOAT32_ATOL, data_path, read_conllu
 
 THREADS, TRIALS = 4, 5
@@ -144,10 +146,15 @@ print("ok")
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("warm_up", ['nlp("warm up .")', "nlp.initialize()"])
-def test_n_process_after_the_parent_used_torch(fixture_dir, warm_up):
-    """A forked child must not wait forever on the parent's OpenMP pool. Run in a fresh process:
-    the test process uses one torch thread, which hides the hang."""
-    make = f'spacy.blank("en")\nnlp.add_pipe("elmo", config={{"weights": {str(fixture_dir)!r}}})'
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_n_process_after_the_parent_used_torch(fixture_dir, warm_up, precision):
+    """A forked child must not wait forever on the parent's OpenMP pool (nor oneDNN's, which int8
+    runs on where the CPU has VNNI). Run in a fresh process: the test process uses one torch
+    thread, which hides the hang."""
+    if precision == "int8" and int8_kernel() is None:
+        pytest.skip("no int8 kernel in this torch")
+    config = {"weights": str(fixture_dir), "model": {"precision": precision}}
+    make = f'spacy.blank("en")\nnlp.add_pipe("elmo", config={config!r})'
     script = FORK_SCRIPT.format(make=make, warm_up=warm_up)
     try:
         result = subprocess.run(
