@@ -91,22 +91,18 @@ def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
         if training:
             kind = f"{device.type.upper()} {'with' if native else 'without'} bfloat16"
             return AutoChoice("bfloat16" if native else "float32", kind)
-        return AutoChoice(
-            "float32", "GPU: bfloat16 measured no faster than float32 (H200: 0.6-1.1x)"
-        )
+        return AutoChoice("float32", "GPU: bfloat16 measured no faster than float32 (H200)")
     if native and "amx_bf16" in flags:
-        return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest (2.5x float32, int8 1.4x)")
+        return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest")
     if native and int8 and flags & {"avx512_vnni", "avx_vnni"}:
-        return AutoChoice(
-            "int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest (3.2x float32, bf16 1.9x)"
-        )
+        return AutoChoice("int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest")
     if native:
         return AutoChoice("bfloat16", "native bfloat16 products, no int8 kernel faster measured")
-    if int8:
+    if int8 and "avx2" in flags:
         return AutoChoice(
-            "int8", "no native bfloat16: int8 measured fastest (AVX2: 1.4x float32; bf16 slower)"
+            "int8", "no native bfloat16, AVX2: int8 measured fastest (bfloat16 emulated, slower)"
         )
-    return AutoChoice("float32", "no native bfloat16 and no int8 path here")
+    return AutoChoice("float32", "no native bfloat16, and no int8 path measured faster here")
 
 
 def resolve_precision(

@@ -31,7 +31,7 @@ def download_cli(
     size matches the server's, then it must load, and its sha256 is recorded and checked on every
     later use. `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then use the cache. A
     file larger than the published one can be is refused; a full disk is one error that removes the
-    part file.
+    part file. $SPACY_ELMO_BASE_URL names a mirror of AllenNLP's server (the same paths below it).
     """
     from tqdm import tqdm
 

@@ -125,7 +125,7 @@ def embed_cli(
             help="local: this process; ray: the shards written by a pool of Ray "
             'actors (needs --shards; pip install "spacy_elmo[ray]"). Ray pays off '
             "on inputs that take minutes, across several machines or GPUs: starting "
-            "Ray and its actors takes 15 s or more (where one process embeds 80 "
+            "Ray and its actors takes about 10 s (where one process embeds 80 "
             "lines in 1 s); on one machine, --threads or --shard I/N processes "
             "start at once"
         ),

@@ -128,10 +128,7 @@ def test_bfloat16_without_native_support_says_so_and_runs_float32(
     "flags, expected",
     [
         ({"avx2", "amx_bf16", "avx512_bf16", "avx512_vnni"}, "bfloat16"),  # Intel Xeon, AMX
-        (
-            {"avx2", "avx512_bf16", "avx512_vnni"},
-            "int8",
-        ),  # AMD Zen 4: int8 2.4-3.0x, bfloat16 1.9-2.0x
+        ({"avx2", "avx512_bf16", "avx512_vnni"}, "int8"),  # AMD Zen 4: int8 the faster
         ({"avx2", "fma"}, "int8"),  # AVX2 only: bfloat16 emulated
     ],
 )
@@ -156,6 +153,16 @@ def test_auto_on_a_kind_not_measured_takes_native_bfloat16(fixture_dir, monkeypa
     assert bilm.precision == "bfloat16" and "no int8 kernel faster measured" in (
         bilm.precision_reason
     )
+
+
+def test_auto_on_a_kind_not_measured_without_native_bfloat16_runs_float32(monkeypatch):
+    """Arm without BF16 has an int8 kernel (qnnpack) that no one measured against float32: "auto"
+    runs float32 there, as the README says."""
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset({"asimd", "asimddp"}))
+    monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
+    monkeypatch.setattr(precision_module, "int8_kernel", lambda: "qnnpack")
+    chosen = precision_module.choose_auto(torch.device("cpu"))
+    assert chosen.precision == "float32" and "no int8 path measured faster" in chosen.reason
 
 
 def test_auto_on_a_gpu_embeds_in_float32_and_trains_in_bfloat16(monkeypatch):
@@ -254,6 +261,19 @@ def test_the_elmo_component_takes_a_precision_and_keeps_it_through_spacy_load(
         [d._.elmo_layers for d in docs], [d._.elmo_layers for d in float32.pipe(texts)]
     )
     assert all(1e-5 < err <= BAR["int8"] for err in errors[1:]), errors
+
+
+@pytest.mark.parametrize("precision", ["int8", "auto"])
+def test_the_carry_policy_says_it_runs_float32(fixture_dir, sentences, precision):
+    """The "carry" policy runs float32 whatever precision is set: `precision` says what runs, the
+    reason why, and the set one applies again under another policy."""
+    bilm = load_bilm(fixture_dir, state="carry", precision=precision)
+    assert bilm.precision == "float32" and "carry policy runs float32" in bilm.precision_reason
+    exact = load_bilm(fixture_dir, state="carry").embed(sentences[:5])
+    for a, b in zip(bilm.embed(sentences[:5]), exact):
+        np.testing.assert_array_equal(a, b)
+    bilm.state_policy = "warm"
+    assert bilm.precision == "int8" and "carry" not in bilm.precision_reason
 
 
 def test_embed_cli_precision_is_used_recorded_and_checked_on_resume(

@@ -103,3 +103,55 @@ def test_the_readmes_verdict_on_tuning_is_the_summarys():
             assert f"{name} at the placement dev chose: not run yet" in text, line
         else:
             assert name in verdict.group(2) and f"| {verdict.group(1)} (" in line, line
+
+
+def mean_dev(run: str) -> float:
+    """The mean dev score, in points, of the committed seeds of `run` (e.g. "pos-elmo-both-f1")."""
+    scores = [
+        json.loads(p.read_text(encoding="utf-8"))["dev"]
+        for p in sorted((METRICS / "runs").glob(f"{run}-s*.json"))
+    ]
+    assert scores, run
+    return 100 * sum(scores) / len(scores)
+
+
+@pytest.mark.parametrize(
+    "claim, chosen, other",
+    [
+        (
+            "a few hundredths of a point of dev accuracy at 10%",
+            "pos-elmo-both-f0.1",
+            "pos-elmo-f0.1",
+        ),
+        ("six hundredths at 100%", "pos-elmo-both-f1", "pos-elmo-f1"),
+        (
+            "by 0.16 points of\ndev F1 over the input and output",
+            "ner-uner-elmo-layers01-f1",
+            "ner-uner-elmo-both-f1",
+        ),
+        (
+            "by 0.23 points\nof dev F1 over the input's",
+            "ner-conll2003-elmo-layers01-f0.1",
+            "ner-conll2003-elmo-f0.1",
+        ),
+        (
+            "by 0.16 points of dev F1 over the input's",
+            "ner-conll2003-elmo-output-f1",
+            "ner-conll2003-elmo-f1",
+        ),
+    ],
+)
+def test_the_dev_margins_quote_the_runs(claim, chosen, other):
+    """The margins by which dev chose a placement, which the summary does not give: each claim's
+    figure against the committed runs' mean dev scores."""
+    assert claim in readme()
+    margin = mean_dev(chosen) - mean_dev(other)
+    words = {"a few hundredths": (0.015, 0.05), "six hundredths": (0.055, 0.065)}
+    low, high = next(
+        (bounds for text, bounds in words.items() if claim.startswith(text)),
+        (None, None),
+    )
+    if low is None:
+        quoted = float(re.search(r"by (\d+\.\d+) points", claim).group(1))
+        low, high = quoted - 0.005, quoted + 0.005
+    assert low <= margin < high, (claim, margin)
