@@ -106,7 +106,7 @@ class ElmoEmbedder(nn.Module):
         """The precision the matrix products run in ("float32", "bfloat16" or "int8"): the one set,
         resolved, except under the "carry" policy, which runs float32. Set it to one of those or
         "auto" (`precision.choose_auto`); the warm and zero policies run it."""
-        return "float32" if self._policy is StatePolicy.CARRY else self.runner.copies.precision
+        return self.runner.runs_in(self._policy)[0]
 
     @precision.setter
     def precision(self, precision: Precision) -> None:
@@ -116,10 +116,7 @@ class ElmoEmbedder(nn.Module):
     @property
     def precision_reason(self) -> str:
         """Why `precision` is what it is, in one line ("auto: ..." names the kind of host)."""
-        chosen = self.runner.copies.precision
-        if self._policy is StatePolicy.CARRY and chosen != "float32":
-            return f"the carry policy runs float32 ({chosen} is for the warm and zero policies)"
-        return self.runner.precision_reason
+        return self.runner.runs_in(self._policy)[1]
 
     def reset_state(self) -> None:
         """Forget the carried state ("carry" policy): the next call starts from zeros."""

@@ -25,17 +25,22 @@ from .products import MatrixProduct
 
 ONEDNN = "onednn"
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# The widest bound whose fixed grid (a step of 2 bound / 127) stays fine against the values trained
+# networks take (their projections stay within a few units): a published proj_clip of 3, and the
+# sum of two layers' outputs, 6. Inputs of a wider bound (a loose proj_clip) are scaled per row.
+FIXED_GRID_BOUND = 8.0
 
 
 def int8_engine() -> Optional[str]:
-    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where its
-    int8 linear kernels run on this CPU, else None."""
+    """torch's quantized engine (the one selected, `torch.backends.quantized.engine`) where it is
+    one whose packed weights take the fixed-grid product (x86's or fbgemm's; qnnpack's do not),
+    else None."""
     try:
         engine = torch.backends.quantized.engine
         torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32  # noqa: B018 (present)
     except (AttributeError, RuntimeError):
         return None
-    return engine if engine in ("x86", "fbgemm", "qnnpack") else None
+    return engine if engine in ("x86", "fbgemm") else None
 
 
 @lru_cache(maxsize=None)
@@ -51,7 +56,7 @@ def has_onednn_linear() -> bool:
 
 def int8_kernel() -> Optional[str]:
     """The kernel int8 products run on here: "onednn" on an x86 CPU with VNNI, else torch's
-    quantized engine (`int8_engine`); None where neither runs."""
+    quantized engine (`int8_engine`); None where neither runs (Arm: qnnpack lacks the product)."""
     x86 = platform.machine().lower() in ("x86_64", "amd64")
     if x86 and cpu_flags() & VNNI_FLAGS and has_onednn_linear():
         return ONEDNN
@@ -59,8 +64,8 @@ def int8_kernel() -> Optional[str]:
 
 
 def on_7bit_grid(x: Tensor, step: float) -> Tensor:
-    """x `(N, I)` within `[-63.5 step, 63.5 step]` -> uint8 `round(x / step) + 64`."""
-    return torch.div(x, step).round_().add_(64).clamp_(0, 255).to(torch.uint8)
+    """x `(N, I)` within `[-63.5 step, 63.5 step]` -> uint8 `round(x / step) + 64`, in 0..128."""
+    return torch.div(x, step).round_().add_(64).clamp_(0, 128).to(torch.uint8)
 
 
 class Int8Product(MatrixProduct):
@@ -159,6 +164,9 @@ class RowScaledInt8Product(Int8Product):
         scale = row_scale(x)
         return self.scaled_back(super().__call__(x / scale), scale)
 
+    def gates(self, xw: Tensor, x: Tensor) -> Tensor:
+        return xw.add_(self(x))
+
     def scaled_back(self, y: Tensor, scale: Tensor) -> Tensor:
         """y `(N, O)` computed on rows divided by `scale` `(N, 1)`: `y * scale + b`."""
         return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
@@ -193,3 +201,11 @@ def row_scale(x: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(
         min=torch.finfo(torch.float32).tiny
     )
+
+
+def int8_product(weight: Tensor, bias: Optional[Tensor] = None, bound: float = float("inf")):
+    """`x W (+ b)` in int8 for inputs within `[-bound, bound]`: on the fixed grid of that bound
+    where it is at most `FIXED_GRID_BOUND`, else each row scaled onto it."""
+    if bound <= FIXED_GRID_BOUND:
+        return Int8Product(weight, bias, bound=bound)
+    return RowScaledInt8Product(weight, bias)

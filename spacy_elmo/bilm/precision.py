@@ -41,7 +41,7 @@ from torch import Tensor
 from ..errors import ElmoConfigError
 from .device import cpu_flags
 from .finite import check_finite, naming_weights
-from .int8 import Int8Product, RowScaledInt8Product, int8_kernel
+from .int8 import int8_kernel, int8_product
 from .products import BFloat16Product, MatrixProduct
 
 if TYPE_CHECKING:
@@ -125,11 +125,15 @@ def resolve_precision(
         )
         return "float32"
     if precision == "int8" and (device.type != "cpu" or int8_kernel() is None):
-        where = "this build of torch" if device.type == "cpu" else f"device {device.type!r}"
+        where = (
+            f"this CPU and torch (quantized engine {torch.backends.quantized.engine!r})"
+            if device.type == "cpu"
+            else f"device {device.type!r}"
+        )
         raise ElmoConfigError(
-            f"precision 'int8' runs on CPUs with oneDNN's, fbgemm's or qnnpack's kernels, not on "
-            f"{where}; "
-            "use 'bfloat16' on a GPU, or 'auto'"
+            "precision 'int8' runs on x86 CPUs, on oneDNN's kernels (with VNNI) or fbgemm's "
+            f"(torch's quantized engine 'x86' or 'fbgemm'), not on {where}; use 'auto', or "
+            "'bfloat16' on a GPU"
         )
     return precision
 
@@ -137,16 +141,12 @@ def resolve_precision(
 def make_product(
     precision: str, weight: Tensor, bias: Optional[Tensor] = None, bound: float = float("inf")
 ) -> MatrixProduct:
-    """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (int8
-    puts x on the fixed grid of a finite bound, and scales each row without one)."""
+    """The product `x W (+ b)` in `precision`; `bound`: the largest |x| the network allows (see
+    `int8.int8_product`)."""
     if precision == "bfloat16":
         return BFloat16Product(weight, bias)
     if precision == "int8":
-        return (
-            Int8Product(weight, bias, bound=bound)
-            if bound < float("inf")
-            else RowScaledInt8Product(weight, bias)
-        )
+        return int8_product(weight, bias, bound)
     return MatrixProduct(weight, bias)
 
 

@@ -137,6 +137,16 @@ class PackedRunner:
         self.clear()
         self.copies.make(resolved)
 
+    def runs_in(self, policy: StatePolicy) -> Tuple[str, str]:
+        """The precision the products run in under `policy`, and why: "carry" runs float32."""
+        chosen = self.copies.precision
+        if policy is StatePolicy.CARRY and chosen != "float32":
+            return (
+                "float32",
+                f"the carry policy runs float32 ({chosen} is for the warm and zero ones)",
+            )
+        return chosen, self.precision_reason
+
     def encode_words(self, words: List[str]) -> Tensor:
         """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve
         less."""

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spacy_elmo import ElmoConfigError, load_bilm
 from spacy_elmo.bilm import int8
+
+from ..helpers import data_path
 
 ENGINE = int8.int8_engine()
 needs_both = pytest.mark.skipif(
@@ -102,3 +105,49 @@ def test_onednn_adds_the_hidden_product_in_place_without_a_temporary():
     assert largest_allocation(lambda: onednn.gates(xw, x)) < temporary / 4
     engine = int8.Int8Product(w, bound=3.0, kernel=ENGINE)
     assert largest_allocation(lambda: engine.gates(xw, x)) >= temporary
+
+
+@pytest.mark.parametrize("kernel", ["onednn", ENGINE])
+def test_a_row_scaled_hidden_product_adds_the_scaled_rows(kernel):
+    """Without a bound (weights whose options set no proj_clip) the hidden product scales each row
+    of h onto the grid in the step's `gates` too, not only when called."""
+    if kernel is None or (kernel == "onednn" and not int8.has_onednn_linear()):
+        pytest.skip(f"no {kernel} kernel in this torch")
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(16, 64, generator=g) * 0.1
+    product = int8.RowScaledInt8Product(w, kernel=kernel)
+    x, xw = torch.randn(5, 16, generator=g) * 4, torch.randn(5, 64, generator=g)
+    expected = xw + x @ w
+    torch.testing.assert_close(product.gates(xw.clone(), x), xw + product(x))
+    assert (product.gates(xw.clone(), x) - expected).abs().max() < 0.05
+
+
+def test_wide_bounds_are_scaled_per_row_and_narrow_ones_use_the_fixed_grid():
+    w = torch.randn(16, 64) * 0.1
+    assert type(int8.int8_product(w, bound=3.0)) is int8.Int8Product
+    assert type(int8.int8_product(w, bound=6.0)) is int8.Int8Product  # two layers' sum of clip 3
+    assert type(int8.int8_product(w, bound=100.0)) is int8.RowScaledInt8Product
+    assert type(int8.int8_product(w)) is int8.RowScaledInt8Product
+
+
+def test_the_grid_keeps_values_beyond_the_bound_at_its_ends():
+    step = 0.5
+    x = torch.tensor([[-1e9, -31.75, 0.0, 31.75, 1e9]])  # 63.5 steps of 0.5 = 31.75
+    assert int8.on_7bit_grid(x, step).tolist() == [[0, 0, 64, 128, 128]]
+
+
+def test_qnnpack_is_no_int8_kernel(monkeypatch):
+    """qnnpack's packed weights lack the fixed-grid product (int8 failed inside torch at the first
+    embed): without VNNI and under that engine int8 is one error before anything runs."""
+    if "qnnpack" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this torch has no qnnpack engine")
+    monkeypatch.setattr(int8, "cpu_flags", lambda: frozenset({"avx2"}))
+    engine = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = "qnnpack"
+        assert int8.int8_engine() is None and int8.int8_kernel() is None
+        with pytest.raises(ElmoConfigError, match="quantized engine 'qnnpack'"):
+            load_bilm(data_path("allennlp_elmo_fixture"), precision="int8")
+        assert load_bilm(data_path("allennlp_elmo_fixture"), precision="auto").precision != "int8"
+    finally:
+        torch.backends.quantized.engine = engine

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import platform
+import shutil
 
 import numpy as np
 import pytest
@@ -90,6 +91,28 @@ def test_int8_stays_within_the_bar_where_the_token_encoder_has_outlier_features(
     reference = load_bilm(tmp_path / "outliers").embed(sentences)
     int8 = load_bilm(tmp_path / "outliers", precision="int8")
     errors = relative_errors(int8.embed(sentences), reference)
+    assert max(errors) <= BAR["int8"], errors
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("proj_clip", [None, 100.0])
+def test_int8_stays_within_the_bar_under_a_loose_or_no_projection_clip(
+    fixture_dir, sentences, tmp_path, proj_clip
+):
+    """The fixed grid spans +-proj_clip: options without one (allowed: no clip) put the hidden state
+    on the grid of [-1, 1] (the step cut it off at the grid's ends), and a loose one on a grid too
+    coarse for the values the network takes; both scale each row onto the grid instead."""
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    options = json.loads((fixture_dir / "options.json").read_text(encoding="utf-8"))
+    if proj_clip is None:
+        del options["lstm"]["proj_clip"]
+    else:
+        options["lstm"]["proj_clip"] = proj_clip
+    (weights / "options.json").write_text(json.dumps(options), encoding="utf-8")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", weights / "weights.hdf5")
+    reference = load_bilm(weights).embed(sentences)
+    errors = relative_errors(load_bilm(weights, precision="int8").embed(sentences), reference)
     assert max(errors) <= BAR["int8"], errors
 
 
@@ -181,7 +204,7 @@ def test_auto_without_native_bfloat16_or_int8_runs_float32(fixture_dir, monkeypa
     monkeypatch.setattr(precision_module, "native_bfloat16", lambda device: False)
     monkeypatch.setattr(precision_module, "int8_kernel", lambda: None)
     assert load_bilm(fixture_dir, precision="auto").precision == "float32"
-    with pytest.raises(ElmoConfigError, match="precision 'int8' runs on CPUs"):
+    with pytest.raises(ElmoConfigError, match="precision 'int8' runs on x86 CPUs"):
         load_bilm(fixture_dir, precision="int8")
 
 
