@@ -1,12 +1,14 @@
 """int8 matrix products: W quantized per output column (symmetric, scale `max|W| / 127`), x on a
-fixed 7-bit grid (0..127 around 64; no kernel's int16 pair sums can saturate), int32 sums.
+fixed grid of 7 bits and one value (0..128 around 64; no kernel's int16 pair sums can saturate),
+int32 sums. Inputs of a bound wider than `FIXED_GRID_BOUND`, or none, are scaled per row onto it.
 
 Two kernels compute them, chosen by the CPU (`int8_kernel`), so every process of a machine writes
 the same bits: oneDNN's where the CPU has VNNI instructions (AVX512-VNNI, AVX-VNNI, AMX) and this
-torch has oneDNN's quantized linear; else torch's quantized engine (fbgemm on x86, qnnpack on Arm).
-oneDNN adds the hidden product into the step's gate inputs in place (a "sum" post-op), so an LSTM
-step allocates no `(n, 4D)` float32 temporary: under glibc's default allocator each such
-temporary, made in a direction's own thread, came from freshly mapped pages (bench/README.md).
+torch has oneDNN's quantized linear; else fbgemm's (torch's quantized engine "x86" or "fbgemm";
+qnnpack's, on Arm, lacks the fixed-grid product, so there is no int8 there). oneDNN adds the hidden
+product into the step's gate inputs in place (a "sum" post-op), so an LSTM step allocates no
+`(n, 4D)` float32 temporary: under glibc's default allocator each such temporary, made in a
+direction's own thread, came from freshly mapped pages (bench/README.md).
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ def on_7bit_grid(x: Tensor, step: float) -> Tensor:
 
 
 class Int8Product(MatrixProduct):
-    """int8 products of inputs within `[-bound, bound]` (a bound the network guarantees: a clip or a
-    tanh), quantized on that fixed grid, so each row's result depends on that row alone. `kernel`:
-    see `int8_kernel` (None: this CPU's)."""
+    """int8 products `x W (+ b)`, x `(N, I)` -> `(N, O)`, of inputs within `[-bound, bound]` (a
+    bound the network guarantees: a clip or a tanh), quantized on that fixed grid, so each row's
+    result depends on that row alone. `kernel`: see `int8_kernel` (None: this CPU's). Keeps the
+    packed weights only (no float copy of W)."""
 
     def __init__(
         self,
@@ -98,15 +101,15 @@ class Int8Product(MatrixProduct):
                 w, scale, torch.zeros(len(w), dtype=torch.long), 0, torch.qint8
             )
         self.kernel = kernel or int8_kernel()
-        self.float_bias = None if bias is None else bias.detach().float()
+        # the bias the kernel adds; `bias`: the product's (a row-scaled one adds it after scaling)
+        self.kernel_bias = self.bias = None if bias is None else bias.detach().float()
         if self.kernel == ONEDNN:
             self.packed = torch.ops.onednn.qlinear_prepack(q.int_repr(), None)
             self.weight_scale = scale.float()
             self.weight_zero = torch.zeros(len(w), dtype=torch.int32)
         else:
-            self.packed = torch.ops.quantized.linear_prepack(q, self.float_bias)
+            self.packed = torch.ops.quantized.linear_prepack(q, self.kernel_bias)
         self.input_scale = 2 * bound / 127
-        super().__init__(weight, bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.on_grid(x, self.input_scale)
@@ -123,12 +126,12 @@ class Int8Product(MatrixProduct):
         args = (on_7bit_grid(x, step), step, 64, self.packed, self.weight_scale, self.weight_zero)
         if add_to is None:
             return torch.ops.onednn.qlinear_pointwise(
-                *args, self.float_bias, 1.0, 0, torch.float32, "none", [], ""
+                *args, self.kernel_bias, 1.0, 0, torch.float32, "none", [], ""
             )
         return torch.ops.onednn.qlinear_pointwise.binary(
             *args,
             add_to,
-            self.float_bias,
+            self.kernel_bias,
             1.0,
             0,
             torch.float32,

@@ -9,18 +9,18 @@ chosen precision; the LSTM's cell state, gates, clipping and every output stay f
   multiplies bfloat16 natively (AMX, AVX512-BF16, Arm BF16) or on a GPU; CPUs without it
   emulate it slower than float32, so there it runs float32 and warns.
 - "int8" (`int8.py`): W quantized per output column (symmetric, scale `max|W| / 127`), x on a fixed
-  7-bit grid over the range the network bounds it to (the LSTM's projection clip, or tanh's 1),
-  int32 sums: oneDNN's kernels on x86 CPUs with VNNI, else torch's fbgemm (x86) / qnnpack (Arm)
-  ones. A fixed grid, not one fitted to each call's range, keeps every row's result independent of
-  the rows computed with it (a sentence gets the same vectors in any batch). Inputs with no bound
-  (those of the token encoder's highways, and the token layer, the first LSTM layer's input) are
-  scaled per row onto that grid instead (`RowScaledInt8Product`); the character convolutions run as
-  products over their windows of characters, on the fixed grid of the largest |character embedding|;
-  the token encoder's projection, whose inputs hold a few outlier features in trained models,
-  balanced against its weights and on a grid 127x finer (`BalancedInt8Product`). torchao's int8
-  route runs `torch._int_mm`, whose CPU kernel is a reference loop (about 1 GFLOP/s on a 2-core AVX2
-  host, against 60-100 for float32) unless compiled, so these kernels are the fast int8 route on
-  CPUs.
+  grid over the range the network bounds it to (the LSTM's projection clip, or tanh's 1), int32
+  sums: oneDNN's kernels on x86 CPUs with VNNI, else fbgemm's (no int8 on Arm: qnnpack lacks the
+  product). A fixed grid, not one fitted to each call's range, keeps every row's result independent
+  of the rows computed with it (a sentence gets the same vectors in any batch). Inputs with no
+  bound, or a wide one (those of the token encoder's highways, the token layer, the first LSTM
+  layer's input; a loose `proj_clip`), are scaled per row onto that grid instead
+  (`RowScaledInt8Product`); the character convolutions run as products over their windows of
+  characters, on the fixed grid of the largest |character embedding|; the token encoder's
+  projection, whose inputs hold a few outlier features in trained models, balanced against its
+  weights and on a grid 127x finer (`BalancedInt8Product`). torchao's int8 route runs
+  `torch._int_mm`, whose CPU kernel is a reference loop unless compiled, so these kernels are the
+  fast int8 route on CPUs.
 - "auto": the path measured fastest on this kind of host (`choose_auto`'s table, each row checked
   by `bench/bench_precision.py` on such a host: bench/README.md). A table keyed by the CPU's
   features, not a timing at load, so every process of a machine (shards, a resumed run) picks the

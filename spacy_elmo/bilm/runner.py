@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..errors import ElmoConfigError
 from .cache import TokenLayerCache
-from .finite import NonFiniteError, check_finite, naming_weights
+from .finite import NonFiniteError, check_finite
 from .lstm import LSTMState
 from .model import BiLM
 from .policy import StatePolicy
@@ -187,7 +187,7 @@ class PackedRunner:
         init: Optional[LSTMState] = None,
         directions: Sequence[int] = (0, 1),
         ids: Optional[Sequence[int]] = None,
-    ) -> Tuple[List[Tensor], LSTMState]:
+    ) -> Tuple[Tensor, LSTMState]:
         """Non-empty sentences -> layers `(n_layers + 1, sum(lengths), 2P)` of their real tokens,
         sentences one after another,
         through the packed recurrence from the state after the boundary steps under `policy`. That
@@ -208,18 +208,7 @@ class PackedRunner:
         B = len(sentences)
         init = LSTMState(start.h.expand(-1, -1, B, -1), start.c.expand(-1, -1, B, -1))
         products = self.copies.lstm_products()
-        try:
-            with naming_weights(self.source):
-                outputs, final = self.network.run_packed(vectors, trees, init, directions, products)
-        except NonFiniteError as err:  # the first layer's gate inputs (int8): of which sentence?
-            if ids is None:
-                raise
-            gates = torch.cat([products[0][d].input.weight for d in (0, 1)], dim=1)
-            bad = np.flatnonzero(~torch.isfinite(torch.mm(vectors, gates)).all(dim=1).cpu().numpy())
-            sentence = min(ids[row] for row in np.flatnonzero(np.isin(index, bad).any(axis=1)))
-            raise NonFiniteError(
-                f"{err}, for sentence {sentence} (counted from 0)", sentence
-            ) from None
+        outputs, final = self.network.run_packed(vectors, trees, init, directions, products)
         token = vectors[torch.from_numpy(index[real]).to(device)]  # (N, P) sentence-major
         layers = torch.stack(
             [torch.cat([token, token], dim=-1)]
