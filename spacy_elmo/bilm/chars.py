@@ -26,6 +26,7 @@ EOW_CHAR = 259
 PAD_CHAR = 260
 BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"
+MAX_CHARS = 50  # bilm-tf's ids per token, its boundary marks included
 
 
 @lru_cache(maxsize=8192)  # misses of the token cache, and the "carry" path
@@ -62,21 +63,21 @@ def _key(text: str, max_chars: int) -> Union[str, bytes]:
     return body[:cut]
 
 
-def word_char_ids(text: str, max_chars: int = 50) -> np.ndarray:
+def word_char_ids(text: str, max_chars: int = MAX_CHARS) -> np.ndarray:
     """One token text -> int64 array `(max_chars,)` of shifted character ids (read-only)."""
     if not isinstance(text, str):
         raise TypeError(f"token texts must be str, got {type(text).__name__}: {text!r}")
     return _word_ids(_key(text, max_chars), max_chars)
 
 
-def words_char_ids(words: Sequence[str], max_chars: int = 50) -> np.ndarray:
+def words_char_ids(words: Sequence[str], max_chars: int = MAX_CHARS) -> np.ndarray:
     """Token texts -> int64 array `(n_words, max_chars)`."""
     if not words:
         return np.zeros((0, max_chars), dtype=np.int64)
     return np.stack([word_char_ids(w, max_chars) for w in words])
 
 
-def batch_char_ids(sentences: Sequence[Sequence[str]], max_chars: int = 50) -> np.ndarray:
+def batch_char_ids(sentences: Sequence[Sequence[str]], max_chars: int = MAX_CHARS) -> np.ndarray:
     """Sentences -> int64 array `(n_sentences, max_len + 2, max_chars)` with `<S>`/`</S>` added.
 
     Rows shorter than the longest sentence are padded with 0 (the "no token" id).

@@ -24,7 +24,8 @@ from .vocab import BOS_ID, EOS_ID
 
 
 class Batch(NamedTuple):
-    """Both directions of one step: `index`, `targets`, `mask` `(2, B, T)`; `chars` `(U, 50)`."""
+    """Both directions of one step: `index`, `targets`, `mask` `(2, B, T)`; `chars` `(U, 50)`,
+    bilm-tf's ids (`MAX_CHARS`)."""
 
     index: torch.Tensor
     chars: torch.Tensor

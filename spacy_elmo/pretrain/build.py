@@ -11,6 +11,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm import BiLM, BiLMOptions
+from ..bilm.chars import MAX_CHARS
 from ..errors import ElmoConfigError
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
@@ -73,6 +74,12 @@ def initial_bilm(
         raise ElmoConfigError(
             f"--init-from {init_from}: a model with a character table (ELMoForManyLangs) "
             "cannot be trained here; pretrain reads utf-8 bytes"
+        )
+    if bilm.options.max_characters_per_token != MAX_CHARS:
+        raise ElmoConfigError(
+            f"--init-from {init_from}: the model reads {bilm.options.max_characters_per_token} "
+            f"characters per token; pretrain makes bilm-tf's {MAX_CHARS} (it would train on ids "
+            "the model never reads)"
         )
     return bilm
 

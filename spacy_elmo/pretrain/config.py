@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 from thinc.api import Config
 
 from ..bilm import BiLMOptions, StatePolicy
+from ..bilm.chars import MAX_CHARS
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import RECORD_BYTES, TEXT_ENCODING, read_regular
 
@@ -219,7 +220,7 @@ def bilm_options(config: Config) -> BiLMOptions:
                     "n_highway": m["n_highway"],
                     "activation": m["activation"],
                     "n_characters": 262,
-                    "max_characters_per_token": 50,
+                    "max_characters_per_token": MAX_CHARS,
                 },
             },
             source="config [model]",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -370,3 +371,19 @@ def test_init_from_names_a_directory_and_warns_of_a_vocab_size_it_ignores(
     )
     code, out = run_pretrain(["--help"], capsys, "out")
     assert "bilm-tf / AllenNLP options and hdf5 weights" in " ".join(out.replace("│", " ").split())
+
+
+def test_init_from_a_model_of_another_token_width_is_one_error(tmp_path, capsys, fixture_dir):
+    """pretrain makes bilm-tf's 50 ids per token: a model that reads another number would train on
+    ids it never reads at inference."""
+    model = tmp_path / "narrow"
+    model.mkdir()
+    options = json.loads((fixture_dir / "options.json").read_text(encoding="utf-8"))
+    options["char_cnn"]["max_characters_per_token"] = 30
+    (model / "options.json").write_text(json.dumps(options), encoding="utf-8")
+    shutil.copy(fixture_dir / "lm_weights.hdf5", model / "weights.hdf5")
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    args = ["--no-progress", *override_args(train_path, None, training__max_steps=2)]
+    code, err = run_pretrain([tmp_path / "tuned", *args, "--init-from", model], capsys)
+    assert code == 1 and "reads 30 characters per token" in one_error_line(err), err
+    assert not (tmp_path / "tuned").exists()
