@@ -15,14 +15,14 @@ from __future__ import annotations
 import ctypes
 import platform
 
-# mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
-SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 1 << 30))
-# The same as GLIBC_TUNABLES, for a process started with it
-TUNABLES = (
-    "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=33554432:"
-    "glibc.malloc.trim_threshold=1073741824"
+# mallopt's parameter (malloc.h) and GLIBC_TUNABLES's name of each setting, and its value
+SETTINGS = (
+    (-8, "arena_max", 1),
+    (-3, "mmap_threshold", 32 << 20),
+    (-1, "trim_threshold", 1 << 30),
 )
+# The same as GLIBC_TUNABLES, for a process started with it
+TUNABLES = ":".join(f"glibc.malloc.{name}={value}" for _, name, value in SETTINGS)
 
 
 def keep_freed_memory() -> bool:
@@ -34,4 +34,4 @@ def keep_freed_memory() -> bool:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
-    return all(mallopt(parameter, value) == 1 for parameter, value in SETTINGS)
+    return all(mallopt(parameter, value) == 1 for parameter, _, value in SETTINGS)

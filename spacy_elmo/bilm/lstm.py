@@ -302,8 +302,8 @@ class BiLSTMStack(nn.Module):
         words: Tensor,
         trees: Sequence[PrefixTree],
         initial_state: LSTMState,
-        directions: Sequence[int] = (0, 1),
-        products: Optional[List[List[LayerProducts]]] = None,
+        directions: Sequence[int],
+        products: List[List[LayerProducts]],
     ) -> Tuple[List[List[Tensor]], LSTMState]:
         """Inference on the prefix trees of a batch, one per direction in its reading order (see
         `schedule.prefix_tree` and `ProjectedLSTMLayer.forward_packed`), the two directions side by

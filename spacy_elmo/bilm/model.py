@@ -173,8 +173,8 @@ class BiLM(OwnLocks, nn.Module):
         words: Tensor,
         trees: Sequence[PrefixTree],
         initial_state: LSTMState,
-        directions: Sequence[int] = (0, 1),
-        products: Optional[List[List[LayerProducts]]] = None,
+        directions: Sequence[int],
+        products: List[List[LayerProducts]],
     ) -> Tuple[List[List[Tensor]], LSTMState]:
         """The LSTM over the prefix trees of a batch (`BiLSTMStack.run_packed`): words `(U, P)`
         token layers."""

@@ -11,7 +11,6 @@ import numpy as np
 from ..errors import ElmoFileError
 from ..files import parse_json, read_regular
 from .chars import CHAR_SPECIALS, WORD_SPECIALS
-from .policy import STATE_POLICIES, StatePolicy, check_state_policy  # noqa: F401 (their old home)
 
 ACTIVATIONS = ("relu", "tanh")
 # Upper bounds on sizes read from files, checked before anything is allocated. The published models

@@ -11,7 +11,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..bilm.chars import CharTable
-from ..bilm.options import BiLMOptions, StatePolicy
+from ..bilm.options import BiLMOptions
+from ..bilm.policy import StatePolicy
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from ..bilm.chars import CharTable
 from ..bilm.device import check_device
 from ..bilm.embedder import ElmoEmbedder
 from ..bilm.model import BiLM
-from ..bilm.options import BiLMOptions, StatePolicy, check_state_policy
+from ..bilm.options import BiLMOptions
+from ..bilm.policy import StatePolicy, check_state_policy
 from ..bilm.precision import Precision, check_precision
 from ..bilm.runner import check_cache_size
 from ..errors import ElmoResourceError

@@ -19,7 +19,8 @@ import torch
 from ..bilm.chars import CharTable
 from ..bilm.embedder import ElmoEmbedder
 from ..bilm.model import BiLM
-from ..bilm.options import BiLMOptions, StatePolicy, check_state_policy, read_json
+from ..bilm.options import BiLMOptions, read_json
+from ..bilm.policy import StatePolicy, check_state_policy
 from ..errors import ElmoFileError
 from ..files import (
     TEXT_ENCODING,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..bilm.embedder import ElmoEmbedder
-from ..bilm.options import StatePolicy
+from ..bilm.policy import StatePolicy
 from ..errors import ElmoFileError
 from ..files import inside_dir, read_regular
 from .data import ModelFiles
