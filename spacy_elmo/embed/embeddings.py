@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 
 from ..errors import ElmoFileError
 from ..files import hdf5_dataset, regular_file
-from .h5writer import INDEX, SETTINGS
+from .h5writer import INDEX, recorded_settings
 from .outdir import MANIFEST, WorkDir, piece_name
 
 OUTPUT = "an embed output"
@@ -59,7 +58,7 @@ class Embeddings:
         self.files: list[Optional[h5py.File]] = [None] * len(self.paths)
         first = self._file(0)
         if self.settings is None:
-            self.settings = _settings(first, self.paths[0])
+            self.settings = recorded_settings(first, self.paths[0]) or {}
             ranges = [(0, len(first) - 1)]
         self.starts = [start for start, _ in ranges]
         self.length = ranges[-1][1] if ranges else 0
@@ -78,7 +77,10 @@ class Embeddings:
                         f"no "
                         f"'{INDEX}')"
                     )
-                if self.settings is not None and _settings(f, self.paths[i]) != self.settings:
+                if (
+                    self.settings is not None
+                    and (recorded_settings(f, self.paths[i]) or {}) != self.settings
+                ):
                     raise ElmoFileError(
                         f"{self.paths[i]}: written with other settings than {self.path / MANIFEST}"
                     )
@@ -148,19 +150,6 @@ class Embeddings:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _settings(f: h5py.File, path: Path) -> dict:
-    """The settings recorded in an output file; {} in a file `allennlp elmo` wrote."""
-    if SETTINGS not in f.attrs:
-        return {}
-    try:
-        settings = json.loads(f.attrs[SETTINGS])
-    except (TypeError, ValueError) as err:
-        raise ElmoFileError(f"{path}: its attribute '{SETTINGS}' is not JSON ({err})") from None
-    if not isinstance(settings, dict):
-        raise ElmoFileError(f"{path}: its attribute '{SETTINGS}' is not a JSON object")
-    return settings
 
 
 def open_embeddings(path: Union[str, os.PathLike], verify: bool = False) -> Embeddings:

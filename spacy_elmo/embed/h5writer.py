@@ -361,10 +361,27 @@ class HDF5Output:
         regular_file(path, "existing output")
         try:
             with h5py.File(path, "r") as f:
-                if SETTINGS not in f.attrs:
+                settings = recorded_settings(f, path)
+                if settings is None:
                     raise ElmoFileError(f"{path}: not an output of `python -m spacy_elmo embed`")
-                return parse_json(f.attrs[SETTINGS], path, f"attribute '{SETTINGS}'")
+                return settings
         except OSError as err:
             raise ElmoFileError(
                 f"{path}: exists and cannot be read as hdf5 ({err}): choose another output"
             ) from None
+
+
+def recorded_settings(f: h5py.File, path: Path) -> Optional[dict]:
+    """The settings `embed` recorded in output file `f` (at `path`); None where there are none (a
+    file `allennlp elmo` wrote); ElmoFileError where they are not a JSON object."""
+    if SETTINGS not in f.attrs:
+        return None
+    value = f.attrs[SETTINGS]
+    settings = (
+        parse_json(value, path, f"attribute '{SETTINGS}'")
+        if isinstance(value, (str, bytes))
+        else None
+    )
+    if not isinstance(settings, dict):
+        raise ElmoFileError(f"{path}: its attribute '{SETTINGS}' is not a JSON object")
+    return settings

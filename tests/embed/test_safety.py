@@ -686,10 +686,11 @@ def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
         open_embeddings(weights)
     out = tmp_path / "out.hdf5"
     out.write_bytes(small_output.read_bytes())
-    with h5py.File(out, "r+") as f:
-        f.attrs["spacy_elmo.settings"] = "{not json"
-    with pytest.raises(ElmoFileError, match="spacy_elmo.settings"):
-        open_embeddings(out)
+    for settings in ("{not json", "[1, 2]", np.int64(5)):
+        with h5py.File(out, "r+") as f:
+            f.attrs["spacy_elmo.settings"] = settings
+        with pytest.raises(ElmoFileError, match="spacy_elmo.settings"):
+            open_embeddings(out)
     with h5py.File(out, "r+") as f:
         del f.attrs["spacy_elmo.settings"]
         del f["sentence_to_index"]
@@ -700,11 +701,12 @@ def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
 def test_resume_onto_a_file_whose_settings_are_not_json_is_one_error_line(
     fixture_dir, tmp_path, capsys
 ):
-    """The settings `--resume` compares, when they are no JSON it can read (an integer of more
-    digits than Python converts, a torn attribute), are one error naming the file."""
+    """The settings `--resume` compares, when they are no JSON object it can read (an integer of
+    more digits than Python converts, a torn attribute, a list, a number), are one error naming the
+    file."""
     text = write_lines(tmp_path / "in.txt", LINES[:5])
     out = tmp_path / "out.hdf5"
-    for settings in ("9" * 5000, '{"torn'):
+    for settings in ("9" * 5000, '{"torn', "[1, 2]", np.int64(5)):
         with h5py.File(out, "w") as f:
             f.attrs["spacy_elmo.settings"] = settings
         assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 1
