@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
-from typing import Dict, Optional, Sequence, Tuple, Union
+from functools import lru_cache, partial
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -82,10 +82,22 @@ def batch_char_ids(sentences: Sequence[Sequence[str]], max_chars: int = MAX_CHAR
 
     Rows shorter than the longest sentence are padded with 0 (the "no token" id).
     """
+    ids = partial(words_char_ids, max_chars=max_chars)
+    return padded_batch(sentences, ids, max_chars, (BOS_TOKEN, EOS_TOKEN))
+
+
+def padded_batch(
+    sentences: Sequence[Sequence[str]],
+    words_ids: Callable[[Sequence[str]], np.ndarray],
+    width: int,
+    boundary: Tuple[str, str],
+) -> np.ndarray:
+    """Sentences -> int64 `(n_sentences, max_len + 2, width)`: each row the ids `words_ids` gives
+    `(n, width)` its tokens between the `boundary` tokens, rows padded with 0 (no token)."""
     max_len = max((len(s) for s in sentences), default=0)
-    out = np.zeros((len(sentences), max_len + 2, max_chars), dtype=np.int64)
+    out = np.zeros((len(sentences), max_len + 2, width), dtype=np.int64)
     for i, sent in enumerate(sentences):
-        out[i, : len(sent) + 2] = words_char_ids([BOS_TOKEN, *sent, EOS_TOKEN], max_chars)
+        out[i, : len(sent) + 2] = words_ids([boundary[0], *sent, boundary[1]])
     return out
 
 
@@ -194,11 +206,7 @@ class CharTable:
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded
         with 0."""
-        max_len = max((len(s) for s in sentences), default=0)
-        out = np.zeros((len(sentences), max_len + 2, self.width), dtype=np.int64)
-        for i, sent in enumerate(sentences):
-            out[i, : len(sent) + 2] = self.words_ids([self.boundary[0], *sent, self.boundary[1]])
-        return out
+        return padded_batch(sentences, self.words_ids, self.width, self.boundary)
 
     def to_json(self) -> str:
         """`{"chars": {text: id}, "words": {text: id} or null}` (what `from_json` reads)."""
