@@ -12,7 +12,7 @@ import subprocess
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import h5py
 import numpy as np
@@ -354,3 +354,14 @@ def interrupt_embed_at_line(monkeypatch, line: int) -> None:
         return real(layers, layer)
 
     monkeypatch.setattr(compute, "select_layer", interrupted)
+
+
+def iter_hdf5_datasets(path: Path) -> Iterator[Tuple[str, np.ndarray]]:
+    """Every dataset of an hdf5 file as `(name, array)`, by name."""
+    with h5py.File(path, "r") as f:
+        names = []
+        f.visititems(
+            lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None
+        )
+        for name in sorted(names):
+            yield name, f[name][...]

@@ -28,8 +28,8 @@ from .runner import (
     PackedRunner,
     check_batch_size,
     check_sentence,
-    convert,
     long_sentence,
+    split_by_sentence,
 )
 
 
@@ -165,7 +165,7 @@ class ElmoEmbedder(nn.Module):
         layers = self.forward(ids, mask).layers[:, real]  # (n_layers + 1, sum(lengths), 2P)
         lengths = [len(s) for s in sentences]
         self.runner.check_output(layers, lengths, range(first, first + len(sentences)))
-        return convert(layers, lengths, as_tensor)
+        return split_by_sentence(layers, lengths, as_tensor)
 
     def _ready(self) -> None:
         if self.network.training:
@@ -190,7 +190,7 @@ class ElmoEmbedder(nn.Module):
                 layers = next(pieces, None)
                 if layers is None:
                     return
-                (array,) = convert(layers, [layers.shape[1]], as_tensor=False)
+                (array,) = split_by_sentence(layers, [layers.shape[1]], as_tensor=False)
             yield array
 
     def embed_iter(

@@ -92,7 +92,7 @@ def long_sentence(batch_size: int) -> int:
     return batch_size * TOKENS_PER_BATCH
 
 
-def convert(layers: Tensor, lengths: Sequence[int], as_tensor: bool) -> list:
+def split_by_sentence(layers: Tensor, lengths: Sequence[int], as_tensor: bool) -> list:
     """Layers `(n_layers + 1, sum(lengths), 2P)` of sentences one after another -> what
     `embed_iter` yields for each: a torch view, or a float32 numpy copy. The numpy copies leave
     the device together (one wait for a GPU per batch, not one per sentence)."""
@@ -268,9 +268,9 @@ class PackedRunner:
         as_tensor: bool,
         first: int = 0,
     ) -> list:
-        """Sentences -> their layers (see `convert`), regrouped by length into batches; long ones in
-        windows. `first`: the index of `sentences[0]` in the caller's input (what an error
-        names)."""
+        """Sentences -> their layers (see `split_by_sentence`), regrouped by length into batches;
+        long ones in windows. `first`: the index of `sentences[0]` in the caller's input (what an
+        error names)."""
         results: list = [None] * len(sentences)
         limit = long_sentence(batch_size)
         short = [s if len(s) <= limit else [] for s in sentences]
@@ -290,7 +290,7 @@ class PackedRunner:
                 failed = err if failed is None or err.sentence < failed.sentence else failed
                 continue
             for i, one in zip(
-                batch, convert(layers, [len(sentences[i]) for i in batch], as_tensor)
+                batch, split_by_sentence(layers, [len(sentences[i]) for i in batch], as_tensor)
             ):
                 results[i] = one
         for i, sentence in enumerate(sentences):
@@ -300,7 +300,9 @@ class PackedRunner:
                 except NonFiniteError as err:
                     failed = err
                     break
-                (results[i],) = convert(torch.cat(pieces, dim=1), [len(sentence)], as_tensor)
+                (results[i],) = split_by_sentence(
+                    torch.cat(pieces, dim=1), [len(sentence)], as_tensor
+                )
         if failed is not None:
             raise failed
         return [self.empty(as_tensor) if r is None else r for r in results]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -162,6 +162,9 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
 
 
 def tf_to_state_dict(arrays: Dict[str, np.ndarray], opts: BiLMOptions) -> Dict[str, torch.Tensor]:
+    """bilm-tf's datasets (`read_hdf5`'s names) -> a `BiLM` state dict: the character embedding
+    given its padding row 0, the LSTM's gates in the internal order (`lstm.gates_to_internal`), both
+    directions stacked."""
     t = torch.from_numpy
     P = opts.projection_dim
     sd: Dict[str, torch.Tensor] = {
@@ -303,15 +306,3 @@ def read(model: ModelFiles) -> ModelData:
     state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)
     state_dict["warm_c"] = torch.zeros(options.n_layers, 2, options.lstm_dim)
     return ModelData(options, state_dict, str(model.weights), "warm")
-
-
-def iter_hdf5_datasets(path: PathLike) -> Iterator[Tuple[str, np.ndarray]]:
-    """Every dataset of an hdf5 file as `(name, array)` (for comparisons and `info`)."""
-    h5py = import_h5py()
-    with h5py.File(path, "r") as f:
-        names = []
-        f.visititems(
-            lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None
-        )
-        for name in sorted(names):
-            yield name, f[name][...]

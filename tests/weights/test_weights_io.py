@@ -14,8 +14,9 @@ import torch
 from spacy_elmo import ElmoConfigError, ElmoFileError, export_hdf5, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.weights import hub
-from spacy_elmo.weights.hdf5 import iter_hdf5_datasets
 from spacy_elmo.weights.hdf5_export import check_stem
+
+from ..helpers import iter_hdf5_datasets
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 
