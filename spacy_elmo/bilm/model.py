@@ -204,10 +204,8 @@ class BiLM(OwnLocks, nn.Module):
         if sentences is None and self.warmup is None:
             raise ElmoConfigError(
                 "the 'warm' state policy needs a warm-up text in this model's language (the "
-                "built-in one is "
-                "English): call bilm.network.compute_warm_state(sentences) with token lists first, "
-                "or use state='zero' "
-                "(the default for ELMoForManyLangs models)"
+                "built-in one is English): call bilm.network.compute_warm_state(sentences) with "
+                "token lists first, or use state='zero' (the default for ELMoForManyLangs models)"
             )
         self.warmup = sentences = self.warmup if sentences is None else [list(s) for s in sentences]
         was_training = self.training

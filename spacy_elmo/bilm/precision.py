@@ -117,8 +117,7 @@ def resolve_precision(
     if precision == "bfloat16" and not native_bfloat16(device):
         warnings.warn(
             f"precision 'bfloat16': this {device.type.upper()} has no native bfloat16 matrix "
-            f"products "
-            "(emulated ones are slower than float32), so the biLM runs in float32"
+            "products (emulated ones are slower than float32), so the biLM runs in float32"
             + ("; 'int8' or 'auto' is the faster choice here" if not training else ""),
             RuntimeWarning,
             stacklevel=stacklevel,
