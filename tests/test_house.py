@@ -1,7 +1,8 @@
 """Sizes that keep the package easy to read (the code is formatted by `ruff format` at 100 columns,
 which `.ci/run` checks, so lines measure code): no module over 400 lines, no function whose body
 (after its docstring) is over 60 lines, an `ElmoEmbedder` facade of at most 200 lines, the state
-policy compared by name only where it enters, and test modules that import no other test module."""
+policy compared by name only where it enters, test modules that import no other test module, and
+imports that point down the layers of ../shared/DESIGN.md."""
 
 from __future__ import annotations
 
@@ -90,3 +91,54 @@ def test_no_test_module_imports_another():
                 if name.rpartition(".")[2] in test_modules
             ]
     assert not found, found
+
+
+# The layers of ../shared/DESIGN.md, bottom up: a module imports its own layer's or lower ones'.
+LAYERS = {
+    "errors": 0, "about": 0, "files": 1, "locks": 1, "bilm": 2, "weights": 3,
+    "pretrain": 4, "embed": 4, "doc_data": 5, "windows": 5, "layers": 6, "architectures": 6,
+    "component_settings": 7, "doc_windows": 7, "feature_cache": 7, "workers": 7, "pipeline": 8,
+    "cli": 9, "__main__": 9, "__init__": 10,
+}  # fmt: skip
+# Siblings that must not import each other, and the imports allowed upward, with the reason.
+SIBLINGS = {frozenset({"pretrain", "embed"})}
+UPWARD = {
+    ("weights.pipeline", "layers"): "a saved pipeline's biLM is read by the component's own loader"
+}
+
+
+def imported_parts(path: Path) -> Iterator[Tuple[str, str, int]]:
+    """`(importing module, imported top-level part of spacy_elmo, line)` of every import in `path`,
+    inside functions too."""
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    module, package = ".".join(rel.parts), list(rel.parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1]
+            target = base + (node.module.split(".") if node.module else [])
+            for part in target[:1] or [alias.name for alias in node.names]:
+                yield module, part, node.lineno
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = (
+                [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            )
+            for name in names:
+                if name and name.startswith("spacy_elmo."):
+                    yield module, name.split(".")[1], node.lineno
+
+
+def test_imports_point_down():
+    """Each layer imports only itself and the layers below it (DESIGN.md's house)."""
+    wrong = []
+    for path in package_modules():
+        for module, part, line in imported_parts(path):
+            own = module.split(".")[0]
+            if part == own or (module, part) in UPWARD:
+                continue
+            if LAYERS[part] > LAYERS[own] or frozenset({own, part}) in SIBLINGS:
+                wrong.append(f"{module}:{line} imports {part}")
+    assert not wrong, wrong
+    parts = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert set(LAYERS) == parts  # every part has its layer
