@@ -3,14 +3,16 @@
 The token layer depends on a token's characters alone, so its vector can be reused for
 every occurrence of the word. Rows live in one preallocated table. Safe to share between
 threads: the table and its index change only under a lock, and a lookup copies the rows it
-found before another thread can reuse them; the misses are computed outside the lock.
+found before another thread can reuse them; the misses are computed outside the lock. Safe from
+an interruption (Ctrl-C) at any point: a row counts only once its `owner` names the word, which is
+set after the row is written and cleared before it is overwritten.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -26,17 +28,19 @@ class TokenLayerCache(OwnLocks):
         self.capacity, self.dim = int(capacity), dim
         self.table: Tensor = torch.empty(0, dim)
         self.slots: "OrderedDict[str, int]" = OrderedDict()
+        self.owner: List[Optional[str]] = []  # per row of the table: the word it holds
         self.hits = 0
         self.lookups = 0
         self._lock = threading.Lock()
 
     def _fresh_state(self) -> dict:
-        return {"slots": OrderedDict(), "table": torch.empty(0, self.dim)}
+        return {"slots": OrderedDict(), "table": torch.empty(0, self.dim), "owner": []}
 
     def clear(self) -> None:
         with self._lock:
             self.slots.clear()
             self.table = torch.empty(0, self.dim)
+            self.owner = []
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -49,8 +53,8 @@ class TokenLayerCache(OwnLocks):
             if len(words) > self.capacity:  # would evict rows it needs: bypass
                 found, missing = [], list(range(len(words)))
             else:
-                found = [i for i, w in enumerate(words) if w in self.slots]
-                missing = [i for i, w in enumerate(words) if w not in self.slots]
+                found = [i for i, w in enumerate(words) if self._holds(w)]
+                missing = [i for i, w in enumerate(words) if not self._holds(w)]
                 for i in found:
                     self.slots.move_to_end(words[i])
                 self.hits += len(found)
@@ -69,6 +73,11 @@ class TokenLayerCache(OwnLocks):
         out[torch.tensor(missing, device=out.device)] = vectors
         return out
 
+    def _holds(self, word: str) -> bool:
+        """Whether `word`'s vector is in the table (its row written for it)."""
+        row = self.slots.get(word)
+        return row is not None and self.owner[row] == word
+
     def _store(self, words: List[str], vectors: Tensor) -> None:
         """Put `vectors` `(len(words), dim)` in the table, reusing least recently used rows."""
         with self._lock:
@@ -76,9 +85,10 @@ class TokenLayerCache(OwnLocks):
                 self.table = torch.empty(
                     self.capacity, self.dim, dtype=vectors.dtype, device=vectors.device
                 )
+                self.owner = [None] * self.capacity
             keep, rows = [], []
             for k, w in enumerate(words):
-                if w in self.slots:  # stored meanwhile by another thread
+                if self._holds(w):  # stored meanwhile by another thread
                     continue
                 if len(self.slots) < self.capacity:
                     row = len(self.slots)
@@ -88,5 +98,9 @@ class TokenLayerCache(OwnLocks):
                 keep.append(k)
                 rows.append(row)
             if rows:
+                for row in rows:
+                    self.owner[row] = None
                 kept = vectors[torch.tensor(keep, device=vectors.device)]
                 self.table[torch.tensor(rows, device=self.table.device)] = kept
+                for row, k in zip(rows, keep):
+                    self.owner[row] = words[k]

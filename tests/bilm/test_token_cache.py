@@ -1,0 +1,55 @@
+"""The token-layer cache after an interruption (Ctrl-C, an alarm) inside its store: a word counts
+as cached only once its row was written for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import load_bilm
+from spacy_elmo.bilm.cache import TokenLayerCache
+
+
+class Interrupted:
+    """Vectors whose rows cannot be read: the store stops where Ctrl-C could stop it, after the
+    words were given rows and before those rows were written."""
+
+    shape, dtype, device = (1, 2), torch.float32, torch.device("cpu")
+
+    def __getitem__(self, index):
+        raise KeyboardInterrupt
+
+
+def computed(value: float):
+    return lambda words: torch.full((len(words), 2), value)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_an_interrupted_store_leaves_no_word_on_a_row_it_did_not_write(full):
+    """`full`: the new word takes the least recently used word's row (else a free one)."""
+    cache = TokenLayerCache(2 if full else 4, 2)
+    cache.lookup(["a", "b"], computed(1.0))
+    with pytest.raises(KeyboardInterrupt):
+        cache._store(["c"], Interrupted())
+    out = cache.lookup(["a", "b", "c"][1:] if full else ["a", "b", "c"], computed(7.0))
+    expected = [1.0, 7.0] if full else [1.0, 1.0, 7.0]  # c computed, never a's row or garbage
+    assert out[:, 0].tolist() == expected
+    assert cache.lookup(["c"], computed(9.0))[0, 0] == 7.0  # stored since
+
+
+def test_a_biLM_interrupted_while_caching_embeds_as_a_fresh_one(fixture_dir, monkeypatch):
+    bilm = load_bilm(fixture_dir)
+    sentences = [["The", "cat", "sat", "."], ["Zebras", "graze", "quietly", "."]]
+    bilm.embed(sentences[:1])
+    store = bilm.token_cache._store
+
+    def interrupted(words, vectors):
+        store(words, Interrupted())
+
+    monkeypatch.setattr(bilm.token_cache, "_store", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bilm.embed(sentences)
+    monkeypatch.undo()
+    for a, b in zip(bilm.embed(sentences), load_bilm(fixture_dir, cache_size=0).embed(sentences)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
