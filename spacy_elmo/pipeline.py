@@ -105,7 +105,7 @@ class Elmo(Pipe):
         self.use_sents, self.max_length = use_sents, max_length
         self.vector_hooks = vector_hooks
         self.cache = FeatureCache(int(cache_mb * 2**20))
-        self.caching = bool(cache_at_inference)  # turned on by `initialize` with training examples
+        self.caching = bool(cache_at_inference)  # turned on by `initialize` for training
         self.threads = check_threads(threads)
         self.cfg = {
             "store": store,
@@ -144,11 +144,11 @@ class Elmo(Pipe):
     ) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that
         was loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen
-        to this component, and check the training wiring when `nlp` is given (an `ElmoUnusedWarning`
-        where components are trained and none reads ELMo). With `get_examples` (training), the
-        feature cache is turned on."""
-        if get_examples is not None:
-            self.caching = True
+        to this component, check the training wiring when `nlp` is given (`ElmoUnusedWarning`), and
+        turn the feature cache on where training annotates with this component (`[training]
+        annotating_components`, as `spacy train` runs it; not for `nlp.initialize()` alone)."""
+        training = {} if nlp is None else nlp.config.get("training", {})
+        self.caching |= self.name in (training.get("annotating_components") or ())
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
