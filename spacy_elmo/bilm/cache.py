@@ -53,8 +53,9 @@ class TokenLayerCache(OwnLocks):
             if len(words) > self.capacity:  # would evict rows it needs: bypass
                 found, missing = [], list(range(len(words)))
             else:
-                found = [i for i, w in enumerate(words) if self._holds(w)]
-                missing = [i for i, w in enumerate(words) if not self._holds(w)]
+                held = [self._holds(w) for w in words]
+                found = [i for i, h in enumerate(held) if h]
+                missing = [i for i, h in enumerate(held) if not h]
                 for i in found:
                     self.slots.move_to_end(words[i])
                 self.hits += len(found)
