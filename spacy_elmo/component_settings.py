@@ -11,9 +11,8 @@ from spacy.language import Language
 from spacy.pipeline import Tok2Vec
 from thinc.api import Model
 
-from .errors import ElmoConfigError, ElmoError, ElmoUnusedWarning
+from .errors import ElmoConfigError, ElmoUnusedWarning
 from .layers import MIX_NAME
-from .weights import locate
 
 STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
@@ -53,17 +52,6 @@ def check_settings(
 
 # a directory, a published model's name, or an [options_file, weight_file] pair
 WeightsSetting = Optional[Union[str, List[str], Tuple[str, str]]]
-
-
-def check_weights(weights: WeightsSetting, name: str) -> None:
-    """Raise an ElmoError naming the setting where `load_bilm` would not find the files of `weights`
-    (only directory listings are read: the weights load at `nlp.initialize` or first use)."""
-    if weights is None:
-        return
-    try:
-        locate(weights)
-    except ElmoError as err:
-        raise type(err)(f"[components.{name}] weights: {err}") from None
 
 
 def check_wiring(nlp: Language, name: str, use_sents: bool) -> None:

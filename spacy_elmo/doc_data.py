@@ -233,11 +233,26 @@ def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
     return value
 
 
+def stored_data(doc: Doc) -> Optional[ElmoDocData]:
+    """`doc._.elmo_data`, None before `elmo` ran. A Doc read back before `spacy_elmo` was
+    imported holds msgpack's plain dict of it (no decoder yet): decoded here and kept."""
+    data = doc._.elmo_data
+    if data is None or isinstance(data, ElmoDocData):
+        return data
+    if not (isinstance(data, dict) and MSGPACK_KEY in data):
+        raise ElmoFileError(
+            f"doc._.elmo_data holds a {type(data).__name__}, not ELMo data; run the 'elmo' "
+            "component on the Doc again"
+        )
+    doc._.elmo_data = data = ElmoDocData.from_dict(data[MSGPACK_KEY])
+    return data
+
+
 def elmo_data(doc: Doc) -> Optional[ElmoDocData]:
     """The data of `doc._.elmo_data` fitted to `doc`'s current tokens (realigned after a
     retokenization, see the module; `doc._.elmo_data` itself stays as computed); None before
     `elmo` ran; ElmoFileError where it cannot belong to this Doc."""
-    data = doc._.elmo_data
+    data = stored_data(doc)
     if data is None or data.fits(doc):
         return data
     try:
@@ -283,7 +298,7 @@ def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
 def span_mix(span: Span) -> Optional[np.ndarray]:
     """The fixed mix of the span's Doc `(n_tokens, width)`, its rows checked for the span's tokens
     only (the whole Doc is realigned where they do not fit); None before `elmo` ran."""
-    data = span.doc._.elmo_data
+    data = stored_data(span.doc)
     if data is None:
         return None
     return (data.fitted(span) or elmo_data(span.doc)).mix()
@@ -291,7 +306,7 @@ def span_mix(span: Span) -> Optional[np.ndarray]:
 
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
     """`token._.elmo`: `(width,)`, in the stored dtype."""
-    data = token.doc._.elmo_data
+    data = stored_data(token.doc)
     if data is None:
         return None
     return (data.fitted(token) or elmo_data(token.doc)).mix()[token.i]

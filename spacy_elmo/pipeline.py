@@ -47,13 +47,12 @@ from .component_settings import (
     WeightsSetting,
     check_read,
     check_settings,
-    check_weights,
     check_wiring,
     fixed_mix,
 )
 from .doc_data import HOOKS_STAY, ElmoDocData, install_extensions, set_vector_hooks, token_spans
 from .doc_windows import doc_layers, doc_windows, window_texts
-from .errors import ElmoConfigError
+from .errors import ElmoConfigError, ElmoError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .weights.pipeline import model_file
@@ -129,10 +128,17 @@ class Elmo(Pipe):
                     f"config={{'weights': PATH}} (or set [components.{self.name}] weights) and "
                     f"call nlp.initialize()"
                 )
-            # threads that make the first calls at once load once
-            with _LOADING, torch_threads(self.threads):
-                bilm = get_embedder(self.model) or load_weights(self.model, self.weights)
+            with _LOADING:  # threads that make the first calls at once load once
+                bilm = get_embedder(self.model) or self._load_weights()
         return bilm
+
+    def _load_weights(self) -> ElmoEmbedder:
+        """Load the `weights` setting into the model; an error names the setting."""
+        try:
+            with torch_threads(self.threads):
+                return load_weights(self.model, self.weights)
+        except ElmoError as err:
+            raise type(err)(f"[components.{self.name}] weights: {err}") from None
 
     def initialize(
         self,
@@ -152,8 +158,7 @@ class Elmo(Pipe):
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
-            with torch_threads(self.threads):
-                load_weights(self.model, self.weights)
+            self._load_weights()
         self.cache.clear()
         bilm = self.bilm  # raises if there are no weights at all
         self.mix_weights(bilm.num_output_layers)  # a mix of the wrong length is an error now
@@ -373,15 +378,10 @@ def make_elmo(
     threads: Optional[int],
 ) -> Elmo:
     """The `elmo` factory. `weights`: anything `spacy_elmo.load_bilm` accepts, loaded by
-    `initialize` or on first use (never by `spacy.load`, which reads the biLM from the pipeline
-    directory). `threads`: torch threads for the biLM (null: torch's default, 1 in the workers of
-    `n_process`; 1 on a shared machine). `cache_mb`: the feature cache's bound, used while training
-    and, with `cache_at_inference`, at inference too."""
-    # A pipeline that spacy.load restores lists its components in the meta.json it is created with;
-    # its biLM comes from the pipeline directory, so the weights path of its training run is not
-    # read (and may be gone).
-    if name not in nlp._meta.get("components", ()):
-        check_weights(weights, name)
+    `initialize` or on first use (never by `spacy.load` or `from_bytes`, which read the biLM from
+    the pipeline). `threads`: torch threads for the biLM (null: torch's default, 1 in the workers
+    of `n_process`; 1 on a shared machine). `cache_mb`: the feature cache's bound, used while
+    training and, with `cache_at_inference`, at inference too."""
     return Elmo(
         nlp.vocab,
         model,

@@ -60,8 +60,8 @@ def windows_of(sentences: Iterable[Tuple[int, int]], max_length: int) -> List[Wi
             start, end = max(a, k - context), min(b, keep_end + context)
             if start == a:
                 end = min(b, a + max_length)
-            if end == b:
-                start = max(a, b - max_length)
+            if end == b:  # the last window: it keeps the rest
+                start, keep_end = max(a, b - max_length), b
             out.append(Window(start, end, k, keep_end))
             k = keep_end
     return out

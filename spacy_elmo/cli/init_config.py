@@ -331,9 +331,10 @@ def init_config_cli(
 ):
     """Write a complete `spacy train` config whose components read ELMo.
 
-    Unlike `spacy init config -p elmo,...`, every component learns its own mix of the biLM's layers
-    beside spaCy's hash embedding (`spacy_elmo.ElmoFeatures.v3`; `--elmo-at output` or `both`: after
-    the encoder too), and `elmo` annotates every training
+    Unlike `spacy init config -p elmo,...`, the components read a learned mix of the biLM's layers
+    beside spaCy's hash embedding (`spacy_elmo.ElmoFeatures.v3`): one mix in the shared tok2vec
+    (`--optimize efficiency`, ELMo at the input), else a mix per component (`--optimize accuracy`,
+    or `--elmo-at output` or `both`: after each encoder too), and `elmo` annotates every training
     batch. The weights are checked now (a typo fails here, not at training); the biLM loads when
     training starts. Then: `python -m spacy train OUTPUT --paths.train train.spacy --paths.dev
     dev.spacy`.

@@ -131,6 +131,21 @@ def test_windows_cover_long_sentences_once():
     assert inner and all(w.keep_start - w.start == 25 and w.end - w.keep_end == 25 for w in inner)
 
 
+@pytest.mark.parametrize("max_length", [4, 7, 64, 128])
+def test_no_window_is_read_twice(max_length):
+    """Every length up to 5,000: each token kept once, with at least a quarter window of context
+    on each side where the sentence has it, and no window the biLM reads twice."""
+    context = max_length // 4
+    for n in range(max_length + 1, 5000, 1 if max_length < 64 else 7):
+        wins = windows_of([(0, n)], max_length)
+        assert [i for w in wins for i in range(w.keep_start, w.keep_end)] == list(range(n))
+        assert len({(w.start, w.end) for w in wins}) == len(wins), (n, wins[-3:])
+        for w in wins:
+            assert w.end - w.start <= max_length
+            assert w.keep_start - w.start >= min(context, w.keep_start)
+            assert w.end - w.keep_end >= min(context, n - w.keep_end)
+
+
 def test_long_doc_in_windows(fixture_dir):
     """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token
     embedded."""
@@ -307,10 +322,13 @@ def test_weights_take_an_options_and_weight_file_pair(nlp, fixture_dir):
     initialized.config["initialize"]["components"]["elmo"] = {"weights": pair}
     initialized.initialize()
     np.testing.assert_array_equal(initialized("The cat sat .")._.elmo_layers, expected)
-    with pytest.raises(
-        ValueError, match=r"\[components.elmo\] weights: ELMo weight file not found"
-    ):
-        spacy.blank("en").add_pipe("elmo", config={"weights": [pair[0], pair[1] + ".gone"]})
+    missing = spacy.blank("en")
+    missing.add_pipe("elmo", config={"weights": [pair[0], pair[1] + ".gone"]})
+    match = r"\[components.elmo\] weights: ELMo weight file not found"
+    with pytest.raises(ValueError, match=match):
+        missing.initialize()
+    with pytest.raises(ValueError, match=match):
+        missing("The cat sat .")
 
 
 def test_clear_errors(fixture_dir):

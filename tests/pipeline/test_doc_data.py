@@ -212,6 +212,15 @@ def test_a_doc_without_elmo_reads_none(nlp):
     assert Doc.has_extension("elmo") and doc._.elmo is None and doc[0]._.elmo is None
 
 
+@pytest.mark.parametrize("value", ["a string", {"a": "dict"}, [1, 2]])
+def test_something_else_in_elmo_data_is_one_error(nlp, value):
+    doc = nlp.make_doc(TEXT)
+    doc._.elmo_data = value
+    for read in (lambda: doc._.elmo, lambda: doc[1]._.elmo, lambda: doc[0:2]._.elmo):
+        with pytest.raises(ElmoError, match="not ELMo data"):
+            read()
+
+
 def test_a_span_is_checked_against_its_own_tokens_not_the_whole_doc(nlp, monkeypatch):
     """Reading `span._.elmo` looks at the span's tokens only: every span of a long Doc in turn
     (entities, noun chunks) costs the Doc's length once, not once per span."""

@@ -74,6 +74,20 @@ def test_to_bytes_from_bytes(nlp):
         np.testing.assert_array_equal(a, b)
 
 
+def test_from_config_then_from_bytes_never_reads_the_weights_path(nlp, tmp_path):
+    """spaCy's byte round trip (`from_config(nlp.config)`, then `from_bytes`) takes the biLM from
+    the bytes: the config's weights path (the training run's) may be gone."""
+    expected = layers_of(nlp)
+    config, data = nlp.config, nlp.to_bytes()
+    shutil.rmtree(tmp_path / "weights")
+    restored = spacy.util.get_lang_class("en").from_config(config).from_bytes(data)
+    for a, b in zip(expected, layers_of(restored)):
+        np.testing.assert_array_equal(a, b)
+    unloaded = spacy.util.get_lang_class("en").from_config(config)
+    with pytest.raises(ValueError, match=r"\[components.elmo\] weights: ELMo weights not found"):
+        unloaded("The biLM is nowhere .")
+
+
 @pytest.mark.parametrize("configured, used", [(None, "zero"), ("carry", "carry")])
 def test_the_state_policy_is_the_weights_own_unless_configured(
     fixture_dir, tmp_path, configured, used
@@ -286,6 +300,36 @@ def test_a_docbin_reads_back_in_a_new_process_after_import(nlp, tmp_path):
         "float16",
         "None",
     ]
+
+
+READ_BEFORE_IMPORT = """
+import sys
+from spacy.tokens import DocBin
+from spacy.vocab import Vocab
+
+docs = list(DocBin().from_disk(sys.argv[1]).get_docs(Vocab()))  # spacy_elmo not imported yet
+import spacy_elmo
+
+print(sum(d._.elmo.shape[0] for d in docs), docs[0][0]._.elmo.dtype, docs[0][0:2]._.elmo.shape)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_docs_read_back_before_the_import_give_their_vectors(nlp, tmp_path):
+    """Docs read with a bare Vocab before `import spacy_elmo` hold msgpack's plain dict: the
+    extensions decode it (they raised an AttributeError from inside the package)."""
+    docs = list(nlp.pipe(TEXTS))
+    DocBin(docs=docs, store_user_data=True).to_disk(tmp_path / "docs.spacy")
+    done = subprocess.run(
+        [sys.executable, "-c", READ_BEFORE_IMPORT, str(tmp_path / "docs.spacy")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    width = docs[0]._.elmo.shape[1]
+    assert done.stdout.split() == [str(sum(len(d) for d in docs)), "float16", f"({width},)"]
 
 
 BROKEN_INPUT = """
