@@ -5,7 +5,8 @@ every occurrence of the word. Rows live in one preallocated table. Safe to share
 threads: the table and its index change only under a lock, and a lookup copies the rows it
 found before another thread can reuse them; the misses are computed outside the lock. Safe from
 an interruption (Ctrl-C) at any point: a row counts only once its `owner` names the word, which is
-set after the row is written and cleared before it is overwritten.
+set after the row is written and cleared before it is overwritten. Vectors computed before a
+`clear()` (new weights or precision, from another thread) are not stored after it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class TokenLayerCache(OwnLocks):
         self.table: Tensor = torch.empty(0, dim)
         self.slots: "OrderedDict[str, int]" = OrderedDict()
         self.owner: List[Optional[str]] = []  # per row of the table: the word it holds
+        self.generation = 0  # counts the clears: what was computed before one is not stored
         self.hits = 0
         self.lookups = 0
         self._lock = threading.Lock()
@@ -38,6 +40,7 @@ class TokenLayerCache(OwnLocks):
 
     def clear(self) -> None:
         with self._lock:
+            self.generation += 1
             self.slots.clear()
             self.table = torch.empty(0, self.dim)
             self.owner = []
@@ -50,6 +53,7 @@ class TokenLayerCache(OwnLocks):
         """Distinct `words` -> `(len(words), dim)`; `compute(missing_words)` fills the misses."""
         with self._lock:
             self.lookups += len(words)
+            generation = self.generation
             if len(words) > self.capacity:  # would evict rows it needs: bypass
                 found, missing = [], list(range(len(words)))
             else:
@@ -66,7 +70,7 @@ class TokenLayerCache(OwnLocks):
             return found_vectors
         vectors = compute([words[i] for i in missing])  # (len(missing), dim)
         if len(words) <= self.capacity:
-            self._store([words[i] for i in missing], vectors)
+            self._store([words[i] for i in missing], vectors, generation)
         if not found:
             return vectors
         out = vectors.new_empty(len(words), vectors.shape[1])
@@ -79,9 +83,12 @@ class TokenLayerCache(OwnLocks):
         row = self.slots.get(word)
         return row is not None and self.owner[row] == word
 
-    def _store(self, words: List[str], vectors: Tensor) -> None:
-        """Put `vectors` `(len(words), dim)` in the table, reusing least recently used rows."""
+    def _store(self, words: List[str], vectors: Tensor, generation: int) -> None:
+        """Put `vectors` `(len(words), dim)`, computed in `generation`, in the table, reusing least
+        recently used rows; nothing where the cache was cleared since."""
         with self._lock:
+            if generation != self.generation:
+                return
             if self.table.shape[0] == 0:
                 self.table = torch.empty(
                     self.capacity, self.dim, dtype=vectors.dtype, device=vectors.device

@@ -172,12 +172,18 @@ class PrecisionCopies:
 
     def make(self, precision: str) -> None:
         """Run in `precision` (resolved, see `resolve_precision`), its copies made now: weights that
-        overflow in it are refused here (NonFiniteError naming `source`)."""
-        self.precision = precision
+        overflow in it are refused here (NonFiniteError naming `source`), the precision before it
+        kept."""
+        previous, self.precision = self.precision, precision
         self.clear()
-        if precision != "float32":
-            self.lstm_products()
-            self.token_encoder()
+        try:
+            if precision != "float32":
+                self.lstm_products()
+                self.token_encoder()
+        except BaseException:
+            self.precision = previous
+            self.clear()
+            raise
 
     def clear(self) -> None:
         self._products = self._encoder = None

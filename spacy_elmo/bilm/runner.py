@@ -130,12 +130,13 @@ class PackedRunner:
         if precision == "auto":
             resolved, reason = choose_auto(self.network.device)
             logger.info("precision auto: %s (%s)", resolved, reason)
-            self.precision_reason = f"auto: {reason}"
+            reason = f"auto: {reason}"
         else:  # warns where it was set
             resolved = resolve_precision(precision, self.network.device, stacklevel=4)
-            self.precision_reason = "as asked" if resolved == precision else "bfloat16 not native"
+            reason = "as asked" if resolved == precision else "bfloat16 not native"
         self.clear()
-        self.copies.make(resolved)
+        self.copies.make(resolved)  # refused: the precision before it stays
+        self.precision_reason = reason
 
     def runs_in(self, policy: StatePolicy) -> Tuple[str, str]:
         """The precision the products run in under `policy`, and why: "carry" runs float32."""
@@ -172,13 +173,13 @@ class PackedRunner:
     def boundary_state(self, policy: StatePolicy) -> LSTMState:
         """The state after the first step of each direction (over `<S>` forward, over `</S>`
         backward, or the model's own boundary tokens): under a fixed start state the same for every
-        sentence, so computed once per policy. Batch 1."""
-        if policy not in self._after_boundary:
+        sentence, so computed once per policy. Batch 1. Kept where `clear()` came meanwhile (from
+        another thread) in the states it dropped only."""
+        states = self._after_boundary
+        if policy not in states:
             x = self.token_layers(list(self.network.boundary_tokens))  # (2, P)
-            self._after_boundary[policy] = self.network.step_boundaries(
-                x, policy.start_state(self.network, 1)
-            )
-        return self._after_boundary[policy]
+            states[policy] = self.network.step_boundaries(x, policy.start_state(self.network, 1))
+        return states[policy]
 
     def run(
         self,

@@ -115,6 +115,21 @@ def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture
         load_bilm(directory, precision="int8")
 
 
+def test_a_refused_precision_leaves_the_one_before_it(fixture_dir, tmp_path):
+    def edit(f):
+        w = f[W_0][...]
+        w[16:] = 3e37  # the hidden product overflows float32 in int8 only
+        f[W_0][...] = w
+
+    bilm = load_bilm(hdf5_copy(fixture_dir, tmp_path / "m", edit))
+    expected = bilm.embed(SENTENCES)
+    with pytest.raises(ElmoFileError, match="int8"):
+        bilm.precision = "int8"
+    assert bilm.precision == "float32" and bilm.precision_reason == "as asked"
+    for a, b in zip(expected, bilm.embed(SENTENCES)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_weight_that_overflows_bfloat16_is_refused_at_load(fixture_dir, tmp_path, native_bf16):
     def edit(f):
         w = f["CNN_proj/W_proj"][...]

@@ -1,5 +1,6 @@
 """The token-layer cache after an interruption (Ctrl-C, an alarm) inside its store: a word counts
-as cached only once its row was written for it."""
+as cached only once its row was written for it; and vectors computed before a `clear()` (new weights
+or precision, while another thread computed) are not stored after it."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_an_interrupted_store_leaves_no_word_on_a_row_it_did_not_write(full):
     cache = TokenLayerCache(2 if full else 4, 2)
     cache.lookup(["a", "b"], computed(1.0))
     with pytest.raises(KeyboardInterrupt):
-        cache._store(["c"], Interrupted())
+        cache._store(["c"], Interrupted(), cache.generation)
     out = cache.lookup(["a", "b", "c"][1:] if full else ["a", "b", "c"], computed(7.0))
     expected = [1.0, 7.0] if full else [1.0, 1.0, 7.0]  # c computed, never a's row or garbage
     assert out[:, 0].tolist() == expected
@@ -44,8 +45,8 @@ def test_a_biLM_interrupted_while_caching_embeds_as_a_fresh_one(fixture_dir, mon
     bilm.embed(sentences[:1])
     store = bilm.token_cache._store
 
-    def interrupted(words, vectors):
-        store(words, Interrupted())
+    def interrupted(words, vectors, generation):
+        store(words, Interrupted(), generation)
 
     monkeypatch.setattr(bilm.token_cache, "_store", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -53,3 +54,31 @@ def test_a_biLM_interrupted_while_caching_embeds_as_a_fresh_one(fixture_dir, mon
     monkeypatch.undo()
     for a, b in zip(bilm.embed(sentences), load_bilm(fixture_dir, cache_size=0).embed(sentences)):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_vectors_computed_before_a_clear_are_not_stored_after_it():
+    """Another thread's `clear()` (a new precision or new weights) while this one computes: its
+    vectors, of the old weights, are returned to it but not cached for later calls."""
+    cache = TokenLayerCache(8, 2)
+
+    def cleared_meanwhile(words):
+        cache.clear()
+        return torch.full((len(words), 2), 1.0)
+
+    assert cache.lookup(["a", "b"], cleared_meanwhile)[:, 0].tolist() == [1.0, 1.0]
+    assert cache.lookup(["a", "b"], computed(2.0))[:, 0].tolist() == [2.0, 2.0]
+    assert cache.lookup(["a", "b"], computed(3.0))[:, 0].tolist() == [2.0, 2.0]  # cached since
+
+
+def test_a_boundary_state_computed_before_a_clear_is_not_kept_after_it(fixture_dir, monkeypatch):
+    bilm = load_bilm(fixture_dir, state="zero")
+    runner = bilm.runner
+    step = runner.network.step_boundaries
+
+    def cleared_meanwhile(x, state):
+        runner.clear()
+        return step(x, state)
+
+    monkeypatch.setattr(runner.network, "step_boundaries", cleared_meanwhile)
+    runner.boundary_state(bilm.state_policy)
+    assert runner._after_boundary == {}
