@@ -10,7 +10,7 @@ from .formats import FORMATS
 from .hdf5_export import export_hdf5
 from .load import bilm_from_state_dict, build, load_bilm
 from .locate import ModelPath, locate
-from .own import save_bilm
+from .own_save import save_bilm
 from .state_dict import read_state_dict
 
 __all__ = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -318,6 +318,11 @@ def detect(directory: Path) -> bool:
     """An ELMoForManyLangs model directory: it holds any of `EFML_MARKERS` (the others missing: one
     error when read)."""
     return any(os.path.lexists(directory / name) for name in EFML_MARKERS)
+
+
+def held(directory: Path) -> List[str]:
+    """The files of `EFML_MARKERS` that `directory` holds."""
+    return [name for name in EFML_MARKERS if os.path.lexists(directory / name)]
 
 
 def model_files(directory: Path) -> ModelFiles:

@@ -285,6 +285,11 @@ def detect(directory: Path) -> bool:
     return True
 
 
+def held(directory: Path) -> List[str]:
+    """The `.hdf5` files in `directory` (weights in this layout, or data a load would trip on)."""
+    return [p.name for p in _listing(directory) if p.suffix == ".hdf5"]
+
+
 def model_files(directory: Path) -> ModelFiles:
     """The `(options, weights)` pair of a directory (see `resolve_hdf5_pair`)."""
     return ModelFiles(KIND, *resolve_hdf5_pair(directory))

@@ -19,7 +19,8 @@ from ..bilm.model import BiLM
 from ..bilm.warmup import WARMUP_SENTENCES
 from ..errors import ElmoConfigError
 from ..files import atomic_path, output_dir, write_atomic
-from .hdf5 import cell_scope, import_h5py
+from .formats import check_destination
+from .hdf5 import KIND, cell_scope, import_h5py
 
 PathLike = Union[str, Path]
 # what a published pair's names hold between `elmo_` and `_options.json` / `_weights.hdf5`
@@ -76,7 +77,9 @@ def export_hdf5(
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
     later). ElmoConfigError for a warm state read from other text than the built-in one, which
     loading the layout reads again, and for an ELMoForManyLangs model (a character table). The
-    layout records no state policy: it loads as warm. `stem`: see `check_stem`."""
+    layout records no state policy: it loads as warm. `stem`: see `check_stem`. Files of this
+    layout in `directory` are replaced; a model of another format there is an ElmoFileError, nothing
+    written (`formats.check_destination`)."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
@@ -93,6 +96,7 @@ def export_hdf5(
     check_stem(stem)
     h5py = import_h5py()
     directory = output_dir(directory, "export_hdf5")
+    check_destination(directory, KIND, "export_hdf5")
     options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
     weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
     write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))

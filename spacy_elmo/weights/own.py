@@ -1,7 +1,8 @@
 """This project's own model format: a directory with `bilm.json` (options, default state policy) and
 `weights.pt`, a plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling
 of code), and for a model with a character table (ELMoForManyLangs) `char_table.json`
-(`CharTable.to_json`). The output directory of `pretrain` holds one in `model/`.
+(`CharTable.to_json`). The output directory of `pretrain` holds one in `model/`. `own_save.py`
+writes it.
 
 Sizes are checked against what the file holds before the network is built, names, dtypes, shapes and
 values after (`load.build`); what cannot be read is one ElmoFileError naming the file.
@@ -9,27 +10,15 @@ values after (`load.build`); what cannot be read is one ElmoFileError naming the
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Optional, Union
-
-import torch
+from typing import List
 
 from ..bilm.chars import CharTable
-from ..bilm.embedder import ElmoEmbedder
-from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions, read_json
-from ..bilm.policy import StatePolicy, check_state_policy
+from ..bilm.policy import check_state_policy
 from ..errors import ElmoFileError
-from ..files import (
-    TEXT_ENCODING,
-    atomic_path,
-    inside_dir,
-    output_dir,
-    read_regular,
-    write_atomic,
-)
+from ..files import TEXT_ENCODING, inside_dir, read_regular
 from .data import ModelData, ModelFiles
 from .state_dict import read_state_dict
 
@@ -50,6 +39,13 @@ def detect(directory: Path) -> bool:
     return os.path.lexists(directory / OWN_CONFIG) or os.path.lexists(
         directory / PRETRAIN_MODEL / OWN_CONFIG
     )
+
+
+def held(directory: Path) -> List[str]:
+    """The files of a model in this format that `directory` holds: `bilm.json`, a `pretrain`
+    output's `model/bilm.json`."""
+    names = (OWN_CONFIG, f"{PRETRAIN_MODEL}/{OWN_CONFIG}")
+    return [name for name in names if os.path.lexists(directory / name)]
 
 
 def model_files(directory: Path) -> ModelFiles:
@@ -103,42 +99,3 @@ def read(model: ModelFiles) -> ModelData:
     weights_path = inside_dir(directory, OWN_WEIGHTS, "ELMo weight file")
     state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
     return ModelData(opts, state_dict, str(weights_path), policy, table, warm_state)
-
-
-def save_bilm(
-    model: Union[ElmoEmbedder, BiLM],
-    directory: Union[str, Path],
-    state: Optional[StatePolicy] = None,
-) -> Path:
-    """Save in this project's format: `bilm.json` + `weights.pt` (+ `char_table.json`), each file
-    written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
-    warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
-    applies (default: the embedder's current one, "warm" for a bare network)."""
-    policy = check_state_policy(
-        state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
-    )
-    directory = output_dir(directory, "save_bilm")
-    network = model.network if isinstance(model, ElmoEmbedder) else model
-    if network.warmup is not None:
-        network.warm_state(1)  # computed unless current
-    config = {
-        "format": OWN_FORMAT,
-        "version": OWN_VERSION,
-        "options": network.options.to_dict(),
-        "state": policy.value,
-    }
-    if not network.has_warm_state:
-        config["warm_state"] = False
-    state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-    # each file whole, never half written
-    with (
-        atomic_path(directory / OWN_WEIGHTS) as tmp,
-        open(tmp, "wb") as f,
-    ):
-        # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
-        torch.save(state_dict, f)
-    table = network.token_encoder.token_ids
-    if isinstance(table, CharTable):
-        write_atomic(directory / OWN_TABLE, table.to_json())
-    write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
-    return directory

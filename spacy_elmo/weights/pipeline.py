@@ -34,6 +34,11 @@ def detect(directory: Path) -> bool:
     )
 
 
+def held(directory: Path) -> List[str]:
+    """`config.cfg` and `meta.json` where `directory` is a saved pipeline (see `detect`)."""
+    return [PIPELINE_CONFIG, PIPELINE_META] if detect(directory) else []
+
+
 def _factories(directory: Path) -> List[tuple]:
     """`(name, factory)` of each component in the pipeline's `config.cfg`, in the order it lists
     them."""

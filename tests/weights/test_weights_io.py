@@ -16,7 +16,10 @@ from spacy_elmo.bilm import BiLMOptions
 from spacy_elmo.weights import hub
 from spacy_elmo.weights.hdf5_export import check_stem
 
+from ..efml_models import write_efml_model
 from ..helpers import iter_hdf5_datasets
+from ..model_files import hdf5_model, own_model, pipeline
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 
@@ -265,6 +268,56 @@ def test_writing_where_a_file_stands_is_one_error(fixture_dir, tmp_path):
     with pytest.raises(ElmoConfigError, match="unknown state policy"):
         save_bilm(bilm, tmp_path / "new", state="bogus")
     assert not (tmp_path / "new").exists()
+
+
+def _model_of_kind(fixture_dir, directory, kind):
+    """`directory` holding the fixture (an ELMoForManyLangs model for "efml") as `kind`."""
+    if kind == "efml":
+        write_efml_model(directory)
+    elif kind == "pipeline":
+        pipeline(fixture_dir, directory)
+    elif kind == "hdf5":
+        hdf5_model(fixture_dir, directory)
+    else:
+        own_model(fixture_dir, directory / "model" if kind == "pretrain" else directory)
+
+
+@pytest.mark.parametrize(
+    "write, kind, fragments",
+    [
+        (export_hdf5, "own", ["this project's format", "bilm.json"]),
+        (export_hdf5, "pretrain", ["this project's format", "model/bilm.json"]),
+        (export_hdf5, "efml", ["ELMoForManyLangs", "char.dic"]),
+        (export_hdf5, "pipeline", ["spaCy pipeline", "config.cfg"]),
+        (save_bilm, "hdf5", ["hdf5", "weights.hdf5"]),
+        (save_bilm, "efml", ["ELMoForManyLangs", "token_embedder.pkl"]),
+        (save_bilm, "pipeline", ["spaCy pipeline", "meta.json"]),
+    ],
+)
+def test_a_model_is_never_written_beside_one_of_another_format(
+    fixture_dir, tmp_path, write, kind, fragments
+):
+    """export_hdf5 into save_bilm's directory reported success, and load_bilm kept reading the old
+    model (this project's format is found first): one error naming the directory and what it
+    holds, and nothing written. Over a model of its own format, each writes as before."""
+    directory = tmp_path / "m"
+    _model_of_kind(fixture_dir, directory, kind)
+    before = sorted(p.relative_to(directory) for p in directory.rglob("*"))
+    bilm = load_bilm(fixture_dir, state="zero")
+    with pytest.raises(ElmoFileError) as err:
+        write(bilm, directory)
+    message = str(err.value)
+    assert str(directory) in message and all(f in message for f in fragments), message
+    assert sorted(p.relative_to(directory) for p in directory.rglob("*")) == before
+
+
+@pytest.mark.parametrize("write", [save_bilm, export_hdf5])
+def test_a_model_is_written_over_one_of_its_own_format(fixture_dir, tmp_path, write):
+    first = load_bilm(fixture_dir)
+    second = load_bilm(write_random_weights(tmp_path / "random", TINY_OPTIONS, seed=3))
+    for bilm in (first, second):
+        write(bilm, tmp_path / "m")
+        assert load_bilm(tmp_path / "m").fingerprint() == bilm.fingerprint()
 
 
 def test_the_fingerprint_does_not_depend_on_whether_the_warm_state_was_computed(fixture_dir):

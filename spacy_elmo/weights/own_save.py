@@ -1,0 +1,59 @@
+"""Writing this project's own model format (`own.py` finds and reads it): `save_bilm`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+
+from ..bilm.chars import CharTable
+from ..bilm.embedder import ElmoEmbedder
+from ..bilm.model import BiLM
+from ..bilm.policy import StatePolicy, check_state_policy
+from ..files import atomic_path, output_dir, write_atomic
+from .formats import check_destination
+from .own import KIND, OWN_CONFIG, OWN_FORMAT, OWN_TABLE, OWN_VERSION, OWN_WEIGHTS
+
+
+def save_bilm(
+    model: Union[ElmoEmbedder, BiLM],
+    directory: Union[str, Path],
+    state: Optional[StatePolicy] = None,
+) -> Path:
+    """Save in this project's format: `bilm.json` + `weights.pt` (+ `char_table.json`), each file
+    written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
+    warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
+    applies (default: the embedder's current one, "warm" for a bare network). A model of this
+    format in `directory` is replaced; one of another format there is an ElmoFileError, nothing
+    written (`formats.check_destination`)."""
+    policy = check_state_policy(
+        state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
+    )
+    directory = output_dir(directory, "save_bilm")
+    check_destination(directory, KIND, "save_bilm")
+    network = model.network if isinstance(model, ElmoEmbedder) else model
+    if network.warmup is not None:
+        network.warm_state(1)  # computed unless current
+    config = {
+        "format": OWN_FORMAT,
+        "version": OWN_VERSION,
+        "options": network.options.to_dict(),
+        "state": policy.value,
+    }
+    if not network.has_warm_state:
+        config["warm_state"] = False
+    state_dict = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
+    # each file whole, never half written
+    with (
+        atomic_path(directory / OWN_WEIGHTS) as tmp,
+        open(tmp, "wb") as f,
+    ):
+        # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
+        torch.save(state_dict, f)
+    table = network.token_encoder.token_ids
+    if isinstance(table, CharTable):
+        write_atomic(directory / OWN_TABLE, table.to_json())
+    write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
+    return directory
