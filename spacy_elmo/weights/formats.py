@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import Tuple
+from typing import Sequence, Tuple
 
 from ..errors import ElmoFileError
 from . import efml, hdf5, own, pipeline
@@ -36,15 +36,19 @@ def format_of(model: ModelFiles) -> ModuleType:
     return next(fmt for fmt in FORMATS if fmt.KIND == model.kind)
 
 
-def check_destination(directory: Path, kind: str, writer: str) -> None:
-    """Before `writer` writes a model of format `kind` into the existing `directory`: ElmoFileError
-    naming it and what it holds where it holds a model of another format (`held`). The two would
-    stand side by side, and `load_bilm` reads the one `FORMATS` puts first, whichever is newer."""
+def check_destination(directory: Path, kind: str, names: Sequence[str], writer: str) -> None:
+    """Before `writer` writes the files `names` of a model of format `kind` into the existing
+    `directory`: ElmoFileError naming it and what it holds where it holds a model of another format
+    (`held`): the two would stand side by side, and `load_bilm` reads the one `FORMATS` puts first,
+    whichever is newer; or naming the file where one of `names` is a directory (never replaced)."""
     for fmt in FORMATS:
         held = [] if fmt.KIND == kind else fmt.held(directory)
         if held:
-            names = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+            listed = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
             raise ElmoFileError(
-                f"{directory} already holds {DESCRIPTIONS[fmt.KIND]} ({names}): {writer} writes "
+                f"{directory} already holds {DESCRIPTIONS[fmt.KIND]} ({listed}): {writer} writes "
                 "into a new or empty directory, or over a model of its own format; choose another"
             )
+    for name in names:
+        if (directory / name).is_dir() and not (directory / name).is_symlink():
+            raise ElmoFileError(f"{directory / name} is a directory: {writer} writes a file there")

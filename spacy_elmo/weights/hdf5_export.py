@@ -78,8 +78,8 @@ def export_hdf5(
     later). ElmoConfigError for a warm state read from other text than the built-in one, which
     loading the layout reads again, and for an ELMoForManyLangs model (a character table). The
     layout records no state policy: it loads as warm. `stem`: see `check_stem`. Files of this
-    layout in `directory` are replaced; a model of another format there is an ElmoFileError, nothing
-    written (`formats.check_destination`)."""
+    layout in `directory` are replaced; a model of another format there, or a directory where a file
+    goes, is an ElmoFileError, nothing written (`formats.check_destination`)."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
@@ -96,9 +96,9 @@ def export_hdf5(
     check_stem(stem)
     h5py = import_h5py()
     directory = output_dir(directory, "export_hdf5")
-    check_destination(directory, KIND, "export_hdf5")
     options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
     weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
+    check_destination(directory, KIND, [options_path.name, weights_path.name], "export_hdf5")
     write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))
     image = BytesIO()
     with h5py.File(image, "w") as f:

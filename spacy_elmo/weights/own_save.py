@@ -26,14 +26,17 @@ def save_bilm(
     written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
     warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
     applies (default: the embedder's current one, "warm" for a bare network). A model of this
-    format in `directory` is replaced; one of another format there is an ElmoFileError, nothing
-    written (`formats.check_destination`)."""
+    format in `directory` is replaced; one of another format there, or a directory where a file
+    goes, is an ElmoFileError, nothing written (`formats.check_destination`)."""
     policy = check_state_policy(
         state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
     )
     directory = output_dir(directory, "save_bilm")
-    check_destination(directory, KIND, "save_bilm")
     network = model.network if isinstance(model, ElmoEmbedder) else model
+    table = network.token_encoder.token_ids
+    has_table = isinstance(table, CharTable)
+    names = [OWN_WEIGHTS, OWN_CONFIG] + ([OWN_TABLE] if has_table else [])
+    check_destination(directory, KIND, names, "save_bilm")
     if network.warmup is not None:
         network.warm_state(1)  # computed unless current
     config = {
@@ -52,8 +55,7 @@ def save_bilm(
     ):
         # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
         torch.save(state_dict, f)
-    table = network.token_encoder.token_ids
-    if isinstance(table, CharTable):
+    if has_table:
         write_atomic(directory / OWN_TABLE, table.to_json())
     write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
     return directory

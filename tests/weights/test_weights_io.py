@@ -311,6 +311,33 @@ def test_a_model_is_never_written_beside_one_of_another_format(
     assert sorted(p.relative_to(directory) for p in directory.rglob("*")) == before
 
 
+@pytest.mark.parametrize(
+    "write, name",
+    [
+        (save_bilm, "bilm.json"),
+        (save_bilm, "weights.pt"),
+        (save_bilm, "char_table.json"),
+        (export_hdf5, "options.json"),
+        (export_hdf5, "weights.hdf5"),
+    ],
+)
+def test_a_directory_where_a_file_goes_is_one_error_before_anything_is_written(
+    fixture_dir, tmp_path, write, name
+):
+    """A directory named bilm.json, weights.pt or weights.hdf5 raised IsADirectoryError from the
+    rename, after weights.pt had been written beside it."""
+    source = write_efml_model(tmp_path / "efml") if name == "char_table.json" else fixture_dir
+    directory = tmp_path / "m"
+    (directory / name).mkdir(parents=True)
+    (directory / name / "kept").write_text("kept", encoding="utf-8")
+    with pytest.raises(ElmoFileError) as err:
+        write(load_bilm(source), directory)
+    assert (
+        str(err.value) == f"{directory / name} is a directory: {write.__name__} writes a file there"
+    )
+    assert [p.name for p in directory.rglob("*")] == [name, "kept"]
+
+
 @pytest.mark.parametrize("write", [save_bilm, export_hdf5])
 def test_a_model_is_written_over_one_of_its_own_format(fixture_dir, tmp_path, write):
     first = load_bilm(fixture_dir)
