@@ -48,15 +48,12 @@ _KINDS = (
 def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> os.stat_result:
     """The status of `path` where it is a regular file (symlinks followed) of at most `max_bytes`;
     else ElmoFileError naming the file, `what` it should be and what it is."""
-    path = Path(path)
+    path = no_nul(path, what)
     try:
         status = os.stat(path)
     except FileNotFoundError:
-        dangling = (
-            f" (a symlink to {os.readlink(path)}, which does not exist)"
-            if path.is_symlink()
-            else ""
-        )
+        target = os.readlink(path) if path.is_symlink() else None
+        dangling = f" (a symlink to {target}, which does not exist)" if target else ""
         raise ElmoFileError(f"{what} not found: {path}{dangling}") from None
     except OSError as err:
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
@@ -66,14 +63,22 @@ def regular_file(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
 
 def exists(path: PathLike, what: str) -> bool:
     """Whether `path` exists (symlinks followed); ElmoFileError naming it and `what` it should be
-    where the system cannot say (a name too long, no permission)."""
+    where the system cannot say (a name too long, no permission, a NUL character)."""
     try:
-        os.stat(path)
+        os.stat(no_nul(path, what))
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as err:
         raise ElmoFileError(f"{path}: cannot use it as the {what} ({err.strerror})") from None
     return True
+
+
+def no_nul(path: PathLike, what: str) -> Path:
+    """`path` as a Path; ElmoFileError naming it (escaped) where it holds a NUL (no path can)."""
+    text = os.fsdecode(path)
+    if "\x00" in text:
+        raise ElmoFileError(f"{excerpt(text, 999)}: a NUL character in the path of the {what}")
+    return Path(path)
 
 
 def _check_status(path: Path, status: os.stat_result, what: str, max_bytes: Optional[int]) -> None:
@@ -105,8 +110,7 @@ def inside_dir(directory: PathLike, name: str, what: str) -> Path:
             regular_file(path, what)  # a FIFO or a device is refused as what it is
             raise ElmoFileError(
                 f"{path}: refused: the {what} is a symlink to {target}, outside the model "
-                f"directory "
-                f"{directory} (a model directory's files are read from it only)"
+                f"directory {directory} (a model directory's files are read from it only)"
             )
     return path
 
@@ -374,7 +378,7 @@ def write_error(
 def output_dir(directory: PathLike, writer: str) -> Path:
     """`directory`, made where missing (parents too), for `writer` to write files into;
     ElmoFileError where it is something else than a directory or cannot be made."""
-    directory = Path(directory)
+    directory = no_nul(directory, "output directory")
     if os.path.lexists(directory) and not directory.is_dir():
         raise ElmoFileError(f"{directory} exists and is not a directory: {writer} writes one")
     with write_errors(directory):

@@ -94,7 +94,7 @@ def _named_architecture(directory: Path) -> Tuple[Path, str, Optional[Path]]:
     relative = [named] if not os.path.isabs(named) and ".." not in Path(named).parts else []
     for name in relative + [os.path.basename(named)]:
         path = inside_dir(directory, name, ARCHITECTURE_WHAT)
-        if name and exists(path, ARCHITECTURE_WHAT):
+        if name and exists(path, f"{ARCHITECTURE_WHAT} ('config_path' of {config_path})"):
             return config_path, named, path
     return config_path, named, None
 

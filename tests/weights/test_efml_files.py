@@ -230,6 +230,17 @@ def test_a_config_path_too_long_is_named(copy):
     refused(copy, "a" * 300, "File name too long")
 
 
+def test_a_nul_character_in_config_path_is_named(copy):
+    """A config_path holding a NUL character raised ValueError (embedded null byte) from os.stat."""
+    edit_json(copy / "config.json", lambda c: c.update(config_path="cnn\x00.json"))
+    message = refused(
+        copy,
+        "cnn\\x00.json': a NUL character in the path of the ELMoForManyLangs architecture",
+        f"('config_path' of {copy / 'config.json'})",
+    )
+    assert "\x00" not in message
+
+
 def test_own_format_character_table(model_dir, tmp_path, capsys):
     save_bilm(load_bilm(model_dir), tmp_path / "own")
     table = tmp_path / "own" / "char_table.json"

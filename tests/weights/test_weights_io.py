@@ -139,6 +139,22 @@ def test_what_is_no_path_is_a_config_error(path):
         load_bilm(path)
 
 
+def test_a_path_holding_a_nul_character_is_one_error_naming_it(fixture_dir, tmp_path):
+    """load_bilm("a\\x00b"), and save_bilm or export_hdf5 into it, raised ValueError (embedded
+    null byte) from os.stat."""
+    path = str(tmp_path / "a\x00b")
+    with pytest.raises(
+        ElmoFileError, match=r"a\\x00b': a NUL character in the path of the ELMo weights$"
+    ):
+        load_bilm(path)
+    for write in (save_bilm, export_hdf5):
+        with pytest.raises(
+            ElmoFileError, match=r"a\\x00b': a NUL character in the path of the output directory$"
+        ):
+            write(load_bilm(fixture_dir), path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_files(tmp_path, fixture_dir):
     with pytest.raises(ElmoFileError, match="nowhere"):
         load_bilm(tmp_path / "nowhere")
