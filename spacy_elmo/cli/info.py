@@ -46,14 +46,19 @@ def parameter_counts(bilm: BiLM) -> dict[str, int]:
 
 
 def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
-    """Everything `info` reports, JSON-friendly."""
+    """Everything `info` reports, JSON-friendly; each file hashed is read from the model directory
+    only (`inside_dir`)."""
     with warnings.catch_warnings():  # reported below, as `untrained`
         warnings.simplefilter("ignore", ElmoUntrainedWarning)
         bilm = load_bilm(model, state=state)
     located = locate(model)
     directory = located.config.parent
     architecture = architecture_file(directory) if located.kind == "efml" else None
-    files = located.paths + ([architecture] if architecture else [])
+    # each file inside the model directory, as the loader reads its own (a stray file too)
+    files = [
+        inside_dir(directory, str(p.relative_to(directory)), "model file")
+        for p in located.paths + ([architecture] if architecture else [])
+    ]
     extra = [
         inside_dir(directory, name, "extra model file")
         for name in EXTRA_FILES

@@ -61,6 +61,29 @@ def test_info_table_and_softmax(fixture_dir, tmp_path, capsys):
     assert hub.sha256_file(tmp_path / "weights.pt") in out
 
 
+@pytest.mark.parametrize("name", ["char_table.json", "vocab.txt"])
+def test_info_refuses_a_file_symlinked_outside_the_model_directory(
+    fixture_dir, tmp_path, capsys, name
+):
+    """info hashed a char_table.json symlinked to a file outside the model directory (one the
+    loader never reads: this model has no character table): every file info reads is looked up
+    inside the directory, as the loader's are."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("a file outside the model directory", encoding="utf-8")
+    model = tmp_path / "own"
+    save_bilm(load_bilm(fixture_dir), model)
+    (model / name).symlink_to(outside)
+    assert run_cli("info", model, "--json") == 1
+    out, err = capsys.readouterr()
+    line = one_error_line(err)
+    assert f"{model / name}: refused" in line and "outside the model directory" in line, line
+    assert hub.sha256_file(outside) not in out + err
+    (model / name).unlink()
+    (model / name).symlink_to(model / "bilm.json")  # inside: hashed
+    assert run_cli("info", model, "--json") == 0
+    assert str(model / name) in capsys.readouterr().out
+
+
 def test_missing_model_is_a_clear_error(tmp_path, capsys):
     assert run_cli("info", tmp_path / "absent") == 1
     err = capsys.readouterr().err
