@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, NamedTuple, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -163,30 +163,34 @@ def _check_sections(opts: Any, source: str) -> None:
         )
 
 
-def _read_options(opts: Dict[str, Any], table: Tuple[Option, ...], source: str) -> Dict[str, Any]:
+def _read_options(
+    opts: Dict[str, Any], table: Tuple[Option, ...], source: str, keys: Mapping[str, str]
+) -> Dict[str, Any]:
     """{name: value} for the options of `table`, read and checked in its order."""
-    return {option.name: _read_option(opts, option, source) for option in table}
+    return {option.name: _read_option(opts, option, source, keys) for option in table}
 
 
-def _read_option(opts: Dict[str, Any], option: Option, source: str) -> Any:
-    """The checked value at `option.path`, or its default where the last key is absent."""
+def _read_option(opts: Dict[str, Any], option: Option, source: str, keys: Mapping[str, str]) -> Any:
+    """The checked value at `option.path`, or its default where the last key is absent; messages
+    name a key as `keys` does where it names it."""
     *sections, key = option.path.split(".")
     node = opts
     for depth, name in enumerate(sections, 1):
         where = ".".join(sections[:depth])
         if name not in node:
-            raise ElmoFileError(f"{source}: missing '{where}'")
+            raise ElmoFileError(f"{source}: missing '{keys.get(where, where)}'")
         node = node[name]
         if not isinstance(node, dict):
-            raise _not_an_object(where, node, source)
+            raise _not_an_object(keys.get(where, where), node, source)
+    where = keys.get(option.path, option.path)
     if key in node:
-        return option.check(node[key], option.path, option.bounds, source)
+        return option.check(node[key], where, option.bounds, source)
     if option.default is REQUIRED:
-        raise ElmoFileError(f"{source}: missing '{option.path}'")
+        raise ElmoFileError(f"{source}: missing '{where}'")
     return option.default
 
 
-def _character_table(cnn: Dict[str, Any], source: str) -> Dict[str, Any]:
+def _character_table(cnn: Dict[str, Any], source: str, keys: Mapping[str, str]) -> Dict[str, Any]:
     """`char_table`, `n_characters`, `word_dim` and `n_words`: a table's sizes, or the 262 byte ids
     and no words."""
     char_table = _boolean(cnn.get("char_table", False), "char_cnn.char_table", (), source)
@@ -203,7 +207,8 @@ def _character_table(cnn: Dict[str, Any], source: str) -> Dict[str, Any]:
         raise ElmoFileError(f"{source}: missing 'char_cnn.n_characters'")
     chars = (len(CHAR_SPECIALS) + 1, MAX_TABLE_ROWS)
     n_chars = _integer(cnn["n_characters"], "char_cnn.n_characters", chars, source)
-    word_dim = _integer(cnn.get("word_dim", 0), "char_cnn.word_dim", (0, MAX_DIM), source)
+    word_key = keys.get("char_cnn.word_dim", "char_cnn.word_dim")
+    word_dim = _integer(cnn.get("word_dim", 0), word_key, (0, MAX_DIM), source)
     words = (len(WORD_SPECIALS) + 1, MAX_TABLE_ROWS) if word_dim else (0, 0)
     n_words = _integer(cnn.get("n_words", 0), "char_cnn.n_words", words, source)
     return {"char_table": True, "n_characters": n_chars, "word_dim": word_dim, "n_words": n_words}
@@ -259,26 +264,31 @@ class BiLMOptions:
         return encoder + self.n_layers * 2 * (2 * P * 4 * D + 4 * D + D * P)
 
     @classmethod
-    def from_dict(cls, opts: Dict[str, Any], source: str = "options") -> "BiLMOptions":
+    def from_dict(
+        cls, opts: Dict[str, Any], source: str = "options", keys: Optional[Mapping[str, str]] = None
+    ) -> "BiLMOptions":
         """Validate a bilm-tf options dict against the option tables: types (ints and bools are
         never coerced) and sizes (bounded, so that nothing huge is allocated from a mistyped or
-        hostile file). Raises ElmoFileError naming `source` and the key."""
+        hostile file). Raises ElmoFileError naming `source` and the key, as `keys` names it where
+        `opts` was translated from another layout (`{"lstm.dim": "encoder.dim"}`)."""
+        keys = keys or {}
         _check_sections(opts, source)
-        values = _read_options(opts, CHARACTER_OPTIONS, source)
+        values = _read_options(opts, CHARACTER_OPTIONS, source, keys)
         max_chars = values["max_characters_per_token"]
         if max(width for width, _ in values["filters"]) > max_chars:
             raise ElmoFileError(
                 f"{source}: a filter is wider than max_characters_per_token={max_chars}"
             )
-        values.update(_character_table(opts["char_cnn"], source))
-        values.update(_read_options(opts, NETWORK_OPTIONS, source))
+        values.update(_character_table(opts["char_cnn"], source, keys))
+        values.update(_read_options(opts, NETWORK_OPTIONS, source, keys))
         extra = {key: value for key, value in opts.items() if key not in ("lstm", "char_cnn")}
         options = cls(**values, extra=extra)
         if options.n_parameters > MAX_PARAMETERS:
+            sizes = ("lstm.dim", "lstm.projection_dim", "char_cnn.filters", "char_cnn.n_highway")
+            *first, last = (f"'{keys.get(key, key)}'" for key in sizes)
             raise ElmoFileError(
                 f"{source}: these sizes make {options.n_parameters:,} parameters, more than the "
-                f"{MAX_PARAMETERS:,} this package loads (check 'lstm.dim', 'lstm.projection_dim', "
-                "'char_cnn.filters' and 'char_cnn.n_highway')"
+                f"{MAX_PARAMETERS:,} this package loads (check {', '.join(first)} and {last})"
             )
         return options
 

@@ -130,6 +130,18 @@ def _as_object(value: Any, source: str, where: str = "the file") -> Dict[str, An
     return value
 
 
+# the key in the architecture file of each option `efml_options` translates: what errors name
+EFML_KEYS = {
+    **{f"lstm.{key}": f"encoder.{key}" for key in ("dim", "projection_dim", "n_layers")},
+    **{f"lstm.{key}": f"encoder.{key}" for key in ("cell_clip", "proj_clip")},
+    **{
+        f"char_cnn.{key}": f"token_embedder.{key}"
+        for key in ("activation", "filters", "n_highway", "word_dim", "max_characters_per_token")
+    },
+    "char_cnn.embedding.dim": "token_embedder.char_dim",
+}
+
+
 def efml_options(arch: Dict[str, Any], source: str, n_characters: int, n_words: int) -> BiLMOptions:
     """An EFML architecture (`encoder`, `token_embedder`) -> `BiLMOptions`, checked like any options
     file; the tables' rows (row 0 included) come from the weights. Only the published kind is read:
@@ -162,7 +174,7 @@ def efml_options(arch: Dict[str, Any], source: str, n_characters: int, n_words: 
         max_characters_per_token=embedder.get("max_characters_per_token", 50),
     )
     lstm.update(use_skip_connections=True, forget_bias=0)  # EFML's bias holds the forget bias
-    return BiLMOptions.from_dict({"lstm": lstm, "char_cnn": cnn}, source)
+    return BiLMOptions.from_dict({"lstm": lstm, "char_cnn": cnn}, source, EFML_KEYS)
 
 
 def expected_shapes(

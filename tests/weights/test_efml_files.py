@@ -70,7 +70,7 @@ def _set(section, key, value):
         (_set("token_embedder", "name", "lstm"), ["'lstm'", "not supported"]),
         (_set("encoder", "name", "lstm"), ["encoder 'lstm'", "not supported"]),
         (_set("token_embedder", "char_dim", 0), ["char_dim", "without characters"]),
-        (_set("encoder", "dim", 10**9), ["lstm.dim", "out of range"]),
+        (_set("encoder", "dim", 10**9), ["'encoder.dim' = 1000000000 is out of range"]),
         (
             _set("token_embedder", "n_highway", 3),
             ["token_embedder.pkl", "missing", "highways._layers.2.weight"],
@@ -88,6 +88,37 @@ def _set(section, key, value):
 def test_architecture_that_does_not_fit(copy, edit, fragments):
     edit_json(copy / "cnn_tiny.json", edit)
     refused(copy, "cnn_tiny.json", *fragments)
+
+
+@pytest.mark.parametrize(
+    "section, key, value, fragment",
+    [
+        ("encoder", "dim", "12", "'encoder.dim' must be an integer, got '12'"),
+        ("encoder", "n_layers", 0, "'encoder.n_layers' = 0 is out of range"),
+        ("encoder", "projection_dim", -4, "'encoder.projection_dim' = -4 is out of range"),
+        ("encoder", "cell_clip", -3, "'encoder.cell_clip' must be a number from"),
+        ("encoder", "proj_clip", "3", "'encoder.proj_clip' must be a number from"),
+        ("token_embedder", "n_highway", True, "'token_embedder.n_highway' must be an integer"),
+        ("token_embedder", "filters", [[1, 4], [2, "8"]], "'token_embedder.filters count'"),
+        ("token_embedder", "filters", "4", "'token_embedder.filters' must be a list"),
+        ("token_embedder", "activation", "gelu", "unsupported 'token_embedder.activation'"),
+        ("token_embedder", "word_dim", -1, "'token_embedder.word_dim' = -1 is out of range"),
+        ("token_embedder", "max_characters_per_token", 2, "'token_embedder.max_characters_per"),
+        (
+            "token_embedder",
+            "filters",
+            [[1, 2**16]],
+            "more than the 1,073,741,824 this package loads (check 'encoder.dim', "
+            "'encoder.projection_dim', 'token_embedder.filters' and 'token_embedder.n_highway')",
+        ),
+    ],
+)
+def test_architecture_errors_name_the_files_own_keys(copy, section, key, value, fragment):
+    """An error in an EFML architecture named the bilm-tf key it is translated to ('lstm.dim' for
+    encoder.dim), which the file does not have."""
+    edit_json(copy / "cnn_tiny.json", _set(section, key, value))
+    message = refused(copy, "cnn_tiny.json: ", fragment)
+    assert "lstm" not in message and "char_cnn" not in message, message
 
 
 @pytest.mark.parametrize(
