@@ -30,7 +30,7 @@ from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 
 from .bilm.finite import cast_finite
-from .errors import ElmoError, ElmoFileError
+from .errors import ElmoFileError
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
 
@@ -316,10 +316,10 @@ def get_span_elmo(span: Span) -> Optional[np.ndarray]:
     """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's non-whitespace
     tokens (the rule of a merged token; zeros where it has none)."""
     mix = span_mix(span)
-    return None if mix is None else _mean_vector(mix, span.doc, span.start, span.end)
+    return None if mix is None else mean_vector(mix, span.doc, span.start, span.end)
 
 
-def _mean_vector(mix: np.ndarray, doc: Doc, start: int, end: int) -> np.ndarray:
+def mean_vector(mix: np.ndarray, doc: Doc, start: int, end: int) -> np.ndarray:
     """The mean `(width,)` of `mix`'s rows of the non-whitespace tokens in `doc[start:end]`, in its
     dtype (summed in float64)."""
     rows = [i for i in range(start, end) if not doc[i].is_space]
@@ -338,73 +338,3 @@ def install_extensions() -> None:
     ):
         if not cls.has_extension(name):
             cls.set_extension(name, getter=getter)
-
-
-# ---------------------------------------------------------------------- vector hooks
-def _norm(v: np.ndarray) -> float:
-    return float(np.sqrt((v * v).sum()))
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    # float16 sums overflow
-    a, b = (
-        a.astype(np.float32, copy=False),
-        b.astype(np.float32, copy=False),
-    )
-    na, nb = _norm(a), _norm(b)
-    return float((a * b).sum() / (na * nb)) if na and nb else 0.0
-
-
-def _hooked(vector: Optional[np.ndarray], doc: Doc) -> np.ndarray:
-    """`vector`; an ElmoError where the Doc has the hooks but no ELMo data."""
-    if vector is None:
-        raise ElmoError(
-            f"this Doc ({len(doc)} tokens) has ELMo's vector hooks but no ELMo data: spaCy's "
-            "Span.as_doc() copies a Doc's hooks, not its extensions. Read span._.elmo on the "
-            "original Doc, or run the pipeline on the new Doc's text"
-        )
-    return vector
-
-
-def doc_vector_hook(doc: Doc) -> np.ndarray:
-    """`doc.vector` under the hooks: the mean ELMo vector of the non-whitespace tokens."""
-    return _mean_vector(_hooked(get_doc_elmo(doc), doc), doc, 0, len(doc))
-
-
-def span_vector_hook(span: Span) -> np.ndarray:
-    return _hooked(get_span_elmo(span), span.doc)
-
-
-def token_vector_hook(token: Token) -> np.ndarray:
-    return _hooked(get_token_elmo(token), token.doc)
-
-
-def has_vector_hook(obj) -> bool:
-    """Whether the Doc of `obj` (a Doc, Span or Token) holds ELMo data."""
-    return (obj if isinstance(obj, Doc) else obj.doc)._.elmo_data is not None
-
-
-def similarity_hook(a, b) -> float:
-    """Cosine similarity of the ELMo vectors of two Docs, Spans or Tokens."""
-    return _cosine(a.vector, b.vector)
-
-
-HOOKS_STAY = (
-    "elmo's vector_hooks stay in this worker of nlp.pipe(n_process=N): spaCy sends Docs back "
-    "without hooks. Call spacy_elmo.set_vector_hooks(doc) on the Docs you receive."
-)
-
-
-def set_vector_hooks(doc: Doc) -> None:
-    """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this
-    Doc (`doc._.elmo_data` set). spaCy does not serialize hooks: a Doc read back (`Doc.from_bytes`,
-    a DocBin, `nlp.pipe(n_process=N)`) needs this call again."""
-    doc.user_hooks["vector"] = doc_vector_hook
-    doc.user_hooks["has_vector"] = has_vector_hook
-    doc.user_hooks["similarity"] = similarity_hook
-    doc.user_span_hooks["vector"] = span_vector_hook
-    doc.user_span_hooks["has_vector"] = has_vector_hook
-    doc.user_span_hooks["similarity"] = similarity_hook
-    doc.user_token_hooks["vector"] = token_vector_hook
-    doc.user_token_hooks["has_vector"] = has_vector_hook
-    doc.user_token_hooks["similarity"] = similarity_hook

@@ -6,12 +6,11 @@ longer than `max_length` become overlapping windows whose centres are kept). Whi
 stay out of the biLM and get zero vectors. All sequences of a batch of Docs go to the biLM
 together, which sorts and packs them by length (no padding is computed); order is kept.
 
-While the pipeline trains (the component was initialized with training examples), the outputs per
-sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint, its state policy and
-the sequence's token texts (the sequence is the unit of segmentation, so the key covers it): the
-biLM is frozen, so a training corpus is embedded once, not once per epoch. At inference the cache
-is off unless `cache_at_inference` is set: repeated texts would otherwise be answered from memory
-and speed measurements (`spacy benchmark speed` repeats its Docs) would mislead.
+Where training annotates with the component (`[training] annotating_components`), the outputs
+per sequence are cached (LRU, bounded in bytes), keyed by the biLM's fingerprint, its state policy
+and the sequence's token texts: the biLM is frozen, so a training corpus is embedded once, not once
+per epoch. At inference the cache is off unless `cache_at_inference` is set: repeated texts would
+be answered from memory and speed measurements (`spacy benchmark speed` repeats its Docs) mislead.
 """
 
 from __future__ import annotations
@@ -50,11 +49,12 @@ from .component_settings import (
     check_wiring,
     fixed_mix,
 )
-from .doc_data import HOOKS_STAY, ElmoDocData, install_extensions, set_vector_hooks, token_spans
+from .doc_data import ElmoDocData, install_extensions, token_spans
 from .doc_windows import doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError, ElmoError
 from .feature_cache import FeatureCache
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
+from .vector_hooks import HOOKS_STAY, set_vector_hooks
 from .weights.pipeline import model_file
 from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
 from .workers import warn_in_spacy_worker, worker_threads
