@@ -58,6 +58,33 @@ def edit_pipeline_bilm(path, edit):
     path.write_bytes(srsly.msgpack_dumps(outer))
 
 
+def _around_bin(message: dict, key: str, size: int):
+    """`message` packed with `message[key] = <a bin of size bytes>` -> (the bytes before that bin's
+    payload, the bytes after it)."""
+    packed = srsly.msgpack_dumps({**message, key: b""})
+    marker = srsly.msgpack_dumps(key) + b"\xc4\x00"  # the key, then an empty bin8
+    at = packed.index(marker) + len(marker) - 2
+    return packed[:at] + b"\xc6" + size.to_bytes(4, "big"), packed[at + 2 :]
+
+
+def declare_weights(path, size: int) -> None:
+    """Rewrite a saved pipeline's elmo/model so that its biLM message holds a state dict of `size`
+    bytes of zeros, left as a hole in a sparse file (its framing consistent throughout)."""
+    outer = srsly.msgpack_loads(path.read_bytes())
+    shim = srsly.msgpack_loads(outer["shims"][0][0])
+    inner = srsly.msgpack_loads(shim["state"])
+    inner_head, inner_tail = _around_bin(inner, "state_dict", size)
+    shim_head, shim_tail = _around_bin(shim, "state", len(inner_head) + size + len(inner_tail))
+    shim_size = len(shim_head) + len(inner_head) + size + len(inner_tail) + len(shim_tail)
+    packed = srsly.msgpack_dumps({**outer, "shims": [[b""]]})
+    marker = srsly.msgpack_dumps("shims") + b"\x91\x91\xc4\x00"
+    at = packed.index(marker) + len(marker) - 2
+    with open(path, "wb") as f:
+        f.write(packed[:at] + b"\xc6" + shim_size.to_bytes(4, "big") + shim_head + inner_head)
+        f.seek(size, 1)
+        f.write(inner_tail + shim_tail + packed[at + 2 :])
+
+
 BOUNDED_LOADS = textwrap.dedent("""
     import json, resource, sys, time, traceback
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
@@ -100,21 +127,24 @@ def refused_in_3gb(result):
 
 
 PEAK_LOAD = textwrap.dedent("""
-    import resource, sys, spacy_elmo
+    import resource, sys, spacy, spacy_elmo
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        spacy_elmo.load_bilm(sys.argv[1])
+        spacy.load(sys.argv[1]) if sys.argv[2] == "pipeline" else spacy_elmo.load_bilm(sys.argv[1])
     except spacy_elmo.ElmoFileError as err:
         print(err)
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)
 """)
 
 
-def refused_with_peak(path):
-    """`load_bilm(path)` in a subprocess, which must raise one ElmoFileError -> (its message, MiB
-    its peak resident memory grew by while loading)."""
+def refused_with_peak(path, kind="bilm"):
+    """`load_bilm(path)` (kind "pipeline": `spacy.load(path)`) in a subprocess, which must raise one
+    ElmoFileError -> (its message, MiB its peak resident memory grew by while loading)."""
     proc = subprocess.run(
-        [sys.executable, "-c", PEAK_LOAD, str(path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PEAK_LOAD, str(path), kind],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     *message, grown = proc.stdout.splitlines()

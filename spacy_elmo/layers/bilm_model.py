@@ -34,18 +34,13 @@ from ..bilm import (
     check_batch_size,
     check_precision,
 )
-from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
 from ..bilm.runner import check_cache_size
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
-from ..files import read_regular
 from ..weights import bilm_from_state_dict, load_bilm, read_state_dict
-from ..weights.own import MAX_TABLE_BYTES
+from .model_file import read_model_file
 
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
-# A serialized model holds at most MAX_PARAMETERS weights of at most 4 bytes, its options and
-# framing.
-MAX_SERIALIZED_BYTES = 4 * MAX_PARAMETERS + MAX_JSON_BYTES + MAX_TABLE_BYTES  # + a character table
 
 
 class FrozenBiLM(nn.Module):
@@ -214,9 +209,15 @@ class ElmoBiLMModel(Model):
         return self._read(bytes_data, "the serialized pipeline")
 
     def from_disk(self, path: Union[str, Path]) -> "ElmoBiLMModel":
-        return self._read(
-            read_regular(path, "ELMo model of the pipeline", MAX_SERIALIZED_BYTES), str(path)
+        """Read `path` once its framing, the sizes it declares (checked against the config's) and
+        the memory it needs allow (see `read_model_file`)."""
+        configured = frozen_bilm(self).configured
+        data = read_model_file(
+            str(path),
+            "ELMo model of the pipeline",
+            lambda options: check_sizes(configured, options, str(path)),
         )
+        return self._read(data, str(path))
 
     def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
         try:

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import io
+import os
+import re
 import shutil
 
 import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoFileError, load_bilm
+from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
 
-from ..model_files import edit_pipeline_bilm, pipeline
+from ..model_files import declare_weights, edit_pipeline_bilm, pipeline, refused_with_peak
 
 
 def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
@@ -74,3 +76,51 @@ def test_spacy_load_refuses_a_biLM_symlinked_from_outside_the_pipeline(
             ElmoFileError, match=r"elmo/model: refused: .* is a symlink to .*outside"
         ):
             load(tmp_path / "p")
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "bilm"])
+def test_a_model_file_longer_than_its_contents_is_refused_before_it_is_read(
+    fixture_dir, tmp_path, kind
+):
+    """A pipeline's elmo/model extended to a 2 GB sparse file was read whole (and copied) by
+    `spacy.load` and `load_bilm` / `info` before msgpack refused it: now its framing is read first
+    and the file refused, naming its size and where its contents end."""
+    model = pipeline(fixture_dir, tmp_path / "p")
+    size = model.stat().st_size
+    os.truncate(model, 2 << 30)
+    message, grown_mib = refused_with_peak(tmp_path / "p", kind)
+    assert re.search(
+        rf"elmo/model: 2,147,483,648 bytes, more than the {size:,} its contents take", message
+    ), message
+    assert grown_mib < 256
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "bilm"])
+def test_weights_larger_than_the_biLM_they_declare_are_refused_before_they_are_read(
+    fixture_dir, tmp_path, kind
+):
+    """A pipeline's elmo/model whose framing declares 1 GB of weights for the fixture's sizes (a
+    sparse file): refused from its options before anything is read."""
+    model = pipeline(fixture_dir, tmp_path / "p")
+    declare_weights(model, 1 << 30)
+    message, grown_mib = refused_with_peak(tmp_path / "p", kind)
+    assert re.search(
+        r"elmo/model: its weights take 1,073,741,824 bytes, more than the [\d,]+ that its biLM "
+        r"\(105,124 parameters\) takes",
+        message,
+    ), message
+    assert grown_mib < 256
+
+
+def test_the_memory_to_load_a_pipeline_biLM_is_checked_before_its_file_is_read(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """Loading elmo/model holds several copies of its bytes at once (the file, each nested
+    message, the tensors, the network): where memory for 4 copies of the file is all there is, it
+    is one ElmoResourceError before the file is read, not a check of the tensors alone after."""
+    from spacy_elmo.weights import memory
+
+    model = pipeline(fixture_dir, tmp_path / "p")
+    monkeypatch.setattr(memory, "available_memory", lambda: 4 * model.stat().st_size)
+    with pytest.raises(ElmoResourceError, match=r"elmo/model: loading this biLM needs about"):
+        spacy.load(tmp_path / "p")
