@@ -5,8 +5,9 @@
 
 float32, on the CPU (ready to be stored on Docs). Regrouping by length and the token-layer cache
 live in the embedder (`ElmoEmbedder.embed`). Frozen: the network stays in eval mode whatever thinc
-asks, runs under inference mode and returns no gradient. Sizes come from the config (`options`, the
-bilm-tf options layout) or, when `options` is null, from the weights when they are loaded.
+asks, runs under inference mode and returns no gradient. The biLM is built when its weights are
+loaded, at their sizes, which must match the config's `options` (the bilm-tf options layout) where
+it sets them.
 Serialized through thinc with a safe format: msgpack holding the options JSON and a torch state dict
 read with `torch.load(..., weights_only=True)`.
 """
@@ -25,7 +26,6 @@ from thinc.api import Model, PyTorchShim, get_torch_default_device
 from torch import nn
 
 from ..bilm import (
-    BiLM,
     BiLMOptions,
     CharTable,
     ElmoEmbedder,
@@ -45,7 +45,9 @@ SERIAL_VERSION = 1
 
 class FrozenBiLM(nn.Module):
     """The embedder as a frozen feature extractor: `forward(sentences)` -> one float32 numpy array
-    `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until sizes are known."""
+    `(n_layers + 1, n_tokens, 2P)` per sentence. `embedder` is None until the weights are loaded:
+    the biLM is built from them (never from the configured sizes, `configured`, which they must
+    match)."""
 
     def __init__(
         self,
@@ -63,12 +65,6 @@ class FrozenBiLM(nn.Module):
         self.token_cache_size = check_cache_size(token_cache_size)
         self.precision = check_precision(precision)
         self.embedder: Optional[ElmoEmbedder] = None
-        # a character table comes with the weights
-        if options is not None and not options.char_table:
-            self.embedder = ElmoEmbedder(
-                BiLM(options), state=state or "warm", cache_size=token_cache_size
-            )
-        self.has_weights = False
 
     def train(self, mode: bool = True) -> "FrozenBiLM":
         """Frozen: the network stays in eval mode (and the embedder keeps its token cache)."""
@@ -87,10 +83,9 @@ class FrozenBiLM(nn.Module):
         embedder.eval()
         self.embedder = embedder.to(get_torch_default_device())
         self.embedder.precision = self.precision  # resolved for the device it now runs on
-        self.has_weights = True
 
     def forward(self, sentences: List[List[str]]) -> List[np.ndarray]:
-        if self.embedder is None or not self.has_weights:
+        if self.embedder is None:
             raise RuntimeError(
                 "the ELMo biLM has no weights yet: set the 'weights' of the elmo component and "
                 "call "
@@ -118,7 +113,7 @@ def serialize_bilm(module: FrozenBiLM) -> bytes:
     """msgpack `{format, version, options (JSON), state_dict (torch.save bytes of the network),
     state (the policy), warm_state (whether the state dict holds one)}`, and `char_table` (JSON)
     where the model has one."""
-    if module.embedder is None or not module.has_weights:
+    if module.embedder is None:
         raise ElmoConfigError(
             "cannot serialize the ELMo model before its weights are loaded (call nlp.initialize())"
         )
@@ -155,6 +150,7 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
     except json.JSONDecodeError as err:
         raise ElmoFileError(f"its options are not valid JSON ({err})") from None
     options = BiLMOptions.from_dict(options, source="options")
+    check_sizes(module.configured, options, "the serialized pipeline")
     try:
         policy = StatePolicy.parse(module.state or msg.get("state", "warm"))
     except ElmoConfigError as err:
@@ -252,7 +248,7 @@ def frozen_bilm(model: Model) -> FrozenBiLM:
 def get_embedder(model: Model) -> Optional[ElmoEmbedder]:
     """The loaded embedder of an `ElmoModel.v1`, or None before its weights are loaded."""
     module = frozen_bilm(model)
-    return module.embedder if module.has_weights else None
+    return module.embedder
 
 
 def load_weights(model: Model, path: Union[str, Path, Tuple[str, str]]) -> ElmoEmbedder:

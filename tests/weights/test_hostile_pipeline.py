@@ -11,10 +11,17 @@ import shutil
 import pytest
 import spacy
 import torch
+from thinc.api import Config
 
 from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
 
-from ..model_files import declare_weights, edit_pipeline_bilm, pipeline, refused_with_peak
+from ..model_files import (
+    declare_weights,
+    edit_pipeline_bilm,
+    fixture_options,
+    pipeline,
+    refused_with_peak,
+)
 
 
 def test_non_finite_weights_refused_in_a_pipeline(fixture_dir, tmp_path):
@@ -124,3 +131,18 @@ def test_the_memory_to_load_a_pipeline_biLM_is_checked_before_its_file_is_read(
     monkeypatch.setattr(memory, "available_memory", lambda: 4 * model.stat().st_size)
     with pytest.raises(ElmoResourceError, match=r"elmo/model: loading this biLM needs about"):
         spacy.load(tmp_path / "p")
+
+
+def test_sizes_in_the_config_are_not_allocated_before_the_weights_are_read(fixture_dir, tmp_path):
+    """A pipeline whose config declares a large biLM (151M parameters) while elmo/model holds the
+    fixture's: `spacy.load` built and initialised the configured biLM before the mismatch was
+    found; now the biLM is built from the weights it loads and the sizes compared first."""
+    pipeline(fixture_dir, tmp_path / "p")
+    options = fixture_options(fixture_dir)
+    options["lstm"].update(dim=4096, projection_dim=1024)
+    config = Config().from_disk(tmp_path / "p" / "config.cfg", interpolate=False)
+    config["components"]["elmo"]["model"]["options"] = options
+    config.to_disk(tmp_path / "p" / "config.cfg")
+    message, grown_mib = refused_with_peak(tmp_path / "p", "pipeline")
+    assert re.search(r"elmo/model.*lstm_dim: config 4096, weights 64", message), message
+    assert grown_mib < 256
