@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import ElmoConfigError, ElmoError, ElmoResourceError
-from ..files import exclusive_lock, write_error, write_errors
-from . import hub
+from ..files import exclusive_lock, write_errors
+from . import hub, part_file
 from .load import load_bilm
+from .part_file import cache_write_error
 
 # tqdm-like: progress(description, total_bytes, initial_bytes) -> an object with .update(n) and
 # .close()
@@ -52,9 +53,12 @@ def download(
 
     A file is complete when its size matches the server's Content-Length; until then its bytes stay
     in `FILE.part`, which a retry (up to `attempts` per call) or a later call continues with an
-    HTTP Range request. Complete files must load (valid options, every weight present, of the
-    right shape and finite) before their sha256s go into the manifest, which every later use
-    checks. `base_url` defaults to `$SPACY_ELMO_BASE_URL`, else AllenNLP's public bucket.
+    HTTP Range request: only where the part came from the same URL with a validator (ETag, else
+    Last-Modified, recorded in `FILE.part.origin`) that the server, asked with If-Range, still
+    names; else the file starts over from byte 0 (always from a file:// URL). Complete files must
+    load (valid options, every weight present, of the right shape and finite) before their sha256s
+    go into the manifest, which every later use checks. `base_url` defaults to
+    `$SPACY_ELMO_BASE_URL`, else AllenNLP's public bucket.
 
     Bounds: `timeout` seconds for any one network wait; `deadline` seconds for each file, retries
     included (default: `file_deadline` of its largest size), after which the part file is kept for
@@ -108,7 +112,7 @@ def _locked(directory: Path, name: str, files: list[tuple[str, str]]) -> Iterato
             stack.enter_context(exclusive_lock(path, waiting))
         except OSError as err:
             if not _present(directory, files):
-                raise _write_error(err, path) from None
+                raise cache_write_error(err, path) from None
         yield
 
 
@@ -146,12 +150,6 @@ def _fetch_all(
         hub.record(directory, name, dict(files))
 
 
-def _write_error(err: OSError, path: Path) -> ElmoError:
-    """A failed local write of the download (`write_error`), with where the cache can go instead."""
-    error = write_error(err, path, "free space and run the download again")
-    return type(error)(f"{error}; set SPACY_ELMO_CACHE to a writable directory")
-
-
 def _check_loads(directory: Path, name: str, fetched: list[Path]) -> None:
     """Where the model `name` in `directory` does not load: remove the files this call `fetched`
     (the next call fetches them again) and raise an ElmoResourceError."""
@@ -181,24 +179,26 @@ def _fetch(
     end = time.monotonic() + seconds
     problem = ""
     for _ in range(attempts):
-        offset = part.stat().st_size if part.is_file() else 0
-        if offset > limit:  # not a part of the published file
-            part.unlink()
-            offset = 0
-        request = urllib.request.Request(
-            url, headers={"Range": f"bytes={offset}-"} if offset else {}
-        )
+        offset, validator = part_file.resumable(part, url, limit)
+        headers = {"Range": f"bytes={offset}-", "If-Range": validator} if offset else {}
         try:
             with urllib.request.urlopen(
-                request, timeout=_wait(end, timeout, target, part, url, seconds)
+                urllib.request.Request(url, headers=headers),
+                timeout=_wait(end, timeout, target, part, url, seconds),
             ) as response:
                 offset, total = _expected(response, offset, url, limit, target.name)
+                if offset and part_file.validator(response) != validator:  # If-Range was not heeded
+                    part_file.discard(part)
+                    problem = "the file changed on the server since the part file was written"
+                    continue
+                if not offset:  # the whole file: the part starts again
+                    part_file.start(part, url, part_file.validator(response))
                 _copy(response, part, offset, total, progress, target.name, end, timeout)
         except ElmoError:
             raise
         except urllib.error.HTTPError as err:
             if err.code == 416:  # the part file is not a prefix of the file: start again
-                part.unlink()
+                part_file.discard(part)
                 problem = "the server refused to continue the partial file"
                 continue
             raise ElmoResourceError(f"{url}: the server answered {err.code} {err.reason}") from None
@@ -214,10 +214,10 @@ def _fetch(
             continue
         size = part.stat().st_size
         if size == total:
-            part.replace(target)
+            part_file.complete(part, target)
             return
         if size > total:
-            part.unlink()
+            part_file.discard(part)
         problem = f"received {size} of {total} bytes"
     raise ElmoResourceError(
         f"{url}: incomplete after {attempts} attempts ({problem}); "
@@ -315,10 +315,10 @@ def _copy(
                         bar.update(len(block))
     except OSError as err:
         if err.errno in LOCAL:
-            raise _write_error(err, part) from None
+            raise cache_write_error(err, part) from None
         if err.errno not in FULL:
             raise
-        part.unlink(missing_ok=True)
+        part_file.discard(part)
         raise ElmoResourceError(
             f"{part}: cannot write the download ({err.strerror}) after {received:,} of {total:,} "
             f"bytes; removed "
@@ -330,7 +330,7 @@ def _copy(
         if bar is not None:
             bar.close()
     if too_many:
-        part.unlink(missing_ok=True)
+        part_file.discard(part)
         raise ElmoResourceError(
             f"{name}: the server sent more than the {total:,} bytes it announced; removed the "
             f"part file (is the server a mirror of the published models?)"

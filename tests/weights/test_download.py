@@ -4,6 +4,7 @@ checksums, resumed and retried downloads; from a local HTTP server only (never t
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -20,7 +22,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoFileError, load_bilm
+from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
 from spacy_elmo.bilm.model import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.weights import download as download_module
@@ -31,7 +33,11 @@ from ..helpers import ENV, SENTS, one_error_line, run_cli, tmpfs
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Serves `server.files` ({url path: bytes}) with Range support; a path in
+    """Serves `server.files` ({url path: bytes}) with Range support and, as S3 and nginx do, a
+    validator of each file: a strong ETag (`server.validator == "etag"`, the default), only a
+    Last-Modified date (`"last-modified"`) or none (None), the last sent in `server.validators`; a
+    Range whose `If-Range` is not the file's validator gets the whole file (200), unless
+    `server.ignore_if_range`. A path in
     `server.truncate_once` is cut off halfway (after announcing its full length) the first time it
     is asked for; a path in `server.trickle` ({path: seconds}) is sent one byte at a time, that many
     seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
@@ -41,18 +47,32 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         data = self.server.files.get(self.path)
         self.server.log.append((self.path, self.headers.get("Range")))
+        self.server.if_range.append((self.path, self.headers.get("If-Range")))
         if data is None:
             self.send_error(404)
             return
+        digest = hashlib.md5(data).digest()
+        validator = {
+            "etag": f'"{digest.hex()}"',
+            "last-modified": formatdate(int.from_bytes(digest[:3], "big") * 60, usegmt=True),
+            None: None,
+        }[self.server.validator]
+        self.server.validators[self.path] = validator
         start = (
             int(self.headers["Range"].split("=")[1].split("-")[0])
             if self.headers.get("Range")
             else 0
         )
+        if_range = self.headers.get("If-Range")
+        if if_range is not None and if_range != validator and not self.server.ignore_if_range:
+            start = 0
         if start >= len(data):
             self.send_error(416)
             return
         self.send_response(206 if start else 200)
+        if validator is not None:
+            header = "ETag" if self.server.validator == "etag" else "Last-Modified"
+            self.send_header(header, validator)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         body = data[start:] + b"x" * self.server.extra.get(self.path, 0)
@@ -78,19 +98,38 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(scope="session")
+def small_models(tmp_path_factory):
+    """Two versions of a model at the published small's sizes (random weights, seeds 0 and 1, of one
+    size), as a mirror holds them: for each, its directory under the published file names."""
+    directories = []
+    for seed in (0, 1):
+        directory = tmp_path_factory.mktemp(f"small{seed}")
+        options_file, _ = write_untrained(directory, "small", seed=seed)
+        # unlabelled, as the published files are
+        options_file.write_text(json.dumps(published_options("small")))
+        directories.append(directory)
+    return directories
+
+
+def serve(httpd, directory) -> None:
+    """Let `httpd` serve the model in `directory` (published file names) as 'small'."""
+    for name, url in hub.published_files("small"):
+        httpd.files[urlparse(url).path] = (directory / name).read_bytes()
+
+
 @pytest.fixture
-def server(fixture_dir, tmp_path, monkeypatch):
-    """A local server holding the fixture under the published names of 'small'; the cache in
-    tmp_path."""
+def server(small_models, tmp_path, monkeypatch):
+    """A local server holding a model of the small's sizes (`small_models[0]`) under the published
+    names of 'small'; the cache in tmp_path."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra, httpd.rate = [], set(), {}, {}, {}
+    httpd.if_range, httpd.validators, httpd.validator, httpd.ignore_if_range = [], {}, "etag", False
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
-    httpd.files = {
-        urlparse(options_url).path: (fixture_dir / "options.json").read_bytes(),
-        urlparse(weights_url).path: (fixture_dir / "lm_weights.hdf5").read_bytes(),
-    }
+    httpd.files = {}
+    serve(httpd, small_models[0])
     httpd.options_path, httpd.weights_path = urlparse(options_url).path, urlparse(weights_url).path
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -99,18 +138,21 @@ def server(fixture_dir, tmp_path, monkeypatch):
     httpd.server_close()
 
 
-def test_download_then_use_by_name(server, fixture_dir, fixture_bilm, tmp_path, capsys):
+WEIGHTS = "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5"
+
+
+def test_download_then_use_by_name(server, small_models, tmp_path, capsys):
     assert run_cli("download", "small", "--no-progress") == 0
     directory = tmp_path / "cache" / "small"
     manifest = json.loads((directory / "manifest.json").read_text())["files"]
-    weights_file = directory / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5"
-    assert manifest[weights_file.name]["sha256"] == hub.sha256_file(fixture_dir / "lm_weights.hdf5")
-    for a, b in zip(load_bilm("small").embed(SENTS), fixture_bilm.embed(SENTS)):
+    weights_file = directory / WEIGHTS
+    assert manifest[weights_file.name]["sha256"] == hub.sha256_file(small_models[0] / WEIGHTS)
+    for a, b in zip(load_bilm("small").embed(SENTS), load_bilm(small_models[0]).embed(SENTS)):
         np.testing.assert_array_equal(a, b)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": "small"})
     nlp.initialize()
-    assert nlp("The cat sat .")._.elmo.shape == (4, 32)
+    assert nlp("The cat sat .")._.elmo.shape == (4, 256)
     n_requests = len(server.log)
     # cached
     assert run_cli("download", "small", "--no-progress") == 0 and len(server.log) == n_requests
@@ -118,23 +160,125 @@ def test_download_then_use_by_name(server, fixture_dir, fixture_bilm, tmp_path, 
     assert str(weights_file) in capsys.readouterr().out
 
 
-def test_download_resumes_a_part_file(server, fixture_dir, tmp_path):
-    data = (fixture_dir / "lm_weights.hdf5").read_bytes()
+def interrupt(server, path: str):
+    """A download of 'small' whose one attempt is cut off halfway through the file at URL `path`
+    -> the part file it leaves."""
+    server.truncate_once.add(path)
+    with pytest.raises(ElmoResourceError, match="incomplete after 1 attempts"):
+        download_module.download("small", attempts=1)
+    part = hub.model_dir("small") / (path.rsplit("/", 1)[1] + ".part")
+    assert 0 < part.stat().st_size < len(server.files[path])
+    return part
+
+
+def assert_downloaded(directory, model) -> None:
+    """`directory` holds the two files of `model` (a directory), recorded, and nothing else."""
+    for name, _ in hub.published_files("small"):
+        assert (directory / name).read_bytes() == (model / name).read_bytes(), name
+    assert hub.verify(directory, "small")
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        ["manifest.json"] + [f for f, _ in hub.published_files("small")]
+    )
+
+
+@pytest.mark.parametrize("validator", ["etag", "last-modified"])
+def test_download_resumes_a_part_file(server, small_models, tmp_path, validator):
+    """An interrupted download continues in the next call where it stopped: a Range request whose
+    If-Range is the file's ETag (else its Last-Modified date), as the part file's first bytes came
+    with."""
+    server.validator = validator
+    have = interrupt(server, server.weights_path).stat().st_size
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert server.log[-1] == (server.weights_path, f"bytes={have}-")
+    assert server.if_range[-1] == (server.weights_path, server.validators[server.weights_path])
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
+@pytest.mark.parametrize("validator", ["etag", "last-modified"])
+def test_a_file_changed_since_its_part_file_is_fetched_again_whole(
+    server, small_models, tmp_path, validator
+):
+    """The mirror's file changed since the part file was written (another version, of one size):
+    the server answers the resume's If-Range with the whole new file (200), which replaces the part
+    (before: no If-Range, so the old file's first bytes and the new file's rest, which loaded and
+    were recorded as 'small')."""
+    server.validator = validator
+    have = interrupt(server, server.weights_path).stat().st_size
+    serve(server, small_models[1])
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert_downloaded(tmp_path / "cache" / "small", small_models[1])
+    assert server.log[-1] == (server.weights_path, f"bytes={have}-")
+    assert server.if_range[-1][1] is not None
+
+
+def test_a_server_that_ignores_if_range_cannot_mix_two_files(server, small_models, tmp_path):
+    """A server that continues a Range whatever its If-Range says, but names the file's new ETag:
+    its 206 is not taken, and the file is fetched again from byte 0."""
+    server.ignore_if_range = True
+    have = interrupt(server, server.weights_path).stat().st_size
+    serve(server, small_models[1])
+    assert run_cli("download", "small", "--no-progress") == 0
+    requests = [r for p, r in server.log if p == server.weights_path]
+    assert requests == [None, f"bytes={have}-", None]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[1])
+
+
+def test_a_part_file_of_unknown_origin_is_fetched_again(server, small_models, tmp_path):
+    """A part file with no record of where it came from (here: half of another version of the
+    file) is not continued: the file is fetched from byte 0, no Range asked."""
     directory = tmp_path / "cache" / "small"
     directory.mkdir(parents=True)
-    (directory / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5.part").write_bytes(data[:100_000])
+    old = (small_models[1] / WEIGHTS).read_bytes()
+    (directory / f"{WEIGHTS}.part").write_bytes(old[: len(old) // 2])
     assert run_cli("download", "small", "--no-progress") == 0
-    assert (server.weights_path, "bytes=100000-") in server.log
-    assert (directory / "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5").read_bytes() == data
-    assert not list(directory.glob("*.part"))
+    assert_downloaded(directory, small_models[0])
+    assert [r for p, r in server.log if p == server.weights_path] == [None]
 
 
-def test_truncated_download_is_retried_from_where_it_stopped(server, fixture_dir, tmp_path):
+def test_a_part_file_from_another_mirror_is_fetched_again(
+    server, small_models, tmp_path, monkeypatch
+):
+    """SPACY_ELMO_BASE_URL switched to another mirror after an interrupted download: the part file
+    came from another URL, so the file is fetched from byte 0."""
+    interrupt(server, server.weights_path)
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{server.server_port}/other")
+    serve(server, small_models[1])
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert [r for p, r in server.log if p.startswith("/other/")] == [None]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[1])
+
+
+def test_a_part_file_without_a_validator_is_fetched_again(server, small_models, tmp_path):
+    """A server that names no ETag nor Last-Modified: nothing tells whether its file changed since
+    the part file was written, so the part is not continued."""
+    server.validator = None
+    interrupt(server, server.weights_path)
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert [r for p, r in server.log if p == server.weights_path] == [None, None]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
+def test_a_file_mirror_copies_whole_files(small_models, tmp_path, monkeypatch):
+    """A file:// mirror (no validator, no Range): a part file left from another version of the file
+    gives way to a whole copy."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(small_models[0], mirror / hub.PUBLISHED["small"])
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", mirror.as_uri())
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    directory = tmp_path / "cache" / "small"
+    directory.mkdir(parents=True)
+    old = (small_models[1] / WEIGHTS).read_bytes()
+    (directory / f"{WEIGHTS}.part").write_bytes(old[: len(old) // 2])
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert_downloaded(directory, small_models[0])
+
+
+def test_truncated_download_is_retried_from_where_it_stopped(server, small_models, tmp_path):
     server.truncate_once.add(server.weights_path)
     assert run_cli("download", "small", "--no-progress") == 0
-    size = (fixture_dir / "lm_weights.hdf5").stat().st_size
+    size = (small_models[0] / WEIGHTS).stat().st_size
     assert [r for p, r in server.log if p == server.weights_path] == [None, f"bytes={size // 2}-"]
-    assert load_bilm("small").embed(SENTS)[0].shape == (3, 4, 32)
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
 
 
 def test_corrupt_download_is_rejected(server, tmp_path, capsys):
@@ -274,11 +418,11 @@ def test_a_part_file_that_cannot_be_written_is_one_error_not_retried(
     assert "weights.hdf5.part" in line and says in line and "attempts" not in line, line
 
 
-def test_concurrent_downloads_of_a_model_wait_for_one_another(server, fixture_dir, tmp_path):
+def test_concurrent_downloads_of_a_model_wait_for_one_another(server, small_models, tmp_path):
     """Three `download` processes of one model at once, from a throttled server: one fetches, the
     others wait for it (saying so once) and find the model complete; all succeed (before: they
     appended to one part file and renamed it from under one another)."""
-    server.rate[server.weights_path] = 150_000
+    server.rate[server.weights_path] = 20_000_000
     env = {
         **ENV,
         "SPACY_ELMO_BASE_URL": os.environ["SPACY_ELMO_BASE_URL"],
@@ -302,13 +446,7 @@ def test_concurrent_downloads_of_a_model_wait_for_one_another(server, fixture_di
     waits = [err.count("waiting for another download of 'small'") for _, err in results]
     assert max(waits) == 1 and sum(waits) >= 1, results
     assert [p for p, _ in server.log].count(server.weights_path) == 1
-    directory = tmp_path / "cache" / "small"
-    assert hub.verify(directory, "small")
-    assert sorted(p.name for p in directory.iterdir()) == sorted(
-        ["manifest.json"] + [f for f, _ in hub.published_files("small")]
-    )
-    weights = directory / hub.published_files("small")[1][0]
-    assert weights.read_bytes() == (fixture_dir / "lm_weights.hdf5").read_bytes()
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
 
 
 # ---------------------------------------------------------------- bounded downloads (issue 34, item
@@ -324,7 +462,7 @@ def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):
     assert "options.json" in line and "within 1 s" in line and "--deadline" in line, line
     assert [p for p, _ in server.log] == [server.options_path]
     part = tmp_path / "cache" / "small" / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
-    assert 0 < part.stat().st_size < 417
+    assert 0 < part.stat().st_size < len(server.files[server.options_path])
 
 
 def test_the_deadline_is_derived_from_the_expected_size():
@@ -365,18 +503,15 @@ def test_an_oversized_file_is_refused_before_it_is_fetched(server, tmp_path, cap
     assert not (tmp_path / "cache" / "small").exists()
 
 
-def test_bytes_beyond_the_announced_size_stop_the_download(server, fixture_dir, tmp_path, capsys):
-    """A server whose Content-Length (10 MB) exceeds its Content-Range (the 417-byte options file):
-    the download stops at the first byte too many and removes the part file."""
-    directory = tmp_path / "cache" / "small"
-    directory.mkdir(parents=True)
-    part = directory / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
-    part.write_bytes((fixture_dir / "options.json").read_bytes()[:100])
+def test_bytes_beyond_the_announced_size_stop_the_download(server, tmp_path, capsys):
+    """A server whose Content-Length (10 MB) exceeds its Content-Range (the rest of the options
+    file): the download stops at the first byte too many and removes the part file."""
+    part = interrupt(server, server.options_path)
     server.extra[server.options_path] = 10_000_000
     assert run_cli("download", "small", "--no-progress") == 1
     line = one_error_line(capsys.readouterr().err)
     assert "options.json" in line and "more than" in line, line
-    assert not part.exists() and [p for p, _ in server.log] == [server.options_path]
+    assert not part.exists() and [p for p, _ in server.log] == [server.options_path] * 2
 
 
 class FullFile:
@@ -425,7 +560,7 @@ def download_failing_to_write(server, monkeypatch, capsys, code: int) -> str:
 
 
 def test_a_real_full_disk(server, tmp_path, monkeypatch, capsys):
-    """The same on a real full disk: a 300 KB tmpfs (the fixture's weights take 450 KB)."""
+    """The same on a real full disk: a 300 KB tmpfs (the weights take 54 MB)."""
     with tmpfs(tmp_path / "disk", "300k") as disk:
         monkeypatch.setenv("SPACY_ELMO_CACHE", str(disk))
         assert run_cli("download", "small", "--no-progress") == 1
