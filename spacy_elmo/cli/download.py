@@ -29,11 +29,11 @@ def download_cli(
 
     Resumable: an interrupted download continues from its .part file where the server still names
     the file it came from (If-Range with its ETag or Last-Modified), else starts over. A file is
-    complete when its size matches the server's, then it must load, and its sha256 is recorded and
-    checked on every later use. `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then
-    use the cache. A file larger than the published one can be is refused; a full disk is one error
-    that removes the part file. $SPACY_ELMO_BASE_URL names a mirror of AllenNLP's server (the same
-    paths below it).
+    complete when its size matches the server's, then it must load and have the published model's
+    sizes (LSTM, projection, char CNN), and its sha256 is recorded and checked on every later use.
+    `load_bilm(NAME)` and the `elmo` component's `weights = NAME` then use the cache. A file larger
+    than the published one can be is refused; a full disk is one error that removes the part file.
+    $SPACY_ELMO_BASE_URL names a mirror of AllenNLP's server (the same paths below it).
     """
     from tqdm import tqdm
 

@@ -10,7 +10,8 @@ import typer
 
 from ..errors import ElmoFileError
 from ..files import atomic_dir, exists, write_errors
-from ..weights.untrained import SIZES, write_untrained
+from ..weights.hub import SIZES
+from ..weights.untrained import write_untrained
 from .app import app, errors
 
 

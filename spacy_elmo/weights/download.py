@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..errors import ElmoConfigError, ElmoError, ElmoResourceError
+from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
 from ..files import exclusive_lock, write_errors
 from . import hub, part_file
 from .load import load_bilm
@@ -56,8 +56,9 @@ def download(
     HTTP Range request: only where the part came from the same URL with a validator (ETag, else
     Last-Modified, recorded in `FILE.part.origin`) that the server, asked with If-Range, still
     names; else the file starts over from byte 0 (always from a file:// URL). Complete files must
-    load (valid options, every weight present, of the right shape and finite) before their sha256s
-    go into the manifest, which every later use checks. `base_url` defaults to
+    load (valid options, every weight present, of the right shape and finite) and have the sizes of
+    the published model `name` (else one ElmoFileError naming the options file) before their
+    sha256s go into the manifest, which every later use checks. `base_url` defaults to
     `$SPACY_ELMO_BASE_URL`, else AllenNLP's public bucket.
 
     Bounds: `timeout` seconds for any one network wait; `deadline` seconds for each file, retries
@@ -142,7 +143,7 @@ def _fetch_all(
                 f"{' and '.join(u for _, u in files)} elsewhere and place them in {directory}"
             ) from None
         fetched.append(target)
-    _check_loads(directory, name, fetched)
+    _check_loads(directory, name, files[0][0], fetched)
     if not fetched:
         hub.record_by_hand(directory, name, stacklevel=4)
         return
@@ -150,18 +151,31 @@ def _fetch_all(
         hub.record(directory, name, dict(files))
 
 
-def _check_loads(directory: Path, name: str, fetched: list[Path]) -> None:
-    """Where the model `name` in `directory` does not load: remove the files this call `fetched`
-    (the next call fetches them again) and raise an ElmoResourceError."""
+def _check_loads(directory: Path, name: str, options_file: str, fetched: list[Path]) -> None:
+    """Where the model `name` in `directory` does not load (ElmoResourceError) or has other sizes
+    than the published one (ElmoFileError naming `options_file`, see `hub.check_architecture`):
+    remove the files this call `fetched` (the next call fetches them again) and raise."""
+    removed = f"removed {', '.join(p.name for p in fetched) or 'nothing'}"
     try:
-        load_bilm(directory, state="zero")
+        options = load_bilm(directory, state="zero").options
     except (ElmoError, OSError) as err:
         for path in fetched:
             path.unlink()
         raise ElmoResourceError(
-            f"model '{name}' does not load, so the download is corrupt: {err} (removed "
-            f"{', '.join(p.name for p in fetched) or 'nothing'}; run the download again)"
+            f"model '{name}' does not load, so the download is corrupt: {err} ({removed}; run the "
+            "download again)"
         ) from None
+    note = (
+        f" ({removed}, not recorded; is the server a mirror of the published models?)"
+        if fetched
+        else " (placed by hand: not recorded; delete them and run the download again)"
+    )
+    try:
+        hub.check_architecture(name, options, directory / options_file, note)
+    except ElmoFileError:
+        for path in fetched:
+            path.unlink()
+        raise
 
 
 def _fetch(

@@ -1,4 +1,5 @@
-"""The published AllenNLP models by name: where they live in the cache and whether they are intact.
+"""The published AllenNLP models by name: their sizes, where they live in the cache and whether
+they are intact.
 
 A model `NAME` lives in `$SPACY_ELMO_CACHE/NAME/` (default `~/.cache/spacy_elmo/NAME/`) under its
 published file names, with `manifest.json` recording each file's size and sha256. No official
@@ -14,7 +15,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Dict, Optional, Union
 from urllib.parse import urlsplit
 
 from ..errors import ElmoConfigError, ElmoFileError
@@ -47,6 +48,72 @@ PARAMETERS = {
     "original": 93_600_848,
     "original-5.5b": 93_600_848,
 }
+
+
+# The published models' sizes (DESIGN.md): LSTM cell, projection, highway layers; all share the char
+# CNN. original-5.5b has original's.
+SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
+FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+# What `check_architecture` compares: BiLMOptions attribute -> its name in a message
+ARCHITECTURE = {
+    "lstm_dim": "LSTM dim",
+    "projection_dim": "projection dim",
+    "n_layers": "LSTM layers",
+    "n_highway": "highway layers",
+    "char_dim": "char embedding dim",
+    "filters": "char CNN filters",
+}
+
+
+def published_options(size: str) -> Dict[str, Any]:
+    """The bilm-tf options of the published model `size` (small, medium or original)."""
+    if size not in SIZES:
+        raise ElmoConfigError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
+    dim, projection, highways = SIZES[size]
+    return {
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": projection,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": dim,
+            "n_layers": 2,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": FILTERS,
+            "n_highway": highways,
+            "embedding": {"dim": 16},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    }
+
+
+def check_architecture(name: str, options: Any, path: Union[str, Path], note: str = "") -> None:
+    """ElmoFileError naming `path` (and adding `note`) where `options` (BiLMOptions) do not have the
+    sizes of the published model `name`: what they hold and what `name` has."""
+    dim, projection, highways = SIZES["original" if name == "original-5.5b" else check_name(name)]
+    published = {
+        "lstm_dim": dim,
+        "projection_dim": projection,
+        "n_layers": 2,
+        "n_highway": highways,
+        "char_dim": 16,
+        "filters": [list(f) for f in FILTERS],
+    }
+    held = {k: getattr(options, k) for k in ARCHITECTURE}
+    held["filters"] = [list(f) for f in held["filters"]]
+    wrong = [
+        f"{ARCHITECTURE[k]} {held[k]}, '{name}' has {published[k]}"
+        for k in ARCHITECTURE
+        if held[k] != published[k]
+    ]
+    if wrong:
+        raise ElmoFileError(
+            f"{path}: not the published model '{name}', whose sizes differ: {'; '.join(wrong)}"
+            f"{note}"
+        )
 
 
 def is_published(name: object) -> bool:

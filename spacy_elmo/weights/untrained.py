@@ -10,51 +10,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
 from ..bilm.model import BiLM
 from ..bilm.options import BiLMOptions
-from ..errors import ElmoConfigError, ElmoUntrainedWarning
+from ..errors import ElmoUntrainedWarning
 from . import hub
 from .hdf5_export import export_hdf5
+from .hub import published_options
 
-# The published models' sizes (DESIGN.md): LSTM cell, projection, highway layers; all share the char
-# CNN.
-SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
-FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 UNTRAINED_KEY = "untrained"
 UNTRAINED = (
     "random weights written by `python -m spacy_elmo init-random`, untrained: for trying the API "
     "and the "
     "commands offline, its vectors mean nothing"
 )
-
-
-def published_options(size: str) -> Dict[str, Any]:
-    """The bilm-tf options of the published model `size` (small, medium or original)."""
-    if size not in SIZES:
-        raise ElmoConfigError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
-    dim, projection, highways = SIZES[size]
-    return {
-        "lstm": {
-            "use_skip_connections": True,
-            "projection_dim": projection,
-            "cell_clip": 3,
-            "proj_clip": 3,
-            "dim": dim,
-            "n_layers": 2,
-        },
-        "char_cnn": {
-            "activation": "relu",
-            "filters": FILTERS,
-            "n_highway": highways,
-            "embedding": {"dim": 16},
-            "n_characters": 262,
-            "max_characters_per_token": 50,
-        },
-    }
 
 
 def write_untrained(

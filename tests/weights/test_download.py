@@ -27,7 +27,8 @@ from spacy_elmo.bilm.model import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.weights import download as download_module
 from spacy_elmo.weights import hub
-from spacy_elmo.weights.untrained import published_options, write_untrained
+from spacy_elmo.weights.hub import published_options
+from spacy_elmo.weights.untrained import write_untrained
 
 from ..helpers import ENV, SENTS, one_error_line, run_cli, tmpfs
 
@@ -330,14 +331,12 @@ def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir
         spacy.blank("en").add_pipe("elmo", config={"weights": "original"})
 
 
-def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, fixture_dir):
+def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, small_models):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     directory = tmp_path / "small"
-    directory.mkdir()
+    shutil.copytree(small_models[0], directory)
     (options_name, _), (weights_name, _) = hub.published_files("small")
-    shutil.copy(fixture_dir / "options.json", directory / options_name)
-    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / weights_name)
-    assert load_bilm("small").output_dim == 32
+    assert load_bilm("small").output_dim == 256
     manifest = json.loads((directory / "manifest.json").read_text())["files"]
     assert manifest[weights_name]["source"] == "placed by hand"
     (directory / options_name).write_text((directory / options_name).read_text() + " ")
@@ -345,37 +344,86 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, f
         load_bilm("small")
 
 
-@contextmanager
-def placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir):
-    """A read-only cache (`SPACY_ELMO_CACHE`, a tmpfs) holding the published small model's two files
-    placed by hand, without a manifest -> the cache directory."""
-    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+def test_a_model_of_other_sizes_is_refused(server, fixture_dir, tmp_path, capsys):
+    """A mirror serving another model at small's paths (AllenNLP's 2x64 test fixture, which loads):
+    one error naming the options file, what it holds and what small has; nothing recorded or kept
+    (before: recorded, then loaded as 'small')."""
+    server.files[server.options_path] = (fixture_dir / "options.json").read_bytes()
+    server.files[server.weights_path] = (fixture_dir / "lm_weights.hdf5").read_bytes()
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    directory = tmp_path / "cache" / "small"
+    options_file = directory / hub.published_files("small")[0][0]
+    assert line.startswith(f"error: {options_file}: "), line
+    assert "LSTM dim 64, 'small' has 1024" in line and "projection dim 16, 'small' has 128" in line
+    assert "removed" in line and "not recorded" in line, line
+    assert not directory.exists()  # made by the download: nothing kept
+    with pytest.raises(ElmoFileError, match="LSTM dim 64"):
+        download_module.download("small")
+    with pytest.raises(ElmoFileError, match="python -m spacy_elmo download small"):
+        load_bilm("small")
+
+
+def test_files_of_other_sizes_placed_by_hand_are_refused_not_removed(
+    fixture_dir, tmp_path, monkeypatch, capsys
+):
+    """The 2x64 fixture placed by hand under small's names: `download small` refuses to record it
+    (one error naming the options file), and leaves the files, which are not its own."""
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # never the network
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    directory = tmp_path / "small"
+    directory.mkdir()
     (options_name, _), (weights_name, _) = hub.published_files("small")
-    with tmpfs(tmp_path / "cache", "2m") as cache:
-        (cache / "small").mkdir()
-        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
-        shutil.copy(fixture_dir / "lm_weights.hdf5", cache / "small" / weights_name)
+    shutil.copy(fixture_dir / "options.json", directory / options_name)
+    shutil.copy(fixture_dir / "lm_weights.hdf5", directory / weights_name)
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {directory / options_name}: ") and "placed by hand" in line
+    assert "LSTM dim 64, 'small' has 1024" in line, line
+    assert sorted(p.name for p in directory.iterdir()) == [options_name, weights_name]
+
+
+def test_each_published_architecture_is_its_own(small_models):
+    """The sizes a downloaded model must have: those of its name (original-5.5b: original's); a
+    small model is no medium."""
+    for name in hub.PUBLISHED:
+        size = "original" if name.startswith("original") else name
+        options = BiLMOptions.from_dict(published_options(size), source=size)
+        hub.check_architecture(name, options, "options.json")
+    options = BiLMOptions.from_dict(published_options("small"), source="small")
+    with pytest.raises(ElmoFileError, match=r"^options.json: .*LSTM dim 1024, 'medium' has 2048"):
+        hub.check_architecture("medium", options, "options.json")
+
+
+@contextmanager
+def placed_by_hand_read_only(tmp_path, monkeypatch, model):
+    """A read-only cache (`SPACY_ELMO_CACHE`, a tmpfs) holding the two files of `model` (a
+    directory) placed by hand as the published small model's, without a manifest -> the cache
+    directory."""
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    with tmpfs(tmp_path / "cache", "64m") as cache:
+        shutil.copytree(model, cache / "small")
         subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
         yield cache
 
 
 def test_files_placed_by_hand_in_a_read_only_cache_load_with_a_warning(
-    tmp_path, monkeypatch, fixture_dir
+    tmp_path, monkeypatch, small_models
 ):
-    with placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir) as cache:
+    with placed_by_hand_read_only(tmp_path, monkeypatch, small_models[0]) as cache:
         with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
-            assert load_bilm("small").output_dim == 32
+            assert load_bilm("small").output_dim == 256
         assert not (cache / "small" / "manifest.json").exists()
 
 
 def test_download_into_a_read_only_cache_of_files_placed_by_hand_warns(
-    tmp_path, monkeypatch, fixture_dir, capsys
+    tmp_path, monkeypatch, small_models, capsys
 ):
     """Nothing to fetch and no manifest to write: the files load, a warning says they are not
     recorded, exit 0."""
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # never the network
     (options_name, _), (weights_name, _) = hub.published_files("small")
-    with placed_by_hand_read_only(tmp_path, monkeypatch, fixture_dir) as cache:
+    with placed_by_hand_read_only(tmp_path, monkeypatch, small_models[0]) as cache:
         with pytest.warns(UserWarning, match="manifest.json: read-only file system.*not recorded"):
             assert run_cli("download", "small", "--no-progress") == 0
         assert "error" not in capsys.readouterr().err
@@ -383,16 +431,16 @@ def test_download_into_a_read_only_cache_of_files_placed_by_hand_warns(
 
 
 def test_a_read_only_cache_with_a_part_file_is_one_error_not_retried(
-    server, tmp_path, monkeypatch, fixture_dir, capsys
+    server, tmp_path, monkeypatch, small_models, capsys
 ):
     """A `.part` file in a read-only cache: one error naming the cache's read-only file system, no
     request (before: three attempts, each failing to write, ending in "run the download again")."""
     (options_name, _), (weights_name, _) = hub.published_files("small")
     with tmpfs(tmp_path / "cache", "2m") as cache:
         (cache / "small").mkdir()
-        shutil.copy(fixture_dir / "options.json", cache / "small" / options_name)
+        shutil.copy(small_models[0] / options_name, cache / "small" / options_name)
         part = cache / "small" / f"{weights_name}.part"
-        part.write_bytes((fixture_dir / "lm_weights.hdf5").read_bytes()[:1000])
+        part.write_bytes((small_models[0] / weights_name).read_bytes()[:1000])
         subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
         assert run_cli("download", "small", "--no-progress") == 1
         line = one_error_line(capsys.readouterr().err)
