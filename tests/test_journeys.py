@@ -333,21 +333,27 @@ def test_convert_help_shows_the_file_names():
     assert "elmo_<stem>_options.json" in result.output, result.output
 
 
-def test_a_bad_weights_path_is_an_error_at_add_pipe(fixture_dir, tmp_path, monkeypatch):
+def test_a_bad_weights_path_is_one_error_at_initialize_or_first_use(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """The weights setting is read when the biLM is first needed (a pipeline's own biLM, from
+    `spacy.load` or `from_bytes`, never reads it): one error naming the setting and the path."""
     from spacy_elmo import ElmoFileError
     from spacy_elmo.layers import get_embedder
 
-    nlp = spacy.blank("en")
     missing = tmp_path / "no_such_weights"
-    with pytest.raises(ElmoFileError) as err:
-        nlp.add_pipe("elmo", config={"weights": str(missing)})
-    assert str(missing) in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(ElmoFileError, match="python -m spacy_elmo download small"):
-        nlp.add_pipe("elmo", config={"weights": "small"})
-    assert nlp.pipe_names == []
+    for weights, expected in ((missing, str(missing)), ("small", "spacy_elmo download small")):
+        for first_use in (lambda nlp: nlp.initialize(), lambda nlp: nlp("A cat .")):
+            nlp = spacy.blank("en")
+            nlp.add_pipe("elmo", config={"weights": str(weights)})
+            with pytest.raises(ElmoFileError, match=r"\[components.elmo\] weights: ") as err:
+                first_use(nlp)
+            assert expected in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "cache").exists()  # nothing downloaded
+    nlp = spacy.blank("en")
     elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
-    assert get_embedder(elmo.model) is None  # still loaded on first use
+    assert get_embedder(elmo.model) is None  # loaded on first use
     assert nlp("A cat .")._.elmo.shape == (3, 32)
 
 

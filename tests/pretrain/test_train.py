@@ -212,8 +212,7 @@ def test_resume_is_bit_exact(toy, tmp_path, scheme):
 
 def test_a_pretrain_output_directory_loads_as_it_is(toy, tmp_path):
     """`load_bilm(OUT)` and the component's `weights = OUT` find the model that `pretrain OUT` saved
-    in OUT/model; weights that name no model fail when the component is created, not at its first
-    Doc."""
+    in OUT/model; weights that name no model are one error naming the setting."""
     import spacy
 
     from spacy_elmo import ElmoFileError
@@ -238,7 +237,9 @@ def test_a_pretrain_output_directory_loads_as_it_is(toy, tmp_path):
     with pytest.raises(
         ElmoFileError, match=r"\[components.elmo\] weights: .*empty: no options file found"
     ):
-        spacy.blank("en").add_pipe("elmo", config={"weights": str(tmp_path / "empty")})
+        empty = spacy.blank("en")
+        empty.add_pipe("elmo", config={"weights": str(tmp_path / "empty")})
+        empty.initialize()
 
 
 def test_export_and_load_round_trip(toy, tmp_path):
