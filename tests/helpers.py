@@ -180,27 +180,27 @@ TINY = {
 }
 
 
-def tiny_config(train: Path, dev: Path = None, **overrides: Any):
-    """The built-in config with tiny sizes; `overrides` use `section__key` names."""
+def tiny_values(train: Path, dev: Path, model: bool, overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """TINY with the corpus and `overrides` (`section__key` names); `model=False`: without its
+    `model.*` sizes (a run `--init-from` a model keeps the model's)."""
     values: Dict[str, Any] = {
-        **TINY,
+        **{k: v for k, v in TINY.items() if model or not k.startswith("model.")},
         "paths.train": str(train),
         "paths.dev": str(dev) if dev else None,
     }
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
-    return load_config(None, values)
+    return values
 
 
-def override_args(train: Path, dev: Path = None, **overrides: Any) -> List[str]:
-    """The same tiny config as CLI arguments (`--section.key value`)."""
-    values: Dict[str, Any] = {
-        **TINY,
-        "paths.train": str(train),
-        "paths.dev": str(dev) if dev else None,
-    }
-    values.update({k.replace("__", "."): v for k, v in overrides.items()})
+def tiny_config(train: Path, dev: Path = None, *, model: bool = True, **overrides: Any):
+    """The built-in config with tiny sizes (see `tiny_values`)."""
+    return load_config(None, tiny_values(train, dev, model, overrides))
+
+
+def override_args(train: Path, dev: Path = None, *, model: bool = True, **overrides: Any):
+    """The same tiny config as CLI arguments (`--section.key value`) -> a list of strings."""
     args: List[str] = []
-    for key, value in values.items():
+    for key, value in tiny_values(train, dev, model, overrides).items():
         args += [f"--{key}", json.dumps(value) if not isinstance(value, str) else value]
     return args
 

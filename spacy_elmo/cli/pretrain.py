@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Optional, Sequence, Tuple
 
 import typer
 from thinc.api import Config
@@ -63,7 +63,8 @@ def pretrain_cli(
         typer.Option(
             help="continue training this biLM: a directory (a pretrain OUTPUT_DIR or its model/, "
             "or one holding bilm-tf / AllenNLP options and hdf5 weights) or a published model's "
-            "name (from the cache that `download` fills)"
+            "name (from the cache that `download` fills). The run keeps its sizes: a --model.* "
+            "setting that differs is an error"
         ),
     ] = None,
     resume: Annotated[
@@ -129,6 +130,7 @@ def pretrain_cli(
                 out,
                 resume=resume,
                 init_from=init_from,
+                given=list(overrides),
                 device=device,
                 threads=threads,
                 progress=progress,
@@ -229,9 +231,10 @@ def run_training(
     device: str,
     threads: Optional[int],
     progress: bool,
+    given: Sequence[str] = (),
 ) -> None:
-    """Train as `config` says into `output`; under torchrun (WORLD_SIZE > 1) as one of its
-    processes."""
+    """Train as `config` says into `output` (`given`: the dotted settings the command line set);
+    under torchrun (WORLD_SIZE > 1) as one of its processes."""
     import torch
     import torch.distributed as dist
 
@@ -251,6 +254,7 @@ def run_training(
         output,
         resume=resume,
         init_from=init_from,
+        given=given,
         device=device,
         progress_bar=progress,
         log=lambda msg: print(msg, file=sys.stderr),

@@ -3,9 +3,10 @@ the softmax head."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from thinc.api import Config
@@ -16,9 +17,9 @@ from ..errors import ElmoConfigError
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
 from . import checkpoint
-from .config import bilm_options, default_vocab_size
+from .config import bilm_options, default_vocab_size, with_model_of
 from .heads import build_head
-from .outputs import HEAD_FILE, VOCAB_FILE
+from .outputs import HEAD_FILE, VOCAB_FILE, recorded_init, recorded_options
 from .vocab import SPECIALS, Vocab
 
 
@@ -56,18 +57,17 @@ def training_vocab(
     return vocab
 
 
-def initial_bilm(
-    config: Config,
-    init_dir: Optional[Path],
-    init_from: Optional[str],
-    resumed: Optional[BiLMOptions] = None,
-) -> BiLM:
-    """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
-    weights), the one in `init_dir` (`--init-from init_from`), or a new one as the config's `model`
-    section says, initialized from torch's random generator."""
-    if resumed is not None:
-        return BiLM(resumed)
-    bilm = load_bilm(init_dir).network if init_dir else BiLM(bilm_options(config))
+class Start(NamedTuple):
+    """The biLM that `--init-from` names, and the record of it that the run keeps."""
+
+    bilm: BiLM
+    record: Dict[str, Any]  # init_from (as given), directory, fingerprint
+
+
+def starting_bilm(init_dir: Path, init_from: str) -> Start:
+    """The biLM in `init_dir` (`--init-from init_from`), checked to be one that pretrain can
+    train, with its record: where it is and its fingerprint before training."""
+    bilm = load_bilm(init_dir).network
     # `init-random`'s label of untrained weights: they are trained from here on
     bilm.options.extra.pop(UNTRAINED_KEY, None)
     if bilm.options.char_table:
@@ -81,7 +81,41 @@ def initial_bilm(
             f"characters per token; pretrain makes bilm-tf's {MAX_CHARS} (it would train on ids "
             "the model never reads)"
         )
-    return bilm
+    record = {
+        "init_from": init_from,
+        "directory": os.path.abspath(init_dir),
+        "fingerprint": bilm.fingerprint(),
+    }
+    return Start(bilm, record)
+
+
+def config_to_train(
+    config: Config, given: Collection[str], start: Optional[Start], resumed_run: Optional[Path]
+) -> Tuple[Config, Optional[Dict[str, Any]]]:
+    """`config` with the `[model]` sizes that a run from `start` (or the resumed run that started
+    from one) trains: the biLM's own; a `[model]` setting the user gave (`given`, or not the
+    built-in default) that differs is an ElmoConfigError. Returns it and the record of where the
+    run started (None: from scratch)."""
+    if start is not None:
+        source = f"--init-from {start.record['init_from']}"
+        return with_model_of(config, start.bilm.options, given, source), start.record
+    record = recorded_init(resumed_run) if resumed_run is not None else None
+    options = recorded_options(resumed_run) if record is not None else None
+    if record is None or options is None:
+        return config, None
+    source = f"--resume (a run from --init-from {record['init_from']})"
+    return with_model_of(config, options, given, source), record
+
+
+def initial_bilm(
+    config: Config, start: Optional[Start], resumed: Optional[BiLMOptions] = None
+) -> BiLM:
+    """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
+    weights), the one `--init-from` names (`start`), or a new one as the config's `model` section
+    says, initialized from torch's random generator."""
+    if resumed is not None:
+        return BiLM(resumed)
+    return start.bilm if start is not None else BiLM(bilm_options(config))
 
 
 def initial_head(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple, Union
 
 from thinc.api import Config
 
@@ -243,3 +243,40 @@ def model_policy(config: Config) -> StatePolicy:
         if policy == "auto"
         else StatePolicy.parse(policy)
     )
+
+
+def model_section(options: BiLMOptions) -> Dict[str, Any]:
+    """`options` as the config's `[model]` section (the inverse of `bilm_options`; null: no
+    clip)."""
+    return {
+        "char_dim": options.char_dim,
+        "filters": [list(f) for f in options.filters],
+        "n_highway": options.n_highway,
+        "activation": options.activation,
+        "projection_dim": options.projection_dim,
+        "lstm_dim": options.lstm_dim,
+        "n_layers": options.n_layers,
+        "cell_clip": None if options.cell_clip == float("inf") else options.cell_clip,
+        "proj_clip": None if options.proj_clip == float("inf") else options.proj_clip,
+        "use_skip_connections": options.use_skip_connections,
+    }
+
+
+def with_model_of(
+    config: Config, options: BiLMOptions, given: Collection[str], source: str
+) -> Config:
+    """`config` with its `[model]` section the sizes of `options`, a biLM that a run continues
+    (`source` says which, for messages). A setting in `given` (dotted names: the command line's)
+    or not the built-in default is the user's: one that differs is an ElmoConfigError."""
+    model, default = model_section(options), Config().from_disk(DEFAULT_CONFIG_PATH)["model"]
+    for key, value in config["model"].items():
+        if key not in model or value == model[key]:
+            continue
+        if f"model.{key}" in given or value != default.get(key):
+            raise ElmoConfigError(
+                f"{source}: model.{key} = {value!r} is not the model's ({model[key]!r}); its "
+                f"sizes are kept: leave model.{key} out or set it to {model[key]!r}"
+            )
+    config = config.copy()
+    config["model"] = {**config["model"], **model}
+    return config

@@ -2,7 +2,8 @@
 learning curve, the final model), and where a run starts from (`--init-from`).
 
     OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), bilm_options.json
-        (the biLM's sizes), metrics.jsonl (the learning curve)
+        (the biLM's sizes), init.json (where a run from `--init-from` started), metrics.jsonl
+        (the learning curve)
     OUT/checkpoint/    the latest checkpoint (see `checkpoint`)
     OUT/model/         the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
         training.json
@@ -47,6 +48,7 @@ TRAINING_SUMMARY = "training.json"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
 OPTIONS_RECORD = "bilm_options.json"  # the sizes of the biLM the run built (`--init-from`'s)
+INIT_RECORD = "init.json"  # the biLM `--init-from` named: as given, its directory, its fingerprint
 METRICS_FILE = "metrics.jsonl"
 # Settings added to the config since its first release, with the value a config without them meant.
 DEFAULTS_BEFORE = {("training", "precision"): "float32"}
@@ -198,21 +200,30 @@ def with_absolute_corpus(config: Config) -> Config:
 
 
 def start_new_run(
-    output: Path, config: Config, vocab: Vocab, corpus_sha256: Dict[str, str], bilm: BiLM
+    output: Path,
+    config: Config,
+    vocab: Vocab,
+    corpus_sha256: Dict[str, str],
+    bilm: BiLM,
+    init: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Clear what a run stopped before its first checkpoint left in `output` (`check_new_run`
-    refuses any other run), then record this run's config, vocabulary, corpus digests and biLM
-    sizes."""
+    refuses any other run), then record this run's config, vocabulary, corpus digests, biLM sizes
+    and the `init` record of the biLM it starts from, if any."""
     with write_errors(output):
         output.mkdir(parents=True, exist_ok=True)
         checkpoint.clear_unpublished(output / CHECKPOINT_DIR)
         (output / METRICS_FILE).unlink(missing_ok=True)
-    for name, text in (
+        (output / INIT_RECORD).unlink(missing_ok=True)
+    records = [
         (CONFIG_FILE, config.to_str()),
         (VOCAB_FILE, vocab.to_str()),
         (CORPUS_RECORD, json.dumps(corpus_sha256, indent=1)),
         (OPTIONS_RECORD, json.dumps(bilm.options.to_dict(), indent=1)),
-    ):
+    ]
+    if init is not None:
+        records.append((INIT_RECORD, json.dumps(init, indent=1)))
+    for name, text in records:
         with write_errors(output / name):
             write_atomic(output / name, text)
 
@@ -221,6 +232,18 @@ def recorded_options(output: Path) -> Optional[BiLMOptions]:
     """The biLM sizes a run in `output` started with; None for a run from before they were kept."""
     path = output / OPTIONS_RECORD
     return BiLMOptions.from_file(path) if os.path.lexists(path) else None
+
+
+def recorded_init(output: Path) -> Optional[Dict[str, Any]]:
+    """The record of the biLM a run in `output` started from (`--init-from`); None for a run from
+    scratch or from before it was kept."""
+    path = output / INIT_RECORD
+    if not os.path.lexists(path):
+        return None
+    record = parse_json(read_regular(path, "init record", RECORD_BYTES), path, "init record")
+    if not isinstance(record, dict) or not isinstance(record.get("init_from"), str):
+        raise ElmoFileError(f"{path}: not an init record written by pretrain")
+    return record
 
 
 def interrupted_note(output: Path) -> str:

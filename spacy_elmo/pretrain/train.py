@@ -22,7 +22,7 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -36,7 +36,7 @@ from ..errors import ElmoConfigError, ElmoFileError
 from ..weights.hub import sha256_file
 from . import checkpoint
 from .batches import Batch
-from .build import initial_bilm, initial_head, training_vocab
+from .build import config_to_train, initial_bilm, initial_head, starting_bilm, training_vocab
 from .config import model_policy, training_precision
 from .corpus import DevSet, Position, TrainingCorpus, corpus_files, load_dev, make_tokenizer
 from .interrupt import deferred_interrupt
@@ -58,19 +58,13 @@ from .outputs import (
 )
 from .progress import Progress, TrainingBar, metrics_record, report_line
 
-__all__ = [
-    "Progress",
-    "Trainer",
-    "all_reduce_gradients",
-    "make_optimizer",
-    "non_finite",
-    "train",
-]
+__all__ = ["Progress", "Trainer", "all_reduce_gradients", "make_optimizer", "non_finite", "train"]
 
 
 class Trainer:
     """Builds everything from the config, then `run()`s the loop. `rank` / `world` come from
-    torch.distributed when it is initialized (torchrun); rank 0 alone writes shared files."""
+    torch.distributed when it is initialized (torchrun); rank 0 alone writes shared files. `given`:
+    the dotted settings the command line set (under `init_from`, see `build.config_to_train`)."""
 
     def __init__(
         self,
@@ -79,6 +73,7 @@ class Trainer:
         *,
         resume: bool = False,
         init_from: Optional[str] = None,
+        given: Collection[str] = (),
         device: str = "cpu",
         progress_bar: bool = True,
         log: Callable[[str], None] = print,
@@ -88,7 +83,12 @@ class Trainer:
             raise ElmoFileError(f"{self.output} exists and is not a directory: pretrain writes one")
         if not resume:
             check_new_run(self.output)
-        self.config = config = with_absolute_corpus(config)
+        init_dir = resolve_init(init_from) if init_from else None
+        start = starting_bilm(init_dir, init_from) if init_dir and not resume else None
+        config, self.init = config_to_train(
+            with_absolute_corpus(config), given, start, self.output if resume else None
+        )
+        self.config = config
         self.rank, self.world = (
             (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         )
@@ -104,7 +104,6 @@ class Trainer:
 
         tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
         self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
-        init_dir = resolve_init(init_from) if init_from else None
         self.vocab = training_vocab(
             config,
             self.corpus.counts,
@@ -117,9 +116,7 @@ class Trainer:
             self.dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], self.vocab, self.unk)
 
         torch.manual_seed(t["seed"])
-        bilm = initial_bilm(
-            config, init_dir, init_from, recorded_options(self.output) if resume else None
-        )
+        bilm = initial_bilm(config, start, recorded_options(self.output) if resume else None)
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         head = initial_head(
             config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir, self.log
@@ -136,7 +133,7 @@ class Trainer:
         if resume:
             self._load_checkpoint()
         elif self.rank == 0:  # a new run: an earlier one in `output` can no longer be resumed
-            start_new_run(self.output, config, self.vocab, self.corpus_sha256, bilm)
+            start_new_run(self.output, config, self.vocab, self.corpus_sha256, bilm, self.init)
         self.log(self._describe())
 
     def _describe(self) -> str:
@@ -378,6 +375,7 @@ class Trainer:
             "corpus": self.corpus_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]),
             "dev": self.last_dev,
+            "init_from": self.init,
         }
         model_dir = save_trained(
             self.output,

@@ -387,3 +387,58 @@ def test_init_from_a_model_of_another_token_width_is_one_error(tmp_path, capsys,
     code, err = run_pretrain([tmp_path / "tuned", *args, "--init-from", model], capsys)
     assert code == 1 and "reads 30 characters per token" in one_error_line(err), err
     assert not (tmp_path / "tuned").exists()
+
+
+def test_init_from_keeps_the_models_sizes_and_records_where_it_started(tmp_path, capsys):
+    """Under --init-from the biLM keeps MODEL's sizes: a `--model.*` setting that differs is one
+    error naming it (the built-in default's value too, where given); OUTPUT_DIR/config.cfg and
+    training.json record the sizes trained and where the run started; --resume continues it."""
+    from thinc.api import Config
+
+    from spacy_elmo import load_bilm
+
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    base, tuned = tmp_path / "base", tmp_path / "tuned"
+    args = ["--no-progress", *override_args(train_path, None, training__max_steps=2)]
+    assert run_pretrain([base, *args], capsys)[0] == 0
+    args = [
+        "--no-progress",
+        "--init-from",
+        base / "model",
+        *override_args(train_path, None, model=False, training__checkpoint_every=1),
+    ]
+    for key, value, model in (("lstm_dim", 128, 32), ("lstm_dim", 512, 32), ("n_layers", 3, 2)):
+        code, err = run_pretrain([tuned, *args, f"--model.{key}", value], capsys)
+        assert code == 1 and one_error_line(err) == (
+            f"error: --init-from {base / 'model'}: model.{key} = {value} is not the model's "
+            f"({model}); its sizes are kept: leave model.{key} out or set it to {model}"
+        )
+    assert not tuned.exists()
+    code, err = run_pretrain(
+        [tuned, *args, "--model.lstm_dim", "32", "--training.max_steps", "2"], capsys
+    )
+    assert code == 0, err
+    sizes = Config().from_disk(base / "config.cfg")["model"]
+    assert Config().from_disk(tuned / "config.cfg")["model"] == sizes
+    summary = json.loads((tuned / "model" / "training.json").read_text(encoding="utf-8"))
+    assert Config().from_str(summary["config"])["model"] == sizes
+    fingerprint = json.loads((base / "model" / "training.json").read_text())["fingerprint"]
+    assert fingerprint == load_bilm(base / "model").fingerprint()
+    assert summary["init_from"] == {
+        "init_from": str(base / "model"),
+        "directory": str(base / "model"),
+        "fingerprint": fingerprint,
+    }
+    # --resume, with --init-from or without it; a size given that differs is refused there too
+    resume = [tuned, *args[3:], "--resume"]
+    code, err = run_pretrain([*resume, "--model.n_layers", "3"], capsys)
+    assert code == 1 and one_error_line(err) == (
+        f"error: --resume (a run from --init-from {base / 'model'}): model.n_layers = 3 is not "
+        "the model's (2); its sizes are kept: leave model.n_layers out or set it to 2"
+    )
+    for more, steps in (([], 3), (args[1:3], 4)):
+        code, err = run_pretrain([*resume, *more, "--training.max_steps", steps], capsys)
+        assert code == 0 and f"resumed at step {steps - 1}" in err, err
+        summary = json.loads((tuned / "model" / "training.json").read_text(encoding="utf-8"))
+        assert summary["steps"] == steps and summary["init_from"]["fingerprint"] == fingerprint
+        assert Config().from_str(summary["config"])["model"] == sizes

@@ -270,11 +270,12 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
         assert (own / "vocab.txt").read_text() == (
             tmp_path / "base" / "model" / "vocab.txt"
         ).read_text()
-    # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes, not the config's
+    # bilm-tf hdf5 weights (no softmax): a fresh softmax, the biLM's sizes (the config's [model]
+    # left at the built-in default, which is not the user's)
     for source in (tmp_path / "base" / "model-hdf5", fixture_dir):
         out = tmp_path / ("hdf5" if source != fixture_dir else "fixture")
         train(
-            tiny_config(train_path, dev_path, training__max_steps=2, model__lstm_dim=8),
+            tiny_config(train_path, dev_path, model=False, training__max_steps=2),
             out,
             init_from=str(source),
             progress_bar=False,
@@ -285,8 +286,8 @@ def test_init_from_saved_and_hdf5_models(toy, tmp_path, fixture_dir):
 
 
 def test_a_run_from_init_from_resumes_without_it_to_the_same_weights(toy, tmp_path, fixture_dir):
-    """The run records the biLM's sizes it started from: `--resume` alone rebuilds that biLM, not
-    the config's `[model]`, and ends where an uninterrupted run ends."""
+    """The run records the biLM's sizes it started from: `--resume` alone rebuilds that biLM (the
+    config's `[model]` left at the built-in default), and ends where an uninterrupted run ends."""
     train_path, dev_path = toy
 
     def config(steps):
@@ -294,8 +295,8 @@ def test_a_run_from_init_from_resumes_without_it_to_the_same_weights(toy, tmp_pa
             train_path,
             dev_path,
             training__max_steps=steps,
+            model=False,
             training__checkpoint_every=1,
-            model__lstm_dim=8,
         )
 
     quiet = dict(progress_bar=False, log=lambda m: None)
@@ -327,7 +328,7 @@ def test_init_from_a_published_name_reads_the_cache(toy, tmp_path, fixture_dir, 
     (options_name, _), (weights_name, _) = hub.published_files("small")
     shutil.copy(fixture_dir / "options.json", directory / options_name)
     shutil.copy(fixture_dir / "lm_weights.hdf5", directory / weights_name)
-    config = tiny_config(*toy, training__max_steps=1, training__learning_rate=1e-12)
+    config = tiny_config(*toy, model=False, training__max_steps=1, training__learning_rate=1e-12)
     train(config, tmp_path / "out", init_from="small", progress_bar=False, log=lambda m: None)
     before, after = load_bilm(fixture_dir), load_bilm(tmp_path / "out" / "model")
     assert after.options == before.options
