@@ -1,12 +1,14 @@
 """The optimizer's side of a training step: the optimizer of `training.optimizer`, gradients summed
-across processes, and the check that weights are still finite."""
+across processes, the check that weights are still finite, and the error of a run that diverged."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
+
+from ..errors import ElmoConfigError
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -41,4 +43,20 @@ def non_finite(state: Dict[str, torch.Tensor]) -> Optional[str]:
             if value.is_floating_point() and not bool(torch.isfinite(value).all())
         ),
         None,
+    )
+
+
+def diverged(step: int, what: str, saved_step: Optional[int], t: Dict[str, Any]) -> ElmoConfigError:
+    """The error that stops a run whose `what` became NaN or infinite at `step` (nothing of it is
+    saved; `saved_step`: its last checkpoint's; `t`: the config's `training` section)."""
+    kept = (
+        f"the last checkpoint (step {saved_step}) is kept"
+        if saved_step is not None
+        else "no checkpoint was written"
+    )
+    return ElmoConfigError(
+        f"pretrain diverged at step {step}: {what} is not finite (NaN or infinity); {kept} and "
+        f"no model is saved. Train again with a lower training.learning_rate (now "
+        f"{t['learning_rate']:g}) or training.grad_clip (now {t['grad_clip']:g}); "
+        f"--resume keeps a run's settings"
     )

@@ -1,7 +1,8 @@
 """A pretraining run's directory: the files it writes and reads back (names, the resume checks, the
 learning curve, the final model), and where a run starts from (`--init-from`).
 
-    OUT/config.cfg, vocab.txt, corpus.json (sha256 of every training file), bilm_options.json
+    OUT/config.cfg, vocab.txt, corpus.json and dev.json (sha256 of every training and dev file),
+        bilm_options.json
         (the biLM's sizes), init.json (where a run from `--init-from` started), metrics.jsonl
         (the learning curve)
     OUT/checkpoint/    the latest checkpoint (see `checkpoint`)
@@ -47,6 +48,7 @@ VOCAB_FILE = "vocab.txt"  # the output vocabulary, in OUT and OUT/model
 TRAINING_SUMMARY = "training.json"
 CONFIG_FILE = "config.cfg"
 CORPUS_RECORD = "corpus.json"
+DEV_RECORD = "dev.json"  # written where the run has a dev corpus
 OPTIONS_RECORD = "bilm_options.json"  # the sizes of the biLM the run built (`--init-from`'s)
 INIT_RECORD = "init.json"  # the biLM `--init-from` named: as given, its directory, its fingerprint
 METRICS_FILE = "metrics.jsonl"
@@ -92,10 +94,14 @@ def resolve_init(path: str) -> Path:
 
 
 def check_resumable(
-    config: Config, output: Path, world: int, corpus_sha256: Dict[str, str]
+    config: Config,
+    output: Path,
+    world: int,
+    corpus_sha256: Dict[str, str],
+    dev_sha256: Optional[Dict[str, str]] = None,
 ) -> None:
-    """A resumed run must train the same model on the same data; only when to stop or report may
-    change."""
+    """A resumed run must train the same model on the same data (the training files' sha256 and,
+    where the run recorded them, the dev files'); only when to stop or report may change."""
     manifest = checkpoint.read_manifest(output / CHECKPOINT_DIR)
     if manifest["world"] != world:
         raise ElmoResumeError(
@@ -123,8 +129,14 @@ def check_resumable(
                     f"--resume: {section}.{key} is {value!r} but the checkpoint in {output} "
                     f"was trained with {old!r}{_relative_hint(old) if paths else ''}"
                 )
-    path = output / CORPUS_RECORD
-    data = read_regular(path, "corpus record", RECORD_BYTES)
+    _check_digests(output / CORPUS_RECORD, corpus_sha256, "training")
+    if dev_sha256 is not None and os.path.lexists(output / DEV_RECORD):
+        _check_digests(output / DEV_RECORD, dev_sha256, "dev")
+
+
+def _check_digests(path: Path, current: Dict[str, str], what: str) -> None:
+    """The `what` files' sha256 now (`current`) must be those recorded in `path`."""
+    data = read_regular(path, f"{what} corpus record", RECORD_BYTES)
     try:
         recorded = json.loads(data.decode(TEXT_ENCODING))
         recorded = {os.path.realpath(str(k)): str(v) for k, v in recorded.items()}
@@ -132,18 +144,18 @@ def check_resumable(
         raise ElmoFileError(
             f"--resume: cannot read the corpus record {path} ({type(err).__name__}: {err})"
         ) from None
-    corpus_sha256 = {os.path.realpath(k): v for k, v in corpus_sha256.items()}
-    for name in sorted(recorded.keys() | corpus_sha256.keys()):
-        if recorded.get(name) != corpus_sha256.get(name):
+    current = {os.path.realpath(k): v for k, v in current.items()}
+    for name in sorted(recorded.keys() | current.keys()):
+        if recorded.get(name) != current.get(name):
             change = (
                 "is new"
                 if name not in recorded
                 else "is gone"
-                if name not in corpus_sha256
+                if name not in current
                 else "was edited (its sha256 differs)"
             )
             raise ElmoResumeError(
-                f"--resume: the training file {name} {change} since the run started "
+                f"--resume: the {what} file {name} {change} since the run started "
                 f"(recorded in {path}); resume only on the same corpus"
             )
 
@@ -205,22 +217,26 @@ def start_new_run(
     vocab: Vocab,
     corpus_sha256: Dict[str, str],
     bilm: BiLM,
+    dev_sha256: Optional[Dict[str, str]] = None,
     init: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Clear what a run stopped before its first checkpoint left in `output` (`check_new_run`
-    refuses any other run), then record this run's config, vocabulary, corpus digests, biLM sizes
-    and the `init` record of the biLM it starts from, if any."""
+    refuses any other run), then record this run's config, vocabulary, corpus digests (the dev
+    corpus's too, if any), biLM sizes and the `init` record of the biLM it starts from, if any."""
     with write_errors(output):
         output.mkdir(parents=True, exist_ok=True)
         checkpoint.clear_unpublished(output / CHECKPOINT_DIR)
         (output / METRICS_FILE).unlink(missing_ok=True)
-        (output / INIT_RECORD).unlink(missing_ok=True)
+        for name in (INIT_RECORD, DEV_RECORD):
+            (output / name).unlink(missing_ok=True)
     records = [
         (CONFIG_FILE, config.to_str()),
         (VOCAB_FILE, vocab.to_str()),
         (CORPUS_RECORD, json.dumps(corpus_sha256, indent=1)),
         (OPTIONS_RECORD, json.dumps(bilm.options.to_dict(), indent=1)),
     ]
+    if dev_sha256 is not None:
+        records.append((DEV_RECORD, json.dumps(dev_sha256, indent=1)))
     if init is not None:
         records.append((INIT_RECORD, json.dumps(init, indent=1)))
     for name, text in records:

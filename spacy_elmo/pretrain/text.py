@@ -19,6 +19,7 @@ import numpy as np
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import TEXT_ENCODING, open_regular, regular_file
+from ..weights.hub import sha256_file
 
 Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 
@@ -46,6 +47,11 @@ def corpus_files(path, what: str) -> List[Path]:
     for file in files:  # a FIFO or a device among them is refused, not skipped
         regular_file(file, f"{what} corpus file")
     return files
+
+
+def corpus_sha256(path, what: str) -> Dict[str, str]:
+    """The sha256 of each file of a corpus (see `corpus_files`), by its path as given."""
+    return {str(f): sha256_file(f) for f in corpus_files(path, what)}
 
 
 def read_lines(path: Path) -> Iterator[str]:

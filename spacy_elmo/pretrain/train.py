@@ -7,10 +7,10 @@ Under the "stream" scheme the LSTM state at the end of each window is carried in
 
 Checkpoints hold the weights, the optimizer, the data position, the carried states and the random
 generators, so a resumed run ends with the same weights as an uninterrupted one (bit for bit on
-CPU); each is published at once, whole (see `checkpoint`). `corpus.json` records the sha256 of every
-training file at the start, so that a resumed run refuses a corpus edited since; the corpus paths
-are recorded absolute, so a run resumes from any working directory. A new run (not `resume`)
-refuses a directory that holds an earlier run's checkpoint or model.
+CPU); each is published at once, whole (see `checkpoint`). `corpus.json` and `dev.json` record the
+sha256 of every training and dev file at the start, so that a resumed run refuses a corpus edited
+since; the corpus paths are recorded absolute, so a run resumes from any working directory. A new
+run (not `resume`) refuses a directory that holds an earlier run's checkpoint or model.
 
 What is trained is built in `build`; the optimizer and gradients are in `optim`; the progress bar
 and the reports' records in `progress`; the run's files in `outputs`.
@@ -32,16 +32,15 @@ from tqdm import tqdm
 from ..bilm import LSTMState
 from ..bilm.device import check_device
 from ..bilm.precision import resolve_precision
-from ..errors import ElmoConfigError, ElmoFileError
-from ..weights.hub import sha256_file
+from ..errors import ElmoFileError
 from . import checkpoint
 from .batches import Batch
 from .build import config_to_train, initial_bilm, initial_head, starting_bilm, training_vocab
 from .config import model_policy, training_precision
-from .corpus import DevSet, Position, TrainingCorpus, corpus_files, load_dev, make_tokenizer
+from .corpus import DevSet, Position, TrainingCorpus, load_dev, make_tokenizer
 from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
-from .optim import all_reduce_gradients, make_optimizer, non_finite
+from .optim import all_reduce_gradients, diverged, make_optimizer, non_finite
 from .outputs import (
     CHECKPOINT_DIR,
     HDF5_DIR,
@@ -57,6 +56,7 @@ from .outputs import (
     with_absolute_corpus,
 )
 from .progress import Progress, TrainingBar, metrics_record, report_line
+from .text import corpus_sha256
 
 __all__ = ["Progress", "Trainer", "all_reduce_gradients", "make_optimizer", "non_finite", "train"]
 
@@ -98,9 +98,7 @@ class Trainer:
         self.t, self.unk, self.policy = t, c["unk_token"], model_policy(config)
         self.ckpt_dir = self.output / CHECKPOINT_DIR
         self.saved_step: Optional[int] = None
-        self.corpus_sha256 = {str(f): sha256_file(f) for f in corpus_files(c["train"], "train")}
-        if resume:
-            check_resumable(config, self.output, self.world, self.corpus_sha256)
+        self._digests(resume)
 
         tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
         self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
@@ -133,8 +131,20 @@ class Trainer:
         if resume:
             self._load_checkpoint()
         elif self.rank == 0:  # a new run: an earlier one in `output` can no longer be resumed
-            start_new_run(self.output, config, self.vocab, self.corpus_sha256, bilm, self.init)
+            start_new_run(
+                self.output, config, self.vocab, self.train_sha256, bilm, self.dev_sha256, self.init
+            )
         self.log(self._describe())
+
+    def _digests(self, resume: bool) -> None:
+        """The sha256 of the training and dev files; a resumed run's must be those it recorded."""
+        c = self.config["corpus"]
+        self.train_sha256 = corpus_sha256(c["train"], "train")
+        self.dev_sha256 = corpus_sha256(c["dev"], "dev") if c["dev"] is not None else None
+        if resume:
+            check_resumable(
+                self.config, self.output, self.world, self.train_sha256, self.dev_sha256
+            )
 
     def _describe(self) -> str:
         """The log line that says what is trained, on what, and how."""
@@ -156,7 +166,7 @@ class Trainer:
             return
         bad = non_finite(self.model.state_dict())
         if bad is not None:
-            raise self._diverged(step, f"the weight {bad}")
+            raise diverged(step, f"the weight {bad}", self.saved_step, self.t)
         own = {
             "step": step,
             "torch_rng": torch.get_rng_state(),
@@ -210,21 +220,6 @@ class Trainer:
             if reported:  # the loss the checkpoint holds is in the record of its step
                 self.progress.loss_sum, self.progress.loss_steps = 0.0, 0
         self.log(f"resumed at step {self.progress.step} (epoch {self.progress.epoch})")
-
-    def _diverged(self, step: int, what: str) -> ElmoConfigError:
-        """The error that stops a run whose `what` became NaN or infinite at `step` (nothing of it
-        is saved)."""
-        kept = (
-            f"the last checkpoint (step {self.saved_step}) is kept"
-            if self.saved_step is not None
-            else "no checkpoint was written"
-        )
-        return ElmoConfigError(
-            f"pretrain diverged at step {step}: {what} is not finite (NaN or infinity); {kept} and "
-            f"no model is saved. Train again with a lower training.learning_rate (now "
-            f"{self.t['learning_rate']:g}) or training.grad_clip (now {self.t['grad_clip']:g}); "
-            f"--resume keeps a run's settings"
-        )
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Optional[Dict[str, Any]]:
@@ -345,7 +340,7 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.t["grad_clip"])
         # the same on every process: the gradients are summed across them
         if not torch.isfinite(norm):
-            raise self._diverged(self.progress.step + 1, "the loss's gradient")
+            raise diverged(self.progress.step + 1, "the loss's gradient", self.saved_step, self.t)
         self.optimizer.step()
         self.model.bilm.invalidate()
         if carry:
@@ -372,7 +367,7 @@ class Trainer:
             "tokens": p.tokens,
             "train_minutes": p.train_seconds / 60,
             "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
-            "corpus": self.corpus_sha256,
+            "corpus": self.train_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]),
             "dev": self.last_dev,
             "init_from": self.init,

@@ -135,3 +135,31 @@ def test_a_run_resumes_from_another_working_directory(tmp_path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     code, err = run("out", "train.txt", "dev.txt", 4, "--resume")
     assert code == 0 and "resumed at step 3" in err, err
+
+
+def test_resume_refuses_an_edited_dev_file_as_an_edited_training_file(tmp_path, capsys):
+    """The dev file's sha256 is recorded at the start like the training files': a dev set edited
+    at the same path would mix two dev sets in metrics.jsonl, so --resume refuses it, in the same
+    words."""
+    train, dev = (
+        write_corpus(tmp_path / name, toy_sentences(100, seed=seed))
+        for name, seed in (("train.txt", 0), ("dev.txt", 1))
+    )
+    out = tmp_path / "out"
+
+    def run(steps, *more):
+        args = [out, "--no-progress", *override_args(train, dev, training__max_steps=steps)]
+        return run_pretrain([*args, *more], capsys)
+
+    assert run(2)[0] == 0
+    for edited, what, record in ((dev, "dev", "dev.json"), (train, "training", "corpus.json")):
+        kept = edited.read_bytes()
+        write_corpus(edited, toy_sentences(100, seed=7))
+        code, err = run(3, "--resume")
+        assert code == 1 and one_error_line(err) == (
+            f"error: --resume: the {what} file {edited} was edited (its sha256 differs) since the "
+            f"run started (recorded in {out / record}); resume only on the same corpus"
+        )
+        edited.write_bytes(kept)
+    code, err = run(3, "--resume")
+    assert code == 0 and "resumed at step 2" in err, err
