@@ -218,7 +218,7 @@ def embed_cli(
         except EmbedInterrupted as err:
             typer.echo(f"interrupted: {next_step(err)}", err=True)
             raise typer.Exit(130) from None
-    report(result, output_path, weights)
+    report(result, output_path, weights, shard)
 
 
 def next_step(err: EmbedInterrupted) -> str:
@@ -252,19 +252,31 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None]]:
             bar.close()
 
 
-def report(result: EmbedResult, output_path: Path, weights: str) -> None:
-    """What a run did, on stderr: the lines and tokens it wrote, and their speed."""
+def report(result: EmbedResult, output_path: Path, weights: str, shard: Optional[str]) -> None:
+    """What a run did, on stderr: the lines and tokens it wrote, and their speed; after `--shard
+    I/N`, the shards still missing."""
     if describe_source(weights) != weights:  # a spaCy pipeline: say whose biLM
         typer.echo(f"weights: the {describe_source(weights)}", err=True)
     if result.precision_reason.startswith("auto"):
         typer.echo(f"precision {result.precision} ({result.precision_reason})", err=True)
-    if not result.wrote:
+    i, _, n = (shard or "").partition("/")
+    if not result.wrote and shard is not None and result.missing:
+        typer.echo(f"{output_path}: shard {i} of {n} is complete already", err=True)
+    elif not result.wrote:
         typer.echo(f"{output_path} is complete already ({result.lines_done} lines)", err=True)
-        return
-    seconds = max(result.seconds, 1e-9)
-    typer.echo(
-        f"wrote {output_path}: {result.lines_done + result.lines_run} lines ({result.lines_run} in "
-        f"this run), {result.tokens} tokens in {result.seconds:.1f} s, "
-        f"{result.tokens / seconds:,.0f} tokens/s",
-        err=True,
-    )
+    else:
+        seconds = max(result.seconds, 1e-9)
+        typer.echo(
+            f"wrote {output_path}: {result.lines_done + result.lines_run} lines "
+            f"({result.lines_run} in this run), {result.tokens} tokens in {result.seconds:.1f} s, "
+            f"{result.tokens / seconds:,.0f} tokens/s",
+            err=True,
+        )
+    if result.missing:
+        *most, last = map(str, result.missing)
+        which = f"shards {', '.join(most)} and {last}" if most else f"shard {last}"
+        typer.echo(
+            f"{which} of {output_path} {'are' if most else 'is'} still missing (--shard I/{n} "
+            "writes shard I)",
+            err=True,
+        )

@@ -66,7 +66,7 @@ class Job:
     """One run: its checked `options`, the `settings` it records, the `writer` of its files, the
     input's tokenizer (`nlp`; None: split on whitespace) and the layer chosen; `on_line(n_tokens)`
     follows each line embedded; `lines_done`: lines found complete when the run started,
-    `lines_run`: lines embedded by it."""
+    `lines_run`: lines embedded by it; `missing`: the shards not written when it ended."""
 
     options: EmbedOptions
     settings: Settings
@@ -76,6 +76,7 @@ class Job:
     on_line: Optional[Callable[[int], None]] = None
     lines_done: int = 0
     lines_run: int = 0
+    missing: tuple[int, ...] = ()
 
     @property
     def input_path(self) -> Path:
@@ -248,11 +249,13 @@ def _start_over(job: Job, work: WorkDir) -> None:
 def embed_sharded(bilm: ElmoEmbedder, job: Job, only: Optional[int] = None) -> bool:
     """Write `job.output` as a directory of `job.shards` shards and `manifest.json`; only shard
     `only` where given. Rerunning redoes the missing shards (a shard killed mid-write is redone
-    whole). Returns False where every shard asked for was complete already."""
+    whole). Returns False where every shard asked for was complete already; `job.missing` holds
+    the shards still to write after it (another `--shard I/N`'s)."""
     work, ranges, todo = start_sharded(job, only)
     for i in todo:
         write_shard(bilm, job, work, i, ranges[i])
         record_complete(work)
+    job.missing = tuple(i for i, done in enumerate(work.complete(len(ranges))) if not done)
     return bool(todo)
 
 
@@ -288,7 +291,7 @@ def start_sharded(
         complete = manifests.complete(len(ranges))
         if manifests.has_manifest():
             manifest = manifests.manifest()
-            check_settings(out, manifest.settings, job.settings)
+            check_settings(out, manifest.settings, job.settings, one_shard=only is not None)
             # killed between a shard's rename and the manifest's update
             manifest = manifests.record_complete(manifest)
         else:

@@ -312,8 +312,11 @@ FLAGS = {
 }
 
 
-def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> None:
-    """Refuse to continue `path` (started with `then`) with other input or settings, in one line."""
+def check_settings(
+    path: Path, then: dict[str, Any], now: dict[str, Any], one_shard: bool = False
+) -> None:
+    """Refuse to continue `path` (started with `then`) with other input or settings, in one line
+    that names the options to give (`one_shard`: the run writes one shard, `--shard I/N`)."""
     if then == now:
         return
     if any(then.get(k) != now.get(k) for k in INPUT_KEYS):
@@ -329,7 +332,7 @@ def check_settings(path: Path, then: dict[str, Any], now: dict[str, Any]) -> Non
             f"{path} was started on another input ({then.get('input')} then, {now['input']} now)"
         )
     same = " ".join(
-        f"{flag} {then[key]}"
+        f"--shard I/{then[key]}" if key == "shards" and one_shard else f"{flag} {then[key]}"
         for key, flag in FLAGS.items()
         if key in then and then.get(key) != now.get(key) and then[key] is not None
     )

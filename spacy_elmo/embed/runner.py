@@ -25,7 +25,8 @@ class EmbedResult:
     """What a run did: `output`, the input's `lines`, `lines_done` (complete before the run, kept),
     `lines_run` and `tokens` (embedded by the run), in `seconds`; `wrote`: False where the output
     was complete already. `source`: the biLM used (`ElmoEmbedder.source`); `precision` of its
-    products and why (`ElmoEmbedder.precision_reason`)."""
+    products and why (`ElmoEmbedder.precision_reason`); `missing`: the shards of `output` not
+    written yet (after `--shard I/N`)."""
 
     output: Path
     lines: int
@@ -37,6 +38,7 @@ class EmbedResult:
     source: str
     precision: str
     precision_reason: str
+    missing: tuple[int, ...] = ()
 
 
 class EmbedInterrupted(KeyboardInterrupt):
@@ -111,6 +113,7 @@ def run(options: EmbedOptions, progress: Optional[Progress] = None) -> EmbedResu
         wrote,
         source,
         *precision,
+        job.missing,
     )
 
 

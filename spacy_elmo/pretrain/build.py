@@ -156,13 +156,34 @@ def initial_head(
 
 
 def load_head(head: torch.nn.Module, path: Path, softmax_type: str) -> None:
-    """Load the softmax weights saved at `path` into `head`, which must be of their type."""
+    """Load the softmax weights saved at `path` into `head`, which must be of their type and sizes;
+    an ElmoConfigError says which differs."""
     state = checkpoint.torch_load(path, what="softmax weights")
-    if {k: getattr(v, "shape", None) for k, v in state.items()} != {
-        k: v.shape for k, v in head.state_dict().items()
-    }:
+    saved = {k: tuple(getattr(v, "shape", ())) for k, v in state.items()}
+    wanted = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    if saved == wanted:
+        head.load_state_dict(state)
+        return
+    if saved.keys() != wanted.keys():
         raise ElmoConfigError(
-            f"{path}: the saved softmax does not match softmax.type = "
-            f"{softmax_type!r}; set it to the type it was trained with"
+            f"{path}: the saved softmax is not of softmax.type = {softmax_type!r}; set it to the "
+            "type it was trained with"
         )
-    head.load_state_dict(state)
+    if "weight" in wanted and len(saved["weight"]) == 2:  # full and sampled: (entries, width)
+        (n_saved, width_saved), (n, width) = saved["weight"], wanted["weight"]
+        if n_saved != n:
+            raise ElmoConfigError(
+                f"{path}: the saved softmax predicts {n_saved} entries of an output vocabulary, "
+                f"this run's vocabulary has {n}: continue from the softmax of this vocabulary"
+            )
+        if width_saved != width:
+            raise ElmoConfigError(
+                f"{path}: the saved softmax reads {width_saved}-wide biLM outputs, this run's "
+                f"biLM gives {width}: continue from the softmax trained with this biLM"
+            )
+    name = next(k for k in wanted if saved[k] != wanted[k])
+    raise ElmoConfigError(
+        f"{path}: the saved softmax's {name} is {list(saved[name])}, this run's is "
+        f"{list(wanted[name])} (softmax.type {softmax_type!r}, softmax.adaptive_cutoffs and the "
+        "output vocabulary must be those it was trained with)"
+    )

@@ -134,6 +134,14 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     text, one = single
     out = tmp_path / "sharded"
     assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3")) == 0
+    missing = f"shards 0 and 2 of {out} are still missing (--shard I/3 writes shard I)"
+    assert capsys.readouterr().err.splitlines()[-1] == missing
+    # run again: this shard is complete, the others are not (not "OUT is complete already")
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/3")) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"{out}: shard 1 of 3 is complete already",
+        missing,
+    ]
     assert sorted(p.name for p in out.glob("shard-*.hdf5")) == ["shard-00001.hdf5"]
     assert json.loads((out / "manifest.json").read_text())["complete"] == [False, True, False]
     with pytest.raises(ElmoFileError, match="shard-00000.hdf5, shard-00002.hdf5 not written"):
@@ -144,7 +152,8 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert_same_lines(one, out)
     # other shard count: refused
     assert run_cli(*args(text, out, fixture_dir, "--shard", "1/4")) == 1
-    assert "shards: 3 then, 4 now" in one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
+    assert "shards: 3 then, 4 now" in line and "with the same ones (--shard I/3)" in line, line
 
 
 def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path, capsys):

@@ -442,3 +442,27 @@ def test_init_from_keeps_the_models_sizes_and_records_where_it_started(tmp_path,
         summary = json.loads((tuned / "model" / "training.json").read_text(encoding="utf-8"))
         assert summary["steps"] == steps and summary["init_from"]["fingerprint"] == fingerprint
         assert Config().from_str(summary["config"])["model"] == sizes
+
+
+def test_a_softmax_of_another_vocabulary_size_is_named_so(tmp_path, capsys):
+    """`--resume` of a run from --init-from A, given --init-from B whose softmax predicts another
+    number of words: the error says that the vocabulary sizes differ (it blamed softmax.type)."""
+    a = write_corpus(tmp_path / "a.txt", toy_sentences(100))
+    b = write_corpus(
+        tmp_path / "b.txt", [f"{line} extra words here" for line in toy_sentences(100)]
+    )
+    for corpus in (a, b):
+        args = ["--no-progress", *override_args(corpus, None, training__max_steps=1)]
+        assert run_pretrain([tmp_path / corpus.stem, *args], capsys)[0] == 0
+    entries = [len((tmp_path / x / "vocab.txt").read_text().splitlines()) for x in ("a", "b")]
+    assert entries[0] != entries[1]
+    args = [tmp_path / "tuned", "--no-progress", *override_args(a, None, training__max_steps=1)]
+    assert run_pretrain([*args, "--init-from", tmp_path / "a"], capsys)[0] == 0
+    code, err = run_pretrain(
+        [*args, "--resume", "--training.max_steps", "2", "--init-from", tmp_path / "b"], capsys
+    )
+    head = tmp_path / "b" / "model" / "lm_head.pt"
+    assert code == 1 and one_error_line(err) == (
+        f"error: {head}: the saved softmax predicts {entries[1]} entries of an output vocabulary, "
+        f"this run's vocabulary has {entries[0]}: continue from the softmax of this vocabulary"
+    )
