@@ -87,9 +87,10 @@ def embed_cli(
         Optional[int],
         typer.Option(
             min=1,
-            help="lines per block (a part: a kill loses at most the one being written; a shard is "
-            "whole blocks; "
-            "a line's arrays depend on its block). Default 10,000, or lines/N where --shards N "
+            help="lines per block (a line's arrays depend on its block). A single output file is "
+            "written a block at a time, each a part: a kill loses at most the part being written; "
+            "under --shards N a shard is whole blocks and each shard is one file, written whole: a "
+            "kill loses the shard in progress. Default 10,000, or lines/N where --shards N "
             "needs more blocks (then within float32 rounding of a single run: give both the same "
             "--flush-every for the same bits)",
         ),

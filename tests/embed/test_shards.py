@@ -421,3 +421,12 @@ def test_a_manifest_without_shard_records_gets_them_on_a_rerun(
     assert "complete already (600 lines)" in capsys.readouterr().err
     assert len(json.loads((out / "manifest.json").read_text())["shards"]) == 4
     assert_same_lines(source, out)
+
+
+def test_help_says_a_kill_loses_the_shard_in_progress(capsys):
+    """`--flush-every`'s help: a single file loses at most the part being written, but a shard is
+    one file written whole, so a kill under --shards N loses the shard in progress."""
+    assert run_cli("embed", "--help") == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "a kill loses at most the part being written" in text, text
+    assert "each shard is one file, written whole: a kill loses the shard in progress" in text
