@@ -58,18 +58,19 @@ def training_vocab(
 
 
 class Start(NamedTuple):
-    """The biLM that `--init-from` names, and the record of it that the run keeps."""
+    """The biLM that `--init-from` names: its directory, its sizes and the record of it that the
+    run keeps."""
 
-    bilm: BiLM
+    directory: Path
+    options: BiLMOptions
     record: Dict[str, Any]  # init_from (as given), directory, fingerprint
 
 
 def starting_bilm(init_dir: Path, init_from: str) -> Start:
     """The biLM in `init_dir` (`--init-from init_from`), checked to be one that pretrain can
-    train, with its record: where it is and its fingerprint before training."""
+    train, with its record: where it is and its fingerprint before training. Read to check it
+    only: `initial_bilm` loads it again after the run's seed."""
     bilm = load_bilm(init_dir).network
-    # `init-random`'s label of untrained weights: they are trained from here on
-    bilm.options.extra.pop(UNTRAINED_KEY, None)
     if bilm.options.char_table:
         raise ElmoConfigError(
             f"--init-from {init_from}: a model with a character table (ELMoForManyLangs) "
@@ -86,7 +87,7 @@ def starting_bilm(init_dir: Path, init_from: str) -> Start:
         "directory": os.path.abspath(init_dir),
         "fingerprint": bilm.fingerprint(),
     }
-    return Start(bilm, record)
+    return Start(init_dir, bilm.options, record)
 
 
 def config_to_train(
@@ -98,7 +99,7 @@ def config_to_train(
     run started (None: from scratch)."""
     if start is not None:
         source = f"--init-from {start.record['init_from']}"
-        return with_model_of(config, start.bilm.options, given, source), start.record
+        return with_model_of(config, start.options, given, source), start.record
     record = recorded_init(resumed_run) if resumed_run is not None else None
     options = recorded_options(resumed_run) if record is not None else None
     if record is None or options is None:
@@ -112,10 +113,15 @@ def initial_bilm(
 ) -> BiLM:
     """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
     weights), the one `--init-from` names (`start`), or a new one as the config's `model` section
-    says, initialized from torch's random generator."""
+    says, initialized from torch's random generator. Either way the network is built from that
+    generator (after the run's seed), and training's dropout draws from it next."""
     if resumed is not None:
         return BiLM(resumed)
-    return start.bilm if start is not None else BiLM(bilm_options(config))
+    if start is None:
+        return BiLM(bilm_options(config))
+    bilm = load_bilm(start.directory).network
+    bilm.options.extra.pop(UNTRAINED_KEY, None)  # `init-random`'s label: trained from here on
+    return bilm
 
 
 def initial_head(

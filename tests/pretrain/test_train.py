@@ -309,6 +309,30 @@ def test_a_run_from_init_from_resumes_without_it_to_the_same_weights(toy, tmp_pa
         assert torch.equal(values, split.network.state_dict()[name]), name
 
 
+def test_a_run_from_init_from_loads_its_biLM_after_the_seed(
+    toy, tmp_path, fixture_dir, monkeypatch
+):
+    """The biLM `--init-from` names is built from torch's generator after the run's seed, as it
+    always was, so training's dropout draws what earlier releases drew: a tuned biLM is the same
+    whatever version tunes it (the study keys its runs by the tuned biLM's fingerprint)."""
+    import importlib
+
+    trainer_module = importlib.import_module("spacy_elmo.pretrain.train")
+    initial_bilm, states = trainer_module.initial_bilm, []
+
+    def recorded(*args, **kwargs):
+        bilm = initial_bilm(*args, **kwargs)
+        states.append(torch.random.get_rng_state())
+        return bilm
+
+    monkeypatch.setattr(trainer_module, "initial_bilm", recorded)
+    config = tiny_config(*toy, model=False)
+    trainer_module.Trainer(config, tmp_path / "out", init_from=str(fixture_dir), progress_bar=False)
+    torch.manual_seed(config["training"]["seed"])
+    load_bilm(fixture_dir)
+    assert torch.equal(states[0], torch.random.get_rng_state())
+
+
 def test_init_from_missing_path(toy, tmp_path):
     from spacy_elmo import ElmoFileError
 
