@@ -2,9 +2,8 @@
 learning curve, the final model), and where a run starts from (`--init-from`).
 
     OUT/config.cfg, vocab.txt, corpus.json and dev.json (sha256 of every training and dev file),
-        bilm_options.json
-        (the biLM's sizes), init.json (where a run from `--init-from` started), metrics.jsonl
-        (the learning curve)
+        bilm_options.json (the biLM's sizes), init.json (where a run from `--init-from` started),
+        metrics.jsonl (the learning curve)
     OUT/checkpoint/    the latest checkpoint (see `checkpoint`)
     OUT/model/         the trained biLM (`load_bilm`), its softmax (lm_head.pt), vocab.txt,
         training.json
