@@ -275,21 +275,31 @@ class Study(TunedRuns):
         (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
     def evaluate_step(self) -> None:
-        """Test scores, speed and size of every trained run that has none yet."""
+        """Test scores, speed and size of every trained run whose metrics are missing or record
+        another training of it (its train.json: the run was trained again)."""
         runs_dir = self.metrics / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
         runs = [r for which in STEPS.values() for r in self.runs(which)]
         for task, system, fraction, seed in runs + self.tuned_placed()[0]:
             out = self.run_dir(task, system, fraction, seed)
             target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
-            if not self.stale(target, task) or self.stale(out / "train.json", task):
+            if self.stale(out / "train.json", task):
                 continue
             record = json.loads((out / "train.json").read_text(encoding="utf-8"))
+            if not self.stale(target, task) and evaluated(target, record):
+                continue
             record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
             target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             print(
                 f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}"
             )
+
+
+def evaluated(metrics: Path, trained: Dict) -> bool:
+    """Whether the run's metrics record (`metrics`) is of the training that `trained` (its
+    train.json) records: `evaluate` copies every field of it."""
+    record = json.loads(metrics.read_text(encoding="utf-8"))
+    return all(record.get(key) == value for key, value in trained.items())
 
 
 def with_pretraining_section(config: Path, out: Path) -> Path:

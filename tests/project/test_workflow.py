@@ -240,6 +240,33 @@ def test_the_placement_systems_train_and_evaluate_on_the_smoke_bilm(smoke_projec
     assert outputs[-1].count(" 0 run(s) to train") == 2 and "not chosen yet" not in outputs[-1]
 
 
+def test_a_retrained_run_is_evaluated_again(smoke_project, tmp_path):
+    """`evaluate` scores a run again where its training is not the one its metrics record (here a
+    retrained base run: another train.json); a run whose metrics record its training is skipped."""
+    copy_project(tmp_path)
+    runs = "project/training/smoke/runs"
+    parts = ["project/corpus/smoke", "project/training/smoke/bilm", "project/training/smoke/tuned"]
+    for part in [*parts, SMOKE_METRICS, f"{runs}/pos-base-f1-s0", f"{runs}/pos-elmo-f1-s0"]:
+        shutil.copytree(smoke_project / part, tmp_path / part)
+    trained = tmp_path / runs / "pos-base-f1-s0" / "train.json"
+    retrained = {**json.loads(trained.read_text()), "date": "2099-01-01", "train_seconds": 1.0}
+    trained.write_text(json.dumps(retrained))
+    evaluated = tmp_path / SMOKE_METRICS / "runs" / "pos-base-f1-s0.json"
+    kept = tmp_path / SMOKE_METRICS / "runs" / "pos-elmo-f1-s0.json"
+    before = kept.stat().st_mtime_ns
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    step = "run_study evaluate --scale smoke --tasks pos"
+    subprocess.run(
+        [sys.executable, "-c", STEPS, step], cwd=tmp_path, env=env, check=True, capture_output=True
+    )
+    record = json.loads(evaluated.read_text())
+    assert record["date"] == "2099-01-01" and record["train_seconds"] == 1.0 and "test" in record
+    assert kept.stat().st_mtime_ns == before
+
+
 def test_finished_steps_are_skipped(smoke_project):
     """A step whose deps and outputs are unchanged does not run again: summarize.py, which always
     writes summary.md and the plots, leaves them untouched."""
