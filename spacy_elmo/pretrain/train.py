@@ -58,6 +58,9 @@ from .outputs import (
 from .progress import Progress, TrainingBar, metrics_record, report_line
 from .text import corpus_sha256
 
+# the dropout seed of rank r > 0 is the run's seed + r x this (far from seed + 1 + r, the samplers')
+RANK_SEED_STRIDE = 7919
+
 __all__ = ["Progress", "Trainer", "all_reduce_gradients", "make_optimizer", "non_finite", "train"]
 
 
@@ -120,6 +123,8 @@ class Trainer:
             config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir, self.log
         )
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
+        if self.rank:  # each process its own dropout masks; rank 0 draws what one process draws
+            torch.manual_seed(t["seed"] + RANK_SEED_STRIDE * self.rank)
         # autocast of the forward pass: its products in bfloat16; weights, gradients and optimizer
         # stay float32
         self.precision = resolve_precision(training_precision(config), self.device, training=True)

@@ -54,6 +54,10 @@ def test_two_processes_equal_one_on_the_union(tmp_path, scheme):
         manifest = json.loads((tmp_path / "ddp" / "checkpoint" / "checkpoint.json").read_text())
         assert (manifest["step"], manifest["world"]) == (3, 2)
         assert sorted(manifest["sha256"]) == ["model.pt", "rank0.pt", "rank1.pt"]
+        # each rank draws its own dropout masks: their generators differ
+        step_dir = tmp_path / "ddp" / "checkpoint" / "step-000000003"
+        rngs = [torch.load(step_dir / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+        assert not torch.equal(rngs[0]["torch_rng"], rngs[1]["torch_rng"])
         cmd.append("--resume")
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
