@@ -92,7 +92,8 @@ def embed_cli(
             "under --shards N a shard is whole blocks and each shard is one file, written whole: a "
             "kill loses the shard in progress. Default 10,000, or lines/N where --shards N "
             "needs more blocks (then within float32 rounding of a single run: give both the same "
-            "--flush-every for the same bits)",
+            "--flush-every, and the same threads, for the same bits: --threads, or a Ray actor's "
+            "--threads-per-worker)",
         ),
     ] = None,
     shards: Annotated[

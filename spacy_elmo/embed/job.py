@@ -260,10 +260,11 @@ def embed_sharded(bilm: ElmoEmbedder, job: Job, only: Optional[int] = None) -> b
 
 
 def start_sharded(
-    job: Job, only: Optional[int] = None
+    job: Job, only: Optional[int] = None, threads_flag: str = "--threads"
 ) -> tuple[WorkDir, list[tuple[int, int]], list[int]]:
     """Make or check the shard directory and its manifest: the directory, every shard's line range
-    and the shards still to write (only `only` where given)."""
+    and the shards still to write (only `only` where given; `threads_flag`: see
+    `outdir.check_settings`)."""
     out = job.output
     if out.exists() and (
         not out.is_dir()
@@ -291,7 +292,9 @@ def start_sharded(
         complete = manifests.complete(len(ranges))
         if manifests.has_manifest():
             manifest = manifests.manifest()
-            check_settings(out, manifest.settings, job.settings, one_shard=only is not None)
+            check_settings(
+                out, manifest.settings, job.settings, only is not None, threads_flag=threads_flag
+            )
             # killed between a shard's rename and the manifest's update
             manifest = manifests.record_complete(manifest)
         else:

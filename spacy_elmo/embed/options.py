@@ -54,6 +54,11 @@ class EmbedOptions:
     max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES
     runtime_env: Optional[dict[str, Any]] = None
 
+    def __post_init__(self) -> None:
+        """The two paths as Paths, whatever path-like Python code gives (a str too)."""
+        for name in ("input_path", "output"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+
     def check(self) -> "EmbedOptions":
         """Self, with `shards` taken from `--shard I/N` where only that is given; ElmoConfigError (a
         setting out of range or settings that do not go together) or ElmoResourceError (`engine` ray

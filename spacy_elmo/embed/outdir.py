@@ -313,10 +313,15 @@ FLAGS = {
 
 
 def check_settings(
-    path: Path, then: dict[str, Any], now: dict[str, Any], one_shard: bool = False
+    path: Path,
+    then: dict[str, Any],
+    now: dict[str, Any],
+    one_shard: bool = False,
+    threads_flag: str = "--threads",
 ) -> None:
     """Refuse to continue `path` (started with `then`) with other input or settings, in one line
-    that names the options to give (`one_shard`: the run writes one shard, `--shard I/N`)."""
+    that names the options to give (`one_shard`: the run writes one shard, `--shard I/N`;
+    `threads_flag`: the option that sets the threads that embed, Ray's `--threads-per-worker`)."""
     if then == now:
         return
     if any(then.get(k) != now.get(k) for k in INPUT_KEYS):
@@ -333,7 +338,7 @@ def check_settings(
         )
     same = " ".join(
         f"--shard I/{then[key]}" if key == "shards" and one_shard else f"{flag} {then[key]}"
-        for key, flag in FLAGS.items()
+        for key, flag in {**FLAGS, "threads": threads_flag}.items()
         if key in then and then.get(key) != now.get(key) and then[key] is not None
     )
     raise ElmoResumeError(

@@ -368,7 +368,7 @@ def embed_job(
             "a job on device cuda needs GPUs per worker, and only such a job takes them"
         )
     check_address(address)  # before the output is made
-    work, ranges, todo = start_sharded(job)
+    work, ranges, todo = start_sharded(job, threads_flag="--threads-per-worker")
     if not todo:
         record_complete(work)  # a driver killed before recording its last shard
         return False

@@ -248,6 +248,12 @@ def test_changed_input_weights_or_settings_are_refused(corpus, fixture_dir, tmp_
         ElmoFileError, match="other settings .*dtype: 'float32' then, 'float16' now"
     ):
         embed_with_ray_run(text, out, str(fixture_dir), **{**SETTINGS, "dtype": "float16"})
+    # begun (by a local run) on 2 threads: Ray's actors take them from --threads-per-worker
+    (out / "manifest.json").write_text(
+        json.dumps({**manifest, "settings": {**manifest["settings"], "threads": 2}})
+    )
+    with pytest.raises(ElmoFileError, match=r"same ones \(--threads-per-worker 2\)"):
+        embed_with_ray_run(text, out, str(fixture_dir), **SETTINGS)
     changed = tmp_path / "in.txt"
     changed.write_text(text.read_text(encoding="utf-8").replace("cat", "dog"), encoding="utf-8")
     manifest["settings"]["input"] = str(changed.resolve())

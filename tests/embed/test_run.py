@@ -26,9 +26,8 @@ def test_run_writes_what_the_command_line_writes(corpus, fixture_dir, tmp_path):
     assert run_cli("embed", corpus, tmp_path / "cli.hdf5", *flags) == 0
     assert run_cli("embed", corpus, tmp_path / "cli", *flags, "--shards", 2) == 0
     calls = []
-    options = EmbedOptions(
-        corpus, tmp_path / "lib.hdf5", str(fixture_dir), whitespace=True, flush_every=10
-    )
+    settings = {"whitespace": True, "flush_every": 10}
+    options = EmbedOptions(corpus, tmp_path / "lib.hdf5", str(fixture_dir), **settings)
     result = run(options, progress=lambda done, total: calls.append((done, total)))
     assert isinstance(result, EmbedResult) and result.wrote
     assert (result.output, result.lines, result.lines_done, result.lines_run) == (
@@ -42,6 +41,9 @@ def test_run_writes_what_the_command_line_writes(corpus, fixture_dir, tmp_path):
         done for done, _ in calls
     )
     assert (tmp_path / "lib.hdf5").read_bytes() == (tmp_path / "cli.hdf5").read_bytes()
+    # paths as strings, as Python code gives them
+    run(EmbedOptions(str(corpus), str(tmp_path / "str.hdf5"), str(fixture_dir), **settings))
+    assert (tmp_path / "str.hdf5").read_bytes() == (tmp_path / "cli.hdf5").read_bytes()
 
     again = run(
         EmbedOptions(
