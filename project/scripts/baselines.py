@@ -1,16 +1,18 @@
 """The two baselines that read the biLM's pretraining text (the `baselines` step): `spacy pretrain`
 of the tok2vec and floret vectors. baselines.json in the scale's metrics directory keeps the cost of
-each."""
+each. Each baseline is done once its record (pretrain.json, floret.json) is written, last; a
+directory without it (a step stopped midway) is removed and the baseline redone."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .study import ASSETS, CONFIGS, LM_TEXT, ROOT, Scale, run
+from .study import ASSETS, CONFIGS, LM_TEXT, Scale, run, shown
 
 
 def pretrain_baselines(
@@ -50,9 +52,26 @@ def raw_text_jsonl(scale: Scale, text_dir: Path, jsonl: Path) -> Path:
     return jsonl
 
 
+def fresh(out: Path, record: Path) -> bool:
+    """Whether the baseline in `out` is still to do: its record is missing. What a stopped step
+    left there is removed."""
+    if record.is_file():
+        return False
+    if out.exists():
+        shutil.rmtree(out)
+    return True
+
+
+def write_record(path: Path, record: dict) -> None:
+    """The baseline's record, written whole or not at all: it marks the baseline done."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(record), encoding="utf-8")
+    part.replace(path)
+
+
 def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
-    final = out / "model-last.bin"
-    if final.exists():
+    """The tok2vec pretrained by `spacy pretrain` in `out` (model-last.bin), then pretrain.json."""
+    if not fresh(out, out / "pretrain.json"):
         return
     overrides = [
         f"--{k}={json.dumps(v)}"
@@ -73,13 +92,14 @@ def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
             *overrides,
         ]
     )
-    record = {"seconds": time.perf_counter() - start, "text": str(jsonl.relative_to(ROOT))}
-    (out / "pretrain.json").write_text(json.dumps(record), encoding="utf-8")
+    record = {"seconds": time.perf_counter() - start, "text": shown(jsonl)}
+    write_record(out / "pretrain.json", record)
 
 
 def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
+    """floret vectors trained on the text, as spaCy vectors in `out`/vectors, then floret.json."""
     vectors = out / "vectors"
-    if (vectors / "vectors.cfg").exists() or (vectors / "config.cfg").exists():
+    if not fresh(out, out / "floret.json"):
         return
     import floret
 
@@ -120,6 +140,4 @@ def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
             "floret",
         ]
     )
-    (out / "floret.json").write_text(
-        json.dumps({"seconds": seconds, "dim": 100, "epochs": epochs}), encoding="utf-8"
-    )
+    write_record(out / "floret.json", {"seconds": seconds, "dim": 100, "epochs": epochs})
