@@ -181,34 +181,47 @@ class Study(TunedRuns):
 
     def train_step(self, which: str) -> None:
         """Train the runs of `which` that are not done; `placement` then, once dev can choose, the
-        tuned biLM at the chosen placements."""
-        self.train_runs(which, list(self.runs(which)))
+        tuned biLM at the chosen placements. The runs that other processes hold are named at the
+        end: this step is not complete before they are."""
+        left = self.train_runs(which, list(self.runs(which)))
         if which == "placement":
             runs, waiting = self.tuned_placed()
-            self.train_runs("the tuned biLM at the placement chosen on dev", runs)
+            left += self.train_runs("the tuned biLM at the placement chosen on dev", runs)
             if waiting:
                 print(
                     "the tuned biLM's placement is not chosen yet for "
                     f"{', '.join(waiting)}: the ELMo runs there are not all done; rerun this step"
                 )
+        if left:
+            print(
+                f"{len(left)} run(s) left to another process, which holds their locks: "
+                f"{', '.join(left)}; the step is complete once they are done (rerun it to check)"
+            )
 
-    def train_runs(self, which: str, runs: List[Tuple[Task, str, float, int]]) -> None:
+    def train_runs(self, which: str, runs: List[Tuple[Task, str, float, int]]) -> List[str]:
+        """Train those of `runs` that are not done; the ids of those another process holds."""
         todo = [r for r in runs if self.stale(self.run_dir(*r) / "train.json", r[0])]
         todo = self.runnable(todo)
         print(f"{which}: {len(todo)} run(s) to train")
+        left = []
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
             run_id, out = (
                 self.run_id(task, system, fraction, seed),
                 self.run_dir(task, system, fraction, seed),
             )
             with claim(self.training / "runs" / f"{run_id}.lock") as mine:
-                if not mine or not self.stale(out / "train.json", task):
+                if not mine:
                     print(f"[{i}/{len(todo)}] {run_id}: taken by another process", flush=True)
+                    left.append(run_id)
+                    continue
+                if not self.stale(out / "train.json", task):
+                    print(f"[{i}/{len(todo)}] {run_id}: done by another process", flush=True)
                     continue
                 print(f"[{i}/{len(todo)}] training {run_id}", flush=True)
                 if out.exists():  # unfinished, or made on other data or with an earlier biLM
                     shutil.rmtree(out)
                 self.train_one(task, system, fraction, seed)
+        return left
 
     def run_dir(self, task: Task, system: str, fraction: float, seed: int) -> Path:
         return self.training / "runs" / self.run_id(task, system, fraction, seed)

@@ -169,7 +169,7 @@ def test_the_placement_step_trains_the_tuned_bilm_where_dev_placed_elmo(
     write_train_record(study, "elmo-both", 0.1, 0.84, fingerprint="earlier")
     (study.run_dir(pos, "elmo-output", 1.0, 0) / "train.json").unlink()
     assert study.tuned_placed() == ([], ["pos at 10%", "pos at 100%"])
-    monkeypatch.setattr(study, "train_runs", lambda which, runs: None)
+    monkeypatch.setattr(study, "train_runs", lambda which, runs: [])
     study.train_step("placement")
     assert "not chosen yet for pos at 10%, pos at 100%" in capsys.readouterr().out
 

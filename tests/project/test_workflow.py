@@ -15,7 +15,6 @@ import spacy
 
 from project.scripts.claims import gain_grows
 from project.scripts.results import PLACEMENTS
-from project.scripts.run_locks import claim
 from project.scripts.run_study import Study
 from project.scripts.study import SCALES, TASKS, TUNED_AT
 from project.scripts.summarize import main as summarize_main
@@ -324,24 +323,6 @@ def test_elmo_runs_of_an_earlier_bilm_are_left_out_of_the_summary(smoke_project,
     assert re.search(r"pos-elmo \(\d+ runs at [\d%, ]+\)", note)
     assert "Linear POS probe" not in summary
     assert "| ELMo |" not in summary.split("## The claims")[0]
-
-
-def test_processes_sharing_a_step_claim_each_run_once(tmp_path):
-    """`run_study.py train` run by two processes at once: each run is claimed by one of them; the
-    lock of a process that died is taken over."""
-    lock = tmp_path / "pos-elmo-f1-s0.lock"
-    with claim(lock) as first:
-        with claim(lock) as second:
-            assert first and not second
-    assert not lock.exists()
-    # a dead process's pid; a lock cut off before its pid was written
-    for left_behind in (
-        "999999999",
-        "",
-    ):
-        lock.write_text(left_behind)
-        with claim(lock) as mine:
-            assert mine and lock.read_text() == str(os.getpid())
 
 
 def test_the_gain_claim_needs_a_gain():
