@@ -27,7 +27,8 @@ Sentence = Tuple[List[str], List[bool], List[str]]  # words, spaces, tags
 
 def read_columns(path: Path, word_col: int, tag_col: int, iob1: bool) -> Iterator[Sentence]:
     """Column files with blank lines between sentences; `#` comments and -DOCSTART- skipped.
-    IOB1 tags (CoNLL-2003) are turned into IOB2."""
+    IOB1 tags (CoNLL-2003) are turned into IOB2. A line short of the columns read stops, naming
+    it."""
     words: List[str] = []
     tags: List[str] = []
 
@@ -35,7 +36,7 @@ def read_columns(path: Path, word_col: int, tag_col: int, iob1: bool) -> Iterato
         return words, [True] * len(words), (to_iob2(tags) if iob1 else list(tags))
 
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.strip() or line.startswith("-DOCSTART-"):
                 if words:
@@ -43,10 +44,22 @@ def read_columns(path: Path, word_col: int, tag_col: int, iob1: bool) -> Iterato
                 words, tags = [], []
             elif not line.startswith("#"):
                 cols = line.split("\t") if "\t" in line else line.split()
+                if len(cols) <= max(word_col, tag_col):
+                    raise SystemExit(
+                        short_line(path, number, len(cols), max(word_col, tag_col) + 1)
+                    )
                 words.append(cols[word_col])
                 tags.append(cols[tag_col])
     if words:
         yield done()
+
+
+def short_line(path: Path, number: int, found: int, needed: int) -> str:
+    """The error of a line with fewer columns than the reader takes."""
+    return (
+        f"error: {path}, line {number}: {found} column(s), where the format has at least {needed} "
+        "(separated by tabs, or by spaces where a line has no tab)"
+    )
 
 
 def to_iob2(tags: List[str]) -> List[str]:
@@ -91,7 +104,12 @@ def convert(
     kind: str, source: Path, target: Path, fraction: float = 1.0, seed: int = 0, limit: int = 0
 ) -> int:
     # the first `limit` sentences, read lazily: a smoke run reads a slice, not the whole file
-    sentences = list(islice(read(kind, source), limit or None))
+    try:
+        sentences = list(islice(read(kind, source), limit or None))
+    except OSError as err:  # missing, unreadable, a damaged gzip file
+        raise SystemExit(f"error: cannot read {source}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise SystemExit(f"error: cannot read {source}: not UTF-8 text ({err.reason})") from None
     if not sentences:
         raise SystemExit(f"error: no sentences in {source}")
     if fraction < 1.0:

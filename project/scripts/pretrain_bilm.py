@@ -26,7 +26,7 @@ from pathlib import Path
 
 from spacy_elmo.weights.hub import sha256_file
 
-from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, metrics_dir
+from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, errors, metrics_dir
 
 LM = ASSETS / "lm"
 DEV_TEXT = "wikitext2.valid.txt"
@@ -50,6 +50,7 @@ def record_given_weights(weights: str, record_path: Path) -> None:
     print(f"using the given biLM {weights}; nothing to train")
 
 
+@errors()
 def main() -> None:
     from spacy_elmo.cli.pretrain import parse_overrides, split_overrides
     from spacy_elmo.pretrain import load_config, train

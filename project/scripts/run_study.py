@@ -46,6 +46,7 @@ from .study import (
     TUNED_SYSTEMS,
     Scale,
     Task,
+    errors,
     machine_line,
     metrics_dir,
     run,
@@ -77,6 +78,7 @@ class Study(TunedRuns):
         fractions: Optional[Sequence[float]] = None,
     ):
         self.scale = scale
+        scale.check_fractions(fractions or [])
         self.tasks = [TASKS["pos"] if name == "pos" else TASKS[ner_data] for name in tasks]
         self.systems = systems
         self.fractions = fractions
@@ -202,6 +204,9 @@ class Study(TunedRuns):
         """Train those of `runs` that are not done; the ids of those another process holds."""
         todo = [r for r in runs if self.stale(self.run_dir(*r) / "train.json", r[0])]
         todo = self.runnable(todo)
+        if any(system in ELMO_SYSTEMS for _, system, _, _ in todo):
+            # the biLM loaded now: one that does not load stops the step before any run
+            _ = self.bilm_info
         print(f"{which}: {len(todo)} run(s) to train")
         left = []
         for i, (task, system, fraction, seed) in enumerate(todo, 1):
@@ -352,6 +357,7 @@ def size_overrides(config: Path, n_layers: int, width: int) -> List[str]:
     ]
 
 
+@errors()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("step", choices=["corpus", "baselines", *STEPS, "evaluate"])
@@ -380,7 +386,7 @@ def main() -> None:
         nargs="+",
         type=float,
         default=None,
-        help="only these fractions of the training data (e.g. 0.1 1)",
+        help="only these of the study's fractions of the training data (e.g. 0.1 1)",
     )
     args = parser.parse_args()
     study = Study(

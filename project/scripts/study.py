@@ -10,9 +10,10 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from .machine import machine
 
@@ -60,6 +61,16 @@ class Scale:
     baseline_overrides: Dict[str, Any] = field(default_factory=dict)
     tune_overrides: Dict[str, Any] = field(default_factory=dict)  # of the biLM's tuning config
     probe_sentences: Optional[int] = None
+
+    def check_fractions(self, fractions: List[float]) -> None:
+        """SystemExit naming the study's fractions where `fractions` (--fractions) has another."""
+        studied = sorted({*self.fractions, *PLACEMENT_FRACTIONS})
+        outside = [f for f in fractions if f not in studied]
+        if outside:
+            raise SystemExit(
+                f"error: --fractions {' '.join(f'{f:g}' for f in outside)}: the {self.name} study "
+                f"trains on the fractions {', '.join(f'{f:g}' for f in studied)} of the data only"
+            )
 
     def slice_text(self, path: Path, out_dir: Path, dev: bool = False) -> Path:
         """The text file itself, or its first lines written under out_dir (smoke runs)."""
@@ -251,6 +262,19 @@ def run(args: List[str]) -> None:
 # directory of `pretrain` holds beside the biLM: its config, softmax and vocabulary.
 TUNABLE_FILES = ("training.json", "lm_head.pt", "vocab.txt")
 STAMP = "base.json"  # in a tuning's directory: the biLM and text it started from
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """A script's expected failures -> one `error: ...` line and exit code 1, as the package's
+    command line gives them (spacy_elmo.cli.app.errors, which exits through typer): an `ElmoError`
+    names the file or setting; anything else is a bug and keeps its traceback."""
+    from spacy_elmo import ElmoError
+
+    try:
+        yield
+    except ElmoError as err:
+        raise SystemExit(f"error: {err}") from None
 
 
 def run_first(step: str) -> str:

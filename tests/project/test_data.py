@@ -124,3 +124,25 @@ def test_iob1_to_iob2():
         "B-ORG",
         "B-ORG",
     ]
+
+
+def test_a_missing_or_malformed_data_file_is_one_error_line_naming_it(tmp_path):
+    """`convert_data` on a file that is not there, or with a line short of the columns it reads
+    (a tab lost, say), stops with one `error:` line naming the file and the line."""
+    missing = tmp_path / "missing.conllu"
+    with pytest.raises(SystemExit) as stop:
+        convert_data.main(["conllu", str(missing), str(tmp_path / "x.spacy")])
+    assert str(stop.value) == f"error: cannot read {missing}: No such file or directory"
+    token = "1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_"
+    for kind, text, line in (
+        ("iob2", "# sent_id = 1\n1\tThe\tO\n2\tcat\n", 3),
+        ("conll03", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ\n", 4),
+        ("conllu", f"# text = The cat\n{token}\n2\tcat\tcat\tNOUN\n", 3),
+    ):
+        source = tmp_path / f"bad.{kind}"
+        source.write_text(text, encoding="utf-8")
+        with pytest.raises(SystemExit) as stop:
+            convert_data.main([kind, str(source), str(tmp_path / "x.spacy")])
+        message = str(stop.value)
+        assert message.startswith(f"error: {source}, line {line}: ") and "\n" not in message
+        assert "column(s), where" in message, message
