@@ -224,13 +224,20 @@ def test_a_server_that_ignores_if_range_cannot_mix_two_files(server, small_model
     assert_downloaded(tmp_path / "cache" / "small", small_models[1])
 
 
-def test_a_part_file_of_unknown_origin_is_fetched_again(server, small_models, tmp_path):
-    """A part file with no record of where it came from (here: half of another version of the
-    file) is not continued: the file is fetched from byte 0, no Range asked."""
+def half_of_another_version(tmp_path, small_models):
+    """The cache directory of `small`, holding half of another version of its weights as the part
+    file of an interrupted download."""
     directory = tmp_path / "cache" / "small"
     directory.mkdir(parents=True)
     old = (small_models[1] / WEIGHTS).read_bytes()
     (directory / f"{WEIGHTS}.part").write_bytes(old[: len(old) // 2])
+    return directory
+
+
+def test_a_part_file_of_unknown_origin_is_fetched_again(server, small_models, tmp_path):
+    """A part file with no record of where it came from (here: half of another version of the
+    file) is not continued: the file is fetched from byte 0, no Range asked."""
+    directory = half_of_another_version(tmp_path, small_models)
     assert run_cli("download", "small", "--no-progress") == 0
     assert_downloaded(directory, small_models[0])
     assert [r for p, r in server.log if p == server.weights_path] == [None]
@@ -266,10 +273,7 @@ def test_a_file_mirror_copies_whole_files(small_models, tmp_path, monkeypatch):
     shutil.copytree(small_models[0], mirror / hub.PUBLISHED["small"])
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", mirror.as_uri())
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    directory = tmp_path / "cache" / "small"
-    directory.mkdir(parents=True)
-    old = (small_models[1] / WEIGHTS).read_bytes()
-    (directory / f"{WEIGHTS}.part").write_bytes(old[: len(old) // 2])
+    directory = half_of_another_version(tmp_path, small_models)
     assert run_cli("download", "small", "--no-progress") == 0
     assert_downloaded(directory, small_models[0])
 
