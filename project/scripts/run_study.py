@@ -29,8 +29,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import convert_data
+from spacy_elmo.files import write_atomic
+
+from . import convert_data, corpora
 from .baselines import pretrain_baselines
+from .fetch_assets import sha256_file
 from .run_locks import claim
 from .scoring import evaluate
 from .study import (
@@ -49,6 +52,7 @@ from .study import (
     errors,
     machine_line,
     metrics_dir,
+    read_json,
     run,
     run_first,
     shown,
@@ -87,6 +91,7 @@ class Study(TunedRuns):
         self.training = ROOT / "project" / "training" / scale.name
         self.metrics = metrics_dir(scale.name)
         self.bilm = bilm or str(self.training / "bilm" / "model")
+        self._digests: Dict[Tuple[Path, int, int], str] = {}
 
     @cached_property
     def bilm_info(self) -> Tuple[int, int, str]:
@@ -104,20 +109,64 @@ class Study(TunedRuns):
 
     def stale(self, record_path: Path, task: Task) -> bool:
         """Whether a run record is missing, is of other data than the task's (another --ner-data),
-        is an ELMo run made with another biLM than the current one, or is a run of the tuned biLM
-        made with another tuning than the current one of its training set (or with none now)."""
+        was made from other inputs than the run's now (its config, training subset or dev split
+        changed; records made before runs recorded their inputs are trusted), is an ELMo run made
+        with another biLM than the current one, or is a run of the tuned biLM made with another
+        tuning than the current one of its training set (or with none now)."""
         if not record_path.exists():
             return True
         record = json.loads(record_path.read_text(encoding="utf-8"))
         if record.get("data") != task.data:
             return True
+        inputs = record.get("inputs")
+        if inputs is not None:
+            if inputs != self.inputs(task, record["system"], record["fraction"], record["seed"]):
+                return True
         if record["system"] not in ELMO_SYSTEMS:
             return False
         if self.other_bilm(record):
             return True
         return record["system"] in TUNED_SYSTEMS and self.other_tuning(record, task)
 
+    def digest(self, path: Path) -> str:
+        """The sha256 of a file, computed once per size and modification time."""
+        status = path.stat()
+        key = (path, status.st_size, status.st_mtime_ns)
+        if key not in self._digests:
+            self._digests[key] = sha256_file(path)
+        return self._digests[key]
+
+    def inputs(self, task: Task, system: str, fraction: float, seed: int) -> Dict[str, str]:
+        """The sha256 of what a run reads besides its biLM and baselines: its config, its
+        training subset and the dev split, by their paths in the project."""
+        files = [
+            self.config_of(task, system),
+            self.split(task, "train", fraction, seed),
+            self.split(task, "dev"),
+        ]
+        if system == "spacy-pretrain":
+            files.append(CONFIGS / "pretrain_tok2vec.cfg")
+        return {shown(path): self.digest(path) for path in files}
+
+    def made_from(self, task: Task, split: str, fraction: float, seed: int) -> Dict:
+        """What the corpus step makes a split from: the data file's sha256, the subset's fraction,
+        seed and size limit, and the converters' sha256."""
+        limit = self.scale.train_sentences if split == "train" else self.scale.eval_sentences
+        converters = (Path(convert_data.__file__), Path(corpora.__file__))
+        return {
+            "source_sha256": self.digest(self.assets / task.files[split]),
+            "fraction": fraction,
+            "seed": seed,
+            "limit": limit or 0,
+            "converters": {path.name: self.digest(path) for path in converters},
+        }
+
     # ------------------------------------------------------------------ paths
+    def config_of(self, task: Task, system: str) -> Path:
+        """The config a run of `system` trains (`spacy-pretrain`'s gets its [pretraining] section
+        added as it trains)."""
+        return CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"
+
     def split_path(self, task: Task, split: str, fraction: float = 1.0, seed: int = 0) -> Path:
         """Where the corpus step writes a split (or the training subset of a fraction and seed)."""
         name = split if fraction >= 1.0 else f"{split}-f{fraction:g}-s{seed}"
@@ -171,14 +220,20 @@ class Study(TunedRuns):
             ]
             for split, fraction, seed in jobs:
                 target = self.split_path(task, split, fraction, seed)
-                if target.exists():
+                made_from = self.made_from(task, split, fraction, seed)
+                record = target.with_suffix(".inputs.json")
+                if target.exists() and record.is_file() and read_json(record) == made_from:
                     continue
-                limit = (
-                    self.scale.train_sentences if split == "train" else self.scale.eval_sentences
-                )
                 n = convert_data.convert(
-                    task.kind, self.assets / task.files[split], target, fraction, seed, limit or 0
+                    task.kind,
+                    self.assets / task.files[split],
+                    target,
+                    fraction,
+                    seed,
+                    made_from["limit"],
                 )
+                # after the split: it says the split is complete
+                write_atomic(record, json.dumps(made_from, indent=2))
                 print(f"{target.relative_to(ROOT)}: {n} sentences")
 
     def train_step(self, which: str) -> None:
@@ -239,7 +294,8 @@ class Study(TunedRuns):
             if system in TUNED_SYSTEMS
             else None
         )
-        config = CONFIGS / f"{task.config}_{ELMO_SYSTEMS.get(system, 'base')}.cfg"
+        inputs = self.inputs(task, system, fraction, seed)
+        config = self.config_of(task, system)
         if system == "spacy-pretrain":
             config = with_pretraining_section(config, out)
         args = [
@@ -285,6 +341,7 @@ class Study(TunedRuns):
             "dev": meta.get("performance", {}).get(task.metric),
             "date": time.strftime("%Y-%m-%d"),
             "machine": machine_line(),
+            "inputs": inputs,
         }
         if system in ELMO_SYSTEMS:
             record["bilm_fingerprint"] = self.bilm_info[2]

@@ -266,6 +266,59 @@ def test_a_retrained_run_is_evaluated_again(smoke_project, tmp_path):
     assert kept.stat().st_mtime_ns == before
 
 
+# In a copy of the study: whether a run is stale, then the edit named as the first argument, the
+# corpus step (which prints each split it converts), and whether the run is stale now.
+STALE_AFTER = """
+import sys
+from pathlib import Path
+from project.scripts.run_study import Study
+from project.scripts.study import SCALES, TASKS
+
+DEV = "project/assets/ud/en_ewt-ud-dev.conllu"
+study = Study(SCALES["smoke"], None, "uner", tasks=["pos"])
+run = Path("project/training/smoke/runs/pos-base-f1-s0/train.json").resolve()
+print("stale before:", study.stale(run, TASKS["pos"]))
+exec(sys.argv[1])
+study.corpus_step()
+print("stale after:", Study(SCALES["smoke"], None, "uner", tasks=["pos"]).stale(run, TASKS["pos"]))
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, converted",
+    [
+        ("open('project/configs/tagger_base.cfg', 'a').write('\\n# edited\\n')", []),
+        ("p = Path(DEV); p.write_text(p.read_text().split('\\n\\n', 1)[1])", ["dev.spacy"]),
+    ],
+    ids=["config", "data"],
+)
+def test_a_run_of_other_inputs_is_stale_and_a_changed_data_file_is_converted_again(
+    smoke_project, tmp_path, edit, converted
+):
+    """A run records the sha256 of its config, training subset and dev split: another config, or
+    a data file the corpus step converts again (it records what each split was made from), makes
+    it stale, to be trained again; splits made from unchanged files are kept."""
+    copy_project(tmp_path)
+    parts = ["project/corpus/smoke", "project/training/smoke/runs/pos-base-f1-s0"]
+    for part in parts:
+        shutil.copytree(smoke_project / part, tmp_path / part)
+    shutil.copytree(smoke_project / "project/assets", tmp_path / "project/assets", symlinks=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", STALE_AFTER, edit],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert (out[0], out[-1]) == ("stale before: False", "stale after: True"), out
+    assert [line.split(": ")[0].rsplit("/", 1)[1] for line in out[1:-1]] == converted, out
+
+
 def test_finished_steps_are_skipped(smoke_project):
     """A step whose deps and outputs are unchanged does not run again: summarize.py, which always
     writes summary.md and the plots, leaves them untouched."""
