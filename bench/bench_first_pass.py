@@ -2,13 +2,19 @@
 ones, each after a fresh load (cold token cache), on a CPU or a GPU.
 
     python bench/bench_first_pass.py --size original [--device cuda] [--precision float32]
-    [--passes 3] [--new-text] [--no-cudnn] [--profile] [--heat SECONDS] [--allocator kept]
+    [--passes 3] [--new-text] [--stream] [--no-cudnn] [--profile] [--heat SECONDS]
+    [--allocator kept]
 
 Each pass loads the biLM afresh and embeds the UD English-EWT test sentences once, so the passes
 differ only in what the process already holds (kernels loaded, library handles, the allocator's
 cached blocks, oneDNN's primitives, cuDNN's plans per shape), not in the token cache. With
 `--new-text` each pass embeds another 1,000 sentences of the training set instead, so its batches
-have shapes no earlier pass had, as in a stream of new text. `--no-cudnn`: the character
+have shapes no earlier pass had, as in a stream of new text. By default a pass is one
+`bilm.embed`, which returns every sentence's vectors and so keeps them all until the pass ends;
+`--stream` reads `bilm.embed_iter` and drops each array as it comes, as `python -m spacy_elmo embed`
+does once it has written it. Each pass also gives the seconds spent moving its vectors off the
+device into the arrays it returns (`runner.split_by_sentence`, timed after the device has finished
+the batch). `--no-cudnn`: the character
 convolutions without cuDNN (torch's own GEMM-based ones). `--profile` also records the first
 and the last pass with torch's profiler and lists the runtime calls that take the most time in
 each (on CUDA: module loads, cudaMalloc, launches, synchronisations). On a GPU the SM clock is read
@@ -30,7 +36,27 @@ import torch
 from common import DATA, machine, read_conllu_sentences, weights_dir
 
 from spacy_elmo import load_bilm
+from spacy_elmo.bilm import embedder, runner
 from spacy_elmo.bilm.allocator import keep_freed_memory
+
+
+class CopyClock:
+    """Seconds spent in `split_by_sentence` (the layers moved off the device and cut into one array
+    per sentence), counted from when the device has finished the batch."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.split = runner.split_by_sentence
+        runner.split_by_sentence = embedder.split_by_sentence = self
+
+    def __call__(self, layers, lengths, as_tensor):
+        if layers.device.type == "cuda":
+            torch.cuda.synchronize(layers.device)
+        start = time.perf_counter()
+        try:
+            return self.split(layers, lengths, as_tensor)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 def top_calls(profile, n: int = 8) -> list:
@@ -67,6 +93,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--new-text", action="store_true")
+    parser.add_argument("--stream", action="store_true")
     parser.add_argument("--no-cudnn", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--heat", type=float, default=0.0)
@@ -81,7 +108,8 @@ def main() -> None:
     on_gpu = torch.device(args.device).type == "cuda"
     if args.heat:
         heat(torch.device(args.device), args.heat)
-    passes, loads, profiles, clocks, cpu, faults = [], [], {}, [], [], []
+    passes, loads, profiles, clocks, cpu, faults, copies = [], [], {}, [], [], [], []
+    clock = CopyClock()
     for i in range(args.passes):
         sentences = text[i * 1000 : (i + 1) * 1000] if args.new_text else text
         n_tokens = sum(map(len, sentences))
@@ -95,9 +123,15 @@ def main() -> None:
         if on_gpu:
             clocks.append(sm_clock(bilm.device))
         with torch.profiler.profile(activities=activities) if profiled else nullcontext() as prof:
+            clock.seconds = 0.0
             start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-            bilm.embed(sentences, batch_size=args.batch_size)
+            if args.stream:
+                for _ in bilm.embed_iter(sentences, batch_size=args.batch_size):
+                    pass
+            else:
+                bilm.embed(sentences, batch_size=args.batch_size)
             passes.append(round(n_tokens / (time.perf_counter() - start)))
+            copies.append(round(clock.seconds, 3))
             now = resource.getrusage(resource.RUSAGE_SELF)
             cpu.append(round(now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime, 2))
             faults.append(now.ru_minflt - used.ru_minflt)
@@ -109,12 +143,14 @@ def main() -> None:
         "precision": bilm.precision,
         "text": f"UD English-EWT {split}"
         + (", 1,000 new sentences per pass" if args.new_text else ""),
+        "returned": "streamed, each array dropped" if args.stream else "kept (bilm.embed)",
         "cudnn": torch.backends.cudnn.enabled,
         "tokens_per_s": passes,
         "first_over_best": round(passes[0] / max(passes), 2),
         "load_s": loads,
         "cpu_s_per_pass": cpu,
         "minor_faults_per_pass": faults,
+        "copy_off_device_s_per_pass": copies,
         "allocator": args.allocator,
         "heat_s": args.heat,
         "sm_clock_mhz_before_each_pass": clocks,

@@ -80,8 +80,9 @@ class AutoChoice(NamedTuple):
 
 def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
     """The precision "auto" runs on `device`, by the kind of host, as measured there
-    (bench/README.md): AMX bfloat16; AVX512-BF16 with VNNI, no AMX (AMD Zen 4) int8; AVX2 only
-    int8 (bfloat16 emulated, slower than float32); a GPU float32 (each step's products are small:
+    (bench/README.md): AMX int8 (oneDNN's int8 kernels outrun its bfloat16 ones); AVX512-BF16
+    with VNNI, no AMX (AMD Zen 4) int8; AVX2 only int8 (bfloat16 emulated, slower than float32);
+    a GPU float32 (each step's products are small:
     the pass waits on kernel launches, not arithmetic). `training` (no int8 path; autocast of larger
     products): bfloat16 where native, else float32."""
     int8 = not training and device.type == "cpu" and int8_kernel() is not None
@@ -92,8 +93,8 @@ def choose_auto(device: torch.device, training: bool = False) -> AutoChoice:
             kind = f"{device.type.upper()} {'with' if native else 'without'} bfloat16"
             return AutoChoice("bfloat16" if native else "float32", kind)
         return AutoChoice("float32", "GPU: bfloat16 measured no faster than float32 (H200)")
-    if native and "amx_bf16" in flags:
-        return AutoChoice("bfloat16", "AMX: bfloat16 measured fastest")
+    if int8 and "amx_int8" in flags:
+        return AutoChoice("int8", "AMX: int8 measured fastest (bfloat16 next)")
     if native and int8 and flags & {"avx512_vnni", "avx_vnni"}:
         return AutoChoice("int8", "AVX512-BF16 and VNNI, no AMX: int8 measured fastest")
     if native:

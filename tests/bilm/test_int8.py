@@ -71,6 +71,26 @@ def test_both_kernels_compute_the_same_products(bias):
     torch.testing.assert_close(one(x).double(), exact, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.skipif(
+    not int8.has_onednn_linear(), reason="this torch lacks oneDNN's quantized linear"
+)
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_onednn_multiplies_each_int32_sum_by_one_float32_scale(rows):
+    """Each result is the row's exact int32 sum times one float32 number per column, rounded once,
+    so a row's bits do not depend on the kernel its batch's row count selects. The grid's step and
+    the weights' scale given to oneDNN apart took other bits at 1 to 43 rows than in a batch on an
+    AMX host (every sentence of test_precision's batch test, up to 4.8e-7)."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(96, 200, generator=g) * 0.1
+    product = int8.Int8Product(w, bound=3.0, kernel="onednn")
+    step = product.input_scale
+    x = off_grid_ties(rows, 96, step, 4)
+    weight_scale = (w.abs().amax(dim=0) / 127).double()  # (200,)
+    sums = torch.round(x / step).double() @ torch.round(w / weight_scale.float()).double()
+    expected = (sums * (weight_scale * step).float().double()).float()
+    assert torch.equal(product(x), expected)
+
+
 @needs_both
 def test_both_kernels_scale_rows_and_balance_alike():
     g = torch.Generator().manual_seed(2)

@@ -18,6 +18,7 @@ import torch
 from spacy_elmo import ElmoConfigError, load_bilm, save_bilm
 from spacy_elmo.bilm import int8
 from spacy_elmo.bilm import precision as precision_module
+from spacy_elmo.bilm import runner as runner_module
 from spacy_elmo.layers import get_embedder
 
 from ..helpers import data_path, one_error_line, read_conllu, read_output, run_cli, write_lines
@@ -150,7 +151,7 @@ def test_bfloat16_without_native_support_says_so_and_runs_float32(
 @pytest.mark.parametrize(
     "flags, expected",
     [
-        ({"avx2", "amx_bf16", "avx512_bf16", "avx512_vnni"}, "bfloat16"),  # Intel Xeon, AMX
+        ({"avx2", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni"}, "int8"),  # Xeon, AMX
         ({"avx2", "avx512_bf16", "avx512_vnni"}, "int8"),  # AMD Zen 4: int8 the faster
         ({"avx2", "fma"}, "int8"),  # AVX2 only: bfloat16 emulated
     ],
@@ -286,17 +287,25 @@ def test_the_elmo_component_takes_a_precision_and_keeps_it_through_spacy_load(
     assert all(1e-5 < err <= BAR["int8"] for err in errors[1:]), errors
 
 
-@pytest.mark.parametrize("precision", ["int8", "auto"])
-def test_the_carry_policy_says_it_runs_float32(fixture_dir, sentences, precision):
+@pytest.mark.parametrize(
+    "precision, auto_picks", [("int8", None), ("auto", "int8"), ("auto", "bfloat16")]
+)
+def test_the_carry_policy_says_it_runs_float32(
+    fixture_dir, sentences, precision, auto_picks, native_bf16, monkeypatch
+):
     """The "carry" policy runs float32 whatever precision is set: `precision` says what runs, the
-    reason why, and the set one applies again under another policy."""
+    reason why, and the set one applies again under another policy. "auto" as it picks on an
+    AVX512-BF16 or AVX2 host (int8) and on an AMX host (bfloat16)."""
+    if auto_picks:
+        choice = precision_module.AutoChoice(auto_picks, "picked by the test")
+        monkeypatch.setattr(runner_module, "choose_auto", lambda device: choice)
     bilm = load_bilm(fixture_dir, state="carry", precision=precision)
     assert bilm.precision == "float32" and "carry policy runs float32" in bilm.precision_reason
     exact = load_bilm(fixture_dir, state="carry").embed(sentences[:5])
     for a, b in zip(bilm.embed(sentences[:5]), exact):
         np.testing.assert_array_equal(a, b)
     bilm.state_policy = "warm"
-    assert bilm.precision == "int8" and "carry" not in bilm.precision_reason
+    assert bilm.precision == (auto_picks or precision) and "carry" not in bilm.precision_reason
 
 
 def test_embed_cli_precision_is_used_recorded_and_checked_on_resume(
