@@ -11,6 +11,7 @@ streamed, crash-safe, resumable, optionally in shards written by Ray actors (`ra
     outdir      the run's directory and its manifest (one schema, one reader, one writer)
     job         the plan, the pieces still to write, resume, shards
     ray_engine  the shards written by a pool of Ray actors
+    ray_session joining or starting Ray, its output kept quiet
     embeddings  `open_embeddings`: reading an output back
 """
 

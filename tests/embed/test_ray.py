@@ -34,6 +34,7 @@ from ..reference_bilm import TINY_OPTIONS, write_random_weights
 SHARDS, FLUSH, BATCH = 4, 25, 8  # 300 lines: 12 blocks, 3 per shard
 SETTINGS = {"whitespace": True, "flush_every": FLUSH, "batch_size": BATCH}
 DIE_AT = "SPACY_ELMO_TEST_DIE_AT"  # set for the actors of one test only (runtime_env)
+DIE_ALWAYS = "SPACY_ELMO_TEST_DIE_ALWAYS"  # with it, every try at shard 1 is killed
 
 
 def embed_with_ray_run(text, out, weights, **settings):
@@ -134,19 +135,22 @@ def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(
 
 def die_on_first_try_at_shard_1():
     """An actor's setup hook: the first attempt at shard 1 is killed (SIGKILL) halfway through
-    its lines, its temporary file open; the marker file `$DIE_AT` says it happened."""
+    its lines, its temporary file open; the marker file `$DIE_AT` says it happened (with
+    `$DIE_ALWAYS`: every attempt, each adding a line to the marker)."""
     if DIE_AT not in os.environ:
         return
     real = spacy_elmo.embed.h5writer.write_piece
-    marker = Path(os.environ[DIE_AT])
+    marker, always = Path(os.environ[DIE_AT]), DIE_ALWAYS in os.environ
 
     def write_piece(path, first, count, lines, *args, **kwargs):
-        if path.name == "shard-00001.hdf5" and not marker.exists():
+        if path.name == "shard-00001.hdf5" and (always or not marker.exists()):
 
             def halfway(source):
                 for n, line in enumerate(source):
                     if n == count // 2:
-                        marker.write_text(str(path.with_name(path.name + ".tmp").stat().st_size))
+                        size = path.with_name(path.name + ".tmp").stat().st_size
+                        with open(marker, "a") as f:
+                            f.write(f"{size}\n")
                         os.kill(os.getpid(), signal.SIGKILL)
                     yield line
 
@@ -154,6 +158,30 @@ def die_on_first_try_at_shard_1():
         return real(path, first, count, lines, *args, **kwargs)
 
     spacy_elmo.embed.h5writer.write_piece = write_piece
+
+
+@pytest.mark.timeout(300)
+def test_a_shard_that_kills_its_actor_each_time_is_one_error_not_a_hang(
+    local_ray, corpus, fixture_dir, tmp_path
+):
+    """Ray Data restarts actors and retries their shards without limit by default: a shard that
+    kills its actor on every try (out of memory, say) ran for ever, silently. Now a few tries, then
+    one error; the shard is left incomplete for a rerun."""
+    text, _, _ = corpus
+    out, marker = tmp_path / "loop", tmp_path / "died"
+    with pytest.raises(ElmoResourceError) as err:
+        embed_with_ray_run(
+            text,
+            out,
+            str(fixture_dir),
+            workers=2,
+            runtime_env={"env_vars": {DIE_AT: str(marker), DIE_ALWAYS: "1"}},
+            **SETTINGS,
+        )
+    assert "\n" not in str(err.value) and "died 4 times writing one shard" in str(err.value)
+    assert "run the same command again" in str(err.value)
+    assert 2 <= len(marker.read_text().split()) <= 8  # tried more than once, and a bounded number
+    assert json.loads((out / "manifest.json").read_text())["complete"][1] is False
 
 
 @pytest.mark.timeout(300)
