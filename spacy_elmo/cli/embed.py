@@ -40,7 +40,13 @@ def embed_cli(
         ),
     ],
     weights: Annotated[str, typer.Option("--weights", "-w", help=WEIGHTS_HELP)],
-    lang: Annotated[str, typer.Option(help="tokenize with this spaCy language's tokenizer")] = "en",
+    lang: Annotated[
+        str,
+        typer.Option(
+            help="tokenize text with this spaCy language's tokenizer (a .spacy DocBin's Docs "
+            "keep their tokens)"
+        ),
+    ] = "en",
     whitespace: Annotated[
         bool, typer.Option(help="the text is tokenized already: split on whitespace")
     ] = False,

@@ -68,6 +68,11 @@ class EmbedOptions:
                 f"--dtype must be one of {', '.join(DTYPES)} and --compression one of "
                 f"{', '.join(COMPRESSIONS)}, got {self.dtype!r} and {self.compression!r}"
             )
+        if self.whitespace and self.input_path.suffix == ".spacy":
+            raise ElmoConfigError(
+                f"--whitespace splits lines of text: {self.input_path} is a .spacy DocBin, whose "
+                "Docs are tokenized already (leave --whitespace out)"
+            )
         check_precision(self.precision)
         check_threads(self.threads, "--threads")
         check_threads(self.threads_per_worker, "--threads-per-worker")

@@ -134,6 +134,15 @@ def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
             np.testing.assert_array_equal(arrays[str(i)], arr)
 
 
+def test_whitespace_with_a_docbin_is_one_error(fixture_dir, tmp_path, capsys):
+    """A DocBin's Docs are tokenized already: `--whitespace` cannot apply, and was ignored."""
+    DocBin(docs=[spacy.blank("en")("Hello, world!")]).to_disk(tmp_path / "in.spacy")
+    args = ["embed", tmp_path / "in.spacy", tmp_path / "o.hdf5", "-w", fixture_dir]
+    assert run_cli(*args, "--whitespace") != 0
+    line = one_error_line(capsys.readouterr().err)
+    assert "--whitespace" in line and "in.spacy" in line and not (tmp_path / "o.hdf5").exists()
+
+
 def test_embed_bad_input(fixture_dir, tmp_path, capsys):
     text = write_lines(tmp_path / "in.txt", LINES)
     cases = [
