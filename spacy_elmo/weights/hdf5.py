@@ -305,6 +305,12 @@ def read(model: ModelFiles) -> ModelData:
             f"{model.config}: 'char_cnn.char_table' is for ELMoForManyLangs models; the bilm-tf "
             "hdf5 layout has no character table"
         )
+    if options.forget_bias != 1.0:
+        raise ElmoFileError(
+            f"{model.config}: 'lstm.forget_bias' {options.forget_bias:g}: bilm-tf and AllenNLP "
+            "fix the forget gate's bias at 1 in this layout and ignore the key, so this file's "
+            "vectors there would differ; keep such a model in this project's format"
+        )
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
     state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
     # not in the file: computed

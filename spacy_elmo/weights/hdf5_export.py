@@ -75,16 +75,22 @@ def export_hdf5(
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
     AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
-    later). ElmoConfigError for a warm state read from other text than the built-in one, which
-    loading the layout reads again, and for an ELMoForManyLangs model (a character table). The
-    layout records no state policy: it loads as warm. `stem`: see `check_stem`. Files of this
-    layout in `directory` are replaced; a model of another format there, or a directory where a file
-    goes, is an ElmoFileError, nothing written (`formats.check_destination`)."""
+    later). ElmoConfigError for what the layout cannot hold: a warm state read from other text than
+    the built-in one (loading the layout reads that again; the layout records no state policy and
+    loads as warm), a forget gate bias other than 1, an ELMoForManyLangs model (a character
+    table). `stem`: see `check_stem`. Files of this layout in `directory` are replaced; a model of
+    another format there, or a directory where a file goes, is an ElmoFileError, nothing written
+    (`formats.check_destination`)."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
             "the bilm-tf hdf5 layout has no character table or word embedding: keep this "
             "ELMoForManyLangs model in this project's format (save_bilm, convert --to own)"
+        )
+    if bilm.options.forget_bias != 1.0:
+        raise ElmoConfigError(
+            f"the biLM's forget gate bias is {bilm.options.forget_bias:g}; bilm-tf and AllenNLP "
+            "fix it at 1 in the hdf5 layout: keep it in this project's format (save_bilm)"
         )
     warm = model.state_policy.warm_start if isinstance(model, ElmoEmbedder) else True
     if warm and bilm.has_warm_state and not _builtin_warm_state(bilm):

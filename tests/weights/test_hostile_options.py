@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spacy_elmo import load_bilm
+from spacy_elmo import ElmoConfigError, export_hdf5, load_bilm, save_bilm
 
 from ..helpers import refused
 from ..model_files import fixture_options, hdf5_model
@@ -78,3 +78,24 @@ def test_a_forget_bias_out_of_float32_range_in_options_json_is_refused(fixture_d
     options = fixture_options(fixture_dir)
     options["lstm"]["forget_bias"] = 1e39
     refused(hdf5_model(fixture_dir, tmp_path / "m", options), "options.json", "lstm.forget_bias")
+
+
+@pytest.mark.parametrize("bias", [0.0, 2.5])
+def test_a_forget_bias_other_than_1_in_an_hdf5_pair_is_refused(fixture_dir, tmp_path, bias):
+    """bilm-tf and AllenNLP fix the forget gate's bias at 1 in this layout and ignore the key: a
+    file that set it loaded here with other vectors than there (up to 0.33 apart in a layer)."""
+    options = fixture_options(fixture_dir)
+    options["lstm"]["forget_bias"] = bias
+    refused(hdf5_model(fixture_dir, tmp_path / "m", options), "options.json", "lstm.forget_bias")
+    options["lstm"]["forget_bias"] = 1.0  # what the layout means anyway
+    assert load_bilm(hdf5_model(fixture_dir, tmp_path / "one", options)).options.forget_bias == 1
+
+
+def test_export_hdf5_refuses_a_forget_bias_other_than_1(fixture_dir, tmp_path):
+    save_bilm(load_bilm(fixture_dir), tmp_path / "own")
+    config = json.loads((tmp_path / "own" / "bilm.json").read_text())
+    config["options"]["lstm"]["forget_bias"] = 0.0
+    (tmp_path / "own" / "bilm.json").write_text(json.dumps(config))
+    with pytest.raises(ElmoConfigError, match="forget gate bias is 0"):
+        export_hdf5(load_bilm(tmp_path / "own"), tmp_path / "h5")
+    assert not (tmp_path / "h5" / "weights.hdf5").exists()
