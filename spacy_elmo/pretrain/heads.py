@@ -59,11 +59,17 @@ class SampledSoftmax(FullSoftmax):
         if not self.training:
             return super().forward(h, targets)
         sampled = self.sample()
+        # rows by index_select, whose backward sums a repeated id's gradients in one order at any
+        # thread count (advanced indexing's did not: runs were not repeatable)
         true_logit = (
-            (h * self.weight[targets]).sum(-1) + self.bias[targets] - self.log_expected[targets]
+            (h * self.weight.index_select(0, targets)).sum(-1)
+            + self.bias.index_select(0, targets)
+            - self.log_expected[targets]
         )
         sampled_logits = F.linear(
-            h, self.weight[sampled], self.bias[sampled] - self.log_expected[sampled]
+            h,
+            self.weight.index_select(0, sampled),
+            self.bias.index_select(0, sampled) - self.log_expected[sampled],
         )
         sampled_logits = sampled_logits.masked_fill(
             targets.unsqueeze(1) == sampled.unsqueeze(0), float("-inf")

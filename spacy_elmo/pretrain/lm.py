@@ -40,7 +40,10 @@ class BiLanguageModel(nn.Module):
         at each row's last masked position (detached, to carry into the next window)."""
         _, B, T = batch.index.shape
         lstm = self.bilm.lstm
-        x = self.bilm.token_encoder(batch.chars)[batch.index]  # (2, B, T, P)
+        # gathers by index_select: its backward (index_add_) sums each word's gradients in one
+        # order at any thread count; advanced indexing's did not, so runs were not repeatable
+        words = self.bilm.token_encoder(batch.chars)  # (U, P)
+        x = words.index_select(0, batch.index.flatten()).view(2, B, T, -1)  # (2, B, T, P)
         if lstm_state is None:
             lstm_state = lstm.zero_state(B, x.device, x.dtype)
         final_index = batch.mask[0].sum(1) - 1  # (B,)

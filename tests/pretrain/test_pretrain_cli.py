@@ -16,6 +16,7 @@ from spacy_elmo.cli.pretrain import split_overrides
 from spacy_elmo.pretrain import train
 
 from ..helpers import (
+    data_path,
     one_error_line,
     override_args,
     run_pretrain,
@@ -134,6 +135,35 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert code == 0 and "resumed at step 3" in err
     code, err = run_pretrain([*args, "--resume", "--model.lstm_dim", "8"], capsys)
     assert code == 1 and "model.lstm_dim" in err
+
+
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_the_same_run_on_two_threads_writes_the_same_weights(tmp_path, capsys, scheme):
+    """A word's gradient is summed over its occurrences in one order at any thread count: with
+    advanced indexing's backward (the token layer's rows, the sampled softmax's), two runs of one
+    command on two threads wrote other weights. PTB's text and the sampled softmax: rows enough
+    for torch to split the sums between threads."""
+    with gzip.open(data_path("ptb_lm", "ptb.train.txt.gz"), "rt", encoding="utf-8") as f:
+        train = write_corpus(tmp_path / "train.txt", [next(f).strip() for _ in range(400)])
+    args = override_args(
+        train,
+        model__char_dim=8,
+        model__filters=[[1, 16], [2, 16], [3, 32]],
+        model__projection_dim=32,
+        model__lstm_dim=64,
+        softmax__type="sampled",
+        softmax__n_samples=64,
+        training__batch_tokens=1280,
+        training__window=20,
+        training__max_steps=8,
+        training__scheme=scheme,
+    )
+    hashes = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        assert run_pretrain([out, "--no-progress", "--threads", "2", *args], capsys)[0] == 0
+        hashes.append(json.loads((out / "model" / "training.json").read_text())["weights_sha256"])
+    assert hashes[0] == hashes[1]
 
 
 def test_resume_takes_the_corpus_by_any_spelling_of_its_path(tmp_path, capsys, monkeypatch):
