@@ -28,8 +28,8 @@ def embed_cli(
     input_path: Annotated[
         Path,
         typer.Argument(
-            help="UTF-8 text, one sentence per line (only \\n ends a line, as `wc -l` "
-            "counts), or a .spacy DocBin"
+            help="UTF-8 text, one sentence per line (only \\n ends a line; a last line "
+            "without one counts too), or a .spacy DocBin"
         ),
     ],
     output_path: Annotated[
@@ -56,7 +56,8 @@ def embed_cli(
         typer.Option(
             min=1,
             help="biLM batch size: sentences per batch under --state carry; "
-            "else a memory bound (up to 8x this many per packed batch)",
+            "else a memory bound (up to 8x this many per packed batch; the vectors move within "
+            "float32 rounding)",
         ),
     ] = 64,
     state: Annotated[

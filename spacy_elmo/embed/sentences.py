@@ -1,6 +1,6 @@
-"""The input of `embed`: a UTF-8 text file (one sentence per line, only \\n ends a line, as `wc -l`
-counts) or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8 checked) and read
-lazily."""
+"""The input of `embed`: a UTF-8 text file (one sentence per line, only \\n ends a line; a last line
+without one counts too) or a `.spacy` DocBin, scanned once (size, sha256, line count, UTF-8
+checked) and read lazily."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
     """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass
     (a DocBin: decompressed to at most `max_docbin_bytes`).
 
-    Lines are counted as `wc -l` does (only \\n ends one; a last line without it counts too). Text
+    Only \\n ends a line; a last line without it counts too (one more than `wc -l`). Text
     is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
     digest, size, lines, last = hashlib.sha256(), 0, 0, b"\n"
     rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
@@ -90,7 +90,7 @@ def read_sentences(
     """`(text, tokens)` per line of a UTF-8 text file (tokenized by `nlp`'s tokenizer, or split on
     whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
     `max_docbin_bytes`); lazily, after `skip` lines.
-    Only \\n ends a line (as `wc -l` counts): a \\r, U+2028 or NUL inside a line stays in its text.
+    Only \\n ends a line: a \\r, U+2028 or NUL inside a line stays in its text.
     Whitespace tokens are left out, as in the `elmo` component; `text`, the key of
     `sentence_to_index`, is stripped (AllenNLP's key of a line)."""
     if path.suffix == ".spacy":

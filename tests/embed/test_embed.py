@@ -22,6 +22,7 @@ from ..helpers import (
     FLOAT32_ATOL,
     LINES,
     REPO,
+    generated,
     interrupt_embed_at_line,
     one_error_line,
     read_output,
@@ -111,6 +112,21 @@ def test_embed_bounds_the_kernel_cache(fixture_dir, tmp_path, monkeypatch):
         == 0
     )
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
+
+
+def test_other_blocks_are_within_float32_rounding_of_a_single_run(fixture_dir, tmp_path):
+    """`--flush-every --help`: a line's arrays depend on its block, within float32 rounding."""
+    text = generated(tmp_path / "in.txt", 300)
+    outputs = []
+    for flush in ([], ["--flush-every", "7"]):
+        out = tmp_path / f"out{len(flush)}.hdf5"
+        args = ["embed", text, out, "-w", fixture_dir, "--whitespace", "--batch-size", "4"]
+        assert run_cli(*args, *flush, "--no-progress") == 0
+        outputs.append(read_output(out))
+    (single, index, _), (blocks, index_blocks, _) = outputs
+    assert index == index_blocks and single.keys() == blocks.keys() and len(single) == 300
+    for name, array in single.items():
+        np.testing.assert_allclose(blocks[name], array, rtol=0, atol=FLOAT32_ATOL)
 
 
 def test_embed_spacy_tokenizer_and_docbin(fixture_dir, fixture_bilm, tmp_path):
