@@ -4,8 +4,9 @@ the assembled output, and `HDF5Output`, the `writer.OutputWriter` a run uses.
 Every file has the layout `allennlp elmo` wrote: one dataset per input line, named by the line's
 number in the whole input, shaped `(n_layers + 1, n_tokens, dim)` (or `(n_tokens, dim)` for one
 layer or a mix), float32 or float16; `sentence_to_index`, a one-element string dataset holding JSON
-`{sentence text: "index"}`; and the root attribute `spacy_elmo.settings` (JSON: the input, the
-weights' fingerprint, every setting).
+`{sentence text: "index"}` (fixed-length bytes, which can be written a piece at a time, where
+AllenNLP's is a variable-length str; `json.loads` of element 0 reads both); and the root
+attribute `spacy_elmo.settings` (JSON: the input, the weights' fingerprint, every setting).
 
 Completed work lives only in files that are complete and closed: HDF5 updates its metadata in place,
 so a file open for writing is never trusted after a crash. A file is written under a temporary name,
