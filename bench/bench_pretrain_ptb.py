@@ -28,7 +28,7 @@ from common import machine, matmul_gflops, read_metrics, train_flops_per_token, 
 
 from spacy_elmo.cli.pretrain import parse_overrides, split_overrides
 from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train
-from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer
+from spacy_elmo.pretrain.corpus import corpus_tokenizer, load_dev
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "ptb_lm"
@@ -74,9 +74,7 @@ def main() -> None:
     write_curve(metrics, out / "curve.csv")
     bilm, head, vocab, _ = load_trained(out / "model")
     c = config["corpus"]
-    dev = load_dev(
-        c["dev"], make_tokenizer(c["tokenizer"]), c["max_sentence_length"], vocab, c["unk_token"]
-    )
+    dev = load_dev(c["dev"], corpus_tokenizer(c), c["max_sentence_length"], vocab, c["unk_token"])
     by_policy = {
         p: perplexities(dev_nll(bilm, head, dev, p, 128), dev.n_predicted)
         for p in ("zero", "warm", "carry")

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from spacy_elmo.pretrain import dev_nll, load_config, load_trained, perplexities, train
-from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer
+from spacy_elmo.pretrain.corpus import corpus_tokenizer, load_dev
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "ptb_lm"
@@ -75,7 +75,7 @@ def main() -> None:
         c = config["corpus"]
         dev = load_dev(
             args.dev or c["dev"],
-            make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"]),
+            corpus_tokenizer(c),
             c["max_sentence_length"],
             vocab,
             c["unk_token"],

@@ -104,12 +104,11 @@ def perplexity_before(base: Path, config) -> Dict[str, Any]:
     it (its policy, `dev_nll`, `perplexities`)."""
     from spacy_elmo.pretrain import dev_nll, load_trained, perplexities
     from spacy_elmo.pretrain.config import model_policy
-    from spacy_elmo.pretrain.corpus import load_dev, make_tokenizer
+    from spacy_elmo.pretrain.corpus import corpus_tokenizer, load_dev
 
     bilm, head, vocab, _ = load_trained(base)
     c = config["corpus"]
-    tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
-    dev = load_dev(c["dev"], tokenize, c["max_sentence_length"], vocab, c["unk_token"])
+    dev = load_dev(c["dev"], corpus_tokenizer(c), c["max_sentence_length"], vocab, c["unk_token"])
     policy = model_policy(config)
     nll = dev_nll(bilm, head, dev, policy, config["training"]["eval_batch_size"])
     return {"policy": str(policy), **perplexities(nll, dev.n_predicted)}

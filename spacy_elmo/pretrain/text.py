@@ -12,7 +12,7 @@ import io
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -89,8 +89,11 @@ def _first_bad_utf8(path: Path, gz: bool) -> ElmoFileError:
     return ElmoFileError(f"{path}: invalid UTF-8")
 
 
-def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Tokenizer:
-    """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`."""
+def make_tokenizer(
+    kind: str, lang: str = "en", lowercase: bool = False, unk_token: Optional[str] = None
+) -> Tokenizer:
+    """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`,
+    which keeps `<S>`, `</S>` and the corpus's `unk_token` whole (spaCy splits `<unk>` in three)."""
     if kind == "whitespace":
 
         def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
@@ -99,11 +102,14 @@ def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Toke
 
         return tokenize
     import spacy
+    from spacy.symbols import ORTH
 
     try:
         tokenizer = spacy.blank(lang).tokenizer
     except Exception as err:  # spaCy raises ImportError / ValueError for unknown languages
         raise ElmoConfigError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
+    for special in (BOS_TOKEN, EOS_TOKEN, *([unk_token] if unk_token else [])):
+        tokenizer.add_special_case(special, [{ORTH: special}])
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         stripped = ((line.lower() if lowercase else line).strip() for line in lines)
@@ -111,6 +117,13 @@ def make_tokenizer(kind: str, lang: str = "en", lowercase: bool = False) -> Toke
             yield [t.text for t in doc if not t.is_space]
 
     return tokenize
+
+
+def corpus_tokenizer(corpus: Mapping[str, Any]) -> Tokenizer:
+    """The tokenizer of a config's `[corpus]` section, for training and dev text alike."""
+    return make_tokenizer(
+        corpus["tokenizer"], corpus["lang"], corpus["lowercase"], corpus["unk_token"]
+    )
 
 
 @dataclass

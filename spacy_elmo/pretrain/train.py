@@ -37,7 +37,7 @@ from . import checkpoint
 from .batches import Batch
 from .build import config_to_train, initial_bilm, initial_head, starting_bilm, training_vocab
 from .config import model_policy, training_precision
-from .corpus import DevSet, Position, TrainingCorpus, load_dev, make_tokenizer
+from .corpus import DevSet, Position, TrainingCorpus, corpus_tokenizer, load_dev
 from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
 from .optim import all_reduce_gradients, diverged, make_optimizer, non_finite
@@ -103,7 +103,7 @@ class Trainer:
         self.saved_step: Optional[int] = None
         self._digests(resume)
 
-        tokenize = make_tokenizer(c["tokenizer"], c["lang"], c["lowercase"])
+        tokenize = corpus_tokenizer(c)
         self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
         self.vocab = training_vocab(
             config,
