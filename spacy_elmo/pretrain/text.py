@@ -22,6 +22,7 @@ from ..files import TEXT_ENCODING, open_regular, regular_file
 from ..weights.hub import sha256_file
 
 Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def corpus_files(path, what: str) -> List[Path]:
@@ -55,10 +56,13 @@ def corpus_sha256(path, what: str) -> Dict[str, str]:
 
 
 def read_lines(path: Path) -> Iterator[str]:
-    """The lines of a corpus file (UTF-8, gzipped where it ends in .gz)."""
-    gz = path.suffix == ".gz"
+    """The lines of a corpus file (UTF-8, gzipped where it starts as gzip does, whatever its
+    name)."""
+    gz = False
     try:
         with open_regular(path, "corpus file") as raw:
+            gz = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC  # never the start of UTF-8 text
+            raw.seek(0)
             text = (
                 gzip.open(raw, "rt", encoding=TEXT_ENCODING)
                 if gz

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
+from spacy_elmo import ElmoFileError
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.corpus import UNK_ID, Vocab, corpus_tokenizer, load_dev
+from spacy_elmo.pretrain.corpus import UNK_ID, Vocab, corpus_tokenizer, load_dev, read_lines
 
 from ..helpers import override_args, run_pretrain, toy_sentences, write_corpus
 
@@ -49,3 +52,19 @@ def test_a_run_with_the_spacy_tokenizer_learns_no_pieces_of_the_unk_token(tmp_pa
     words = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert words[:3] == ["<S>", "</S>", "<unk>"]
     assert not {"<", ">", "unk", "UNK", unk, "/S"} & set(words[3:]), words
+
+
+@pytest.mark.parametrize("name", ["train.TXT.GZ", "train.gzip", "train.txt"])
+def test_a_gzipped_corpus_file_is_known_by_its_content_not_its_name(tmp_path, name):
+    """gzip is read whatever the file's name; its text's errors name the decompressed file."""
+    good = "The cat\nsat .\n".encode("utf-8")
+    (tmp_path / name).write_bytes(gzip.compress(good))
+    assert list(read_lines(tmp_path / name)) == ["The cat\n", "sat .\n"]
+    (tmp_path / name).write_bytes(gzip.compress(good + "caf\u00e9\n".encode("latin-1")))
+    with pytest.raises(ElmoFileError, match="line 3, byte 17 of the decompressed file"):
+        list(read_lines(tmp_path / name))
+
+
+def test_a_plain_text_file_named_gz_is_read_as_text(tmp_path):
+    write_corpus(tmp_path / "train.txt.gz", ["The cat", "sat ."])
+    assert list(read_lines(tmp_path / "train.txt.gz")) == ["The cat\n", "sat .\n"]
