@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def corpus_files(path, what: str) -> List[Path]:
-    """A file, or the files of a directory (sorted, recursive, hidden ones skipped), or a list of
-    those."""
+    """A file, or the files of a directory (sorted, recursive, hidden ones skipped, links followed;
+    a cycle of links is an error), or a list of those."""
     if path is None:
         raise ElmoConfigError(f"no {what} corpus given (set --{what} or corpus.{what})")
     if isinstance(path, (list, tuple)):
@@ -38,16 +39,35 @@ def corpus_files(path, what: str) -> List[Path]:
     if not path.is_dir():
         regular_file(path, f"{what} corpus file")
         return [path]
-    files = sorted(
-        p
-        for p in path.rglob("*")
-        if not p.is_dir() and not any(s.startswith(".") for s in p.relative_to(path).parts)
-    )
+    files = sorted(_tree_files(path, path, frozenset([os.path.realpath(path)]), what))
     if not files:
         raise ElmoFileError(f"{what} corpus directory {path} holds no files")
     for file in files:  # a FIFO or a device among them is refused, not skipped
         regular_file(file, f"{what} corpus file")
     return files
+
+
+def _tree_files(root: Path, directory: Path, chain: frozenset, what: str) -> Iterator[Path]:
+    """The files under `directory` of corpus directory `root`, hidden ones skipped, links to files
+    and directories followed; `chain`: the real paths of `directory` and the ones it is in."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError as err:
+        raise ElmoFileError(f"cannot read the {what} corpus directory {directory}: {err}") from None
+    for entry in entries:
+        path = directory / entry.name
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_dir():  # a link to a file is read as the file; a broken one is refused
+            yield path
+            continue
+        real = os.path.realpath(path)
+        if real in chain:
+            raise ElmoFileError(
+                f"{what} corpus directory {root}: {path} links to a directory that holds it "
+                f"({real}), a cycle"
+            )
+        yield from _tree_files(root, path, chain | {real}, what)
 
 
 def corpus_sha256(path, what: str) -> Dict[str, str]:

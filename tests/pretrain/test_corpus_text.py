@@ -8,9 +8,16 @@ import pytest
 
 from spacy_elmo import ElmoFileError
 from spacy_elmo.pretrain.config import load_config
-from spacy_elmo.pretrain.corpus import UNK_ID, Vocab, corpus_tokenizer, load_dev, read_lines
+from spacy_elmo.pretrain.corpus import (
+    UNK_ID,
+    Vocab,
+    corpus_files,
+    corpus_tokenizer,
+    load_dev,
+    read_lines,
+)
 
-from ..helpers import override_args, run_pretrain, toy_sentences, write_corpus
+from ..helpers import one_error_line, override_args, run_pretrain, toy_sentences, write_corpus
 
 MARKED = [
     "pierre <unk> N years old will join the board .",
@@ -68,3 +75,40 @@ def test_a_gzipped_corpus_file_is_known_by_its_content_not_its_name(tmp_path, na
 def test_a_plain_text_file_named_gz_is_read_as_text(tmp_path):
     write_corpus(tmp_path / "train.txt.gz", ["The cat", "sat ."])
     assert list(read_lines(tmp_path / "train.txt.gz")) == ["The cat\n", "sat .\n"]
+
+
+def test_a_linked_directory_of_a_corpus_directory_is_read_as_a_linked_file_is(tmp_path):
+    """Links in a corpus directory are followed, to files and directories alike; hidden ones are
+    skipped."""
+    elsewhere = tmp_path / "elsewhere"
+    write_corpus(elsewhere / "more.txt", ["a b"])
+    write_corpus(elsewhere / "one.txt", ["c d"])
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus / "own" / "x.txt", ["e f"])
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "file.txt").symlink_to(elsewhere / "one.txt")
+    (corpus / ".hidden").symlink_to(elsewhere, target_is_directory=True)
+    assert [str(f.relative_to(corpus)) for f in corpus_files(corpus, "train")] == [
+        "file.txt",
+        "linked/more.txt",
+        "linked/one.txt",
+        "own/x.txt",
+    ]
+
+
+@pytest.mark.parametrize("target", ["itself", "the corpus", "a link back"])
+def test_a_link_cycle_in_a_corpus_directory_is_one_error_naming_it(tmp_path, capsys, target):
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    write_corpus(corpus / "a" / "x.txt", ["e f"])
+    elsewhere.mkdir()
+    if target == "a link back":
+        (corpus / "a" / "out").symlink_to(elsewhere, target_is_directory=True)
+        link = corpus / "a" / "out" / "back"
+        (elsewhere / "back").symlink_to(corpus, target_is_directory=True)
+    else:
+        link = corpus / "a" / "loop"
+        link.symlink_to(corpus / "a" if target == "itself" else corpus, target_is_directory=True)
+    with pytest.raises(ElmoFileError, match=f"{link} links to a directory that holds it"):
+        corpus_files(corpus, "train")
+    code, err = run_pretrain([tmp_path / "out", *override_args(corpus)], capsys)
+    assert code == 1 and str(link) in one_error_line(err)
