@@ -38,8 +38,8 @@ def training_vocab(
         return Vocab.from_disk(resumed_run / VOCAB_FILE)
     size, unk = config["vocab"]["size"], config["corpus"]["unk_token"]
     if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
-        log(f"vocabulary and softmax from {init_dir}")
         vocab = Vocab.from_disk(init_dir / VOCAB_FILE)
+        log(f"vocabulary and softmax from {init_dir}")
         n_words = len(vocab) - len(SPECIALS)
         if size not in (None, n_words, default_vocab_size()):
             log(

@@ -18,13 +18,18 @@ BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
 
 
 class Vocab:
-    """Output vocabulary: `<S>`, `</S>`, `<unk>` (ids 0, 1, 2), then words by falling frequency."""
+    """Output vocabulary: `<S>`, `</S>`, `<unk>` (ids 0, 1, 2), then words by falling frequency,
+    each once."""
 
     def __init__(self, words: Sequence[str]):
         self.words = list(words)
         if tuple(self.words[:3]) != SPECIALS:
             raise ElmoFileError(f"a vocabulary must start with {SPECIALS}")
-        self.index = {w: i for i, w in enumerate(self.words)}
+        self.index = {}
+        for i, word in enumerate(self.words):
+            first = self.index.setdefault(word, i)
+            if first != i:  # a second row of the softmax for a word would never be trained
+                raise ElmoFileError(f"the word {word!r} is on lines {first + 1} and {i + 1}")
 
     def __len__(self) -> int:
         return len(self.words)
