@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
-from ..errors import ElmoError, ElmoFileError
+from ..errors import ElmoConfigError, ElmoError, ElmoFileError
 from ..files import RECORD_BYTES, TEXT_ENCODING, read_regular
 
 UNK_TOKEN = "<unk>"
@@ -44,7 +44,7 @@ class Vocab:
     ) -> "Vocab":
         """The `size` most frequent words of `counts` (ties by text); `size=None`: all of them. A
         `size` larger than the number of distinct words is an error, or with `shrink` means all of
-        them."""
+        them; so is a vocabulary whose vocab.txt a run could not read back."""
         counts = Counter({w: n for w, n in counts.items() if w not in SPECIALS and w != unk_token})
         if not counts:
             raise ElmoFileError(
@@ -57,7 +57,16 @@ class Vocab:
                 f"every word)"
             )
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        return cls([*SPECIALS, *(w for w, _ in ranked[:size])])
+        words = [*SPECIALS, *(w for w, _ in ranked[:size])]
+        ends = np.cumsum([len(w.encode("utf-8")) + 1 for w in words])  # of its lines in vocab.txt
+        if ends[-1] > RECORD_BYTES:  # what `from_disk` reads; a run could not be resumed
+            fits = int(np.searchsorted(ends, RECORD_BYTES, side="right")) - len(SPECIALS)
+            raise ElmoConfigError(
+                f"the output vocabulary of {len(words) - len(SPECIALS)} words takes "
+                f"{int(ends[-1]):,} bytes in vocab.txt, more than the {RECORD_BYTES:,} that a "
+                f"run reads back (--resume, --init-from): set --vocab.size {fits} or less"
+            )
+        return cls(words)
 
     def lookup(self, texts: Sequence[str], unk_token: Optional[str] = None) -> np.ndarray:
         """Token texts -> int64 output ids `(len(texts),)`; unknown words (and `unk_token`) ->

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import List
+
 import pytest
 
-from spacy_elmo import ElmoFileError
+from spacy_elmo import ElmoConfigError, ElmoFileError
+from spacy_elmo.files import RECORD_BYTES
 from spacy_elmo.pretrain.corpus import Vocab
 
 from ..helpers import one_error_line, override_args, run_pretrain, toy_sentences, write_corpus
@@ -27,3 +31,32 @@ def test_init_from_a_model_whose_vocabulary_repeats_a_word_is_one_error(tmp_path
     assert code == 1
     assert f"{path}" in one_error_line(err)
     assert f"{words[3]!r} is on lines 4 and {len(words)}" in err
+
+
+def long_words(n: int) -> List[str]:
+    """`n` distinct words of 4,095 bytes, in the order a vocabulary ranks them (ties by text)."""
+    return [f"{i:07d}" + "x" * 4088 for i in range(n)]
+
+
+# vocab.txt of the specials (15 bytes) and this many long words is the most a run reads back
+FITS = (RECORD_BYTES - 15) // 4096
+
+
+def test_a_vocabulary_too_large_to_read_back_is_refused_when_built(tmp_path):
+    """The error names the largest vocab.size that fits; a vocabulary of that size is read back."""
+    counts = Counter(long_words(FITS + 10))
+    with pytest.raises(ElmoConfigError, match=f"set --vocab.size {FITS} or less"):
+        Vocab.build(counts, None)
+    with pytest.raises(ElmoConfigError, match=f"set --vocab.size {FITS} or less"):
+        Vocab.build(counts, FITS + 1)
+    vocab = Vocab.build(counts, FITS)
+    (tmp_path / "vocab.txt").write_text(vocab.to_str(), encoding="utf-8")
+    assert Vocab.from_disk(tmp_path / "vocab.txt").words == vocab.words
+
+
+def test_a_run_whose_vocabulary_it_could_not_read_back_stops_before_training(tmp_path, capsys):
+    train = write_corpus(tmp_path / "train.txt", long_words(FITS + 10))
+    code, err = run_pretrain([tmp_path / "out", "--no-progress", *override_args(train)], capsys)
+    assert code == 1
+    assert f"set --vocab.size {FITS} or less" in one_error_line(err)
+    assert not (tmp_path / "out" / "vocab.txt").exists()
