@@ -101,10 +101,11 @@ def pretrain_cli(
     every batch and gradients are summed over all of them.
 
     Output: OUTPUT_DIR/model (loadable by spacy_elmo.load_bilm and the `elmo` component, with the
-    softmax, vocabulary and training.json), metrics.jsonl (dev perplexity), checkpoint/ (for
-    --resume; published whole, so a kill at any moment resumes bit for bit), model-hdf5 (with
-    --export-hdf5). A new run refuses an OUTPUT_DIR that holds a run: --resume continues it, else
-    remove it or choose another.
+    softmax, vocabulary and training.json), metrics.jsonl (dev perplexity, and the training loss:
+    with softmax.type sampled, the sampled softmax's, far below the full softmax's, as the progress
+    bar's loss and ppl say), checkpoint/ (for --resume; published whole, so a kill at any moment
+    resumes bit for bit), model-hdf5 (with --export-hdf5). A new run refuses an OUTPUT_DIR that
+    holds a run: --resume continues it, else remove it or choose another.
     """
     with errors():
         out, more, overrides = parse_arguments(

@@ -95,6 +95,12 @@ class AdaptiveSoftmax(nn.Module):
         return -self.softmax(h, targets).output
 
 
+def train_loss_softmax(head: nn.Module) -> str:
+    """Which softmax the loss of `head` in train mode is: "sampled" (`SampledSoftmax`, far below
+    the full softmax's) or "exact"."""
+    return "sampled" if isinstance(head, SampledSoftmax) else "exact"
+
+
 def build_head(
     kind: str,
     dim: int,

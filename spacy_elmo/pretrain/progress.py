@@ -41,13 +41,16 @@ class TrainingBar:
         self,
         progress: Progress,
         max_steps: Optional[int],
-        time_budget: Optional[float],
+        max_seconds: float,
+        loss_softmax: str,
         enabled: bool,
     ):
-        self.time_budget = time_budget
-        timed = time_budget is not None
+        # without a step limit, a time limit (`max_seconds`) is the bar's total
+        timed = max_steps is None and math.isfinite(max_seconds)
+        self.time_budget = max_seconds if timed else None
+        self.label = " (sampled)" if loss_softmax == "sampled" else ""
         self.bar = tqdm(
-            total=time_budget if timed else max_steps,
+            total=max_seconds if timed else max_steps,
             initial=progress.train_seconds if timed else progress.step,
             unit="s" if timed else "step",
             disable=not enabled,
@@ -71,10 +74,12 @@ class TrainingBar:
         else:
             self.bar.update(1)
         self.bar.set_postfix(
-            loss=f"{step_loss:.3f}",
-            ppl=f"{math.exp(min(step_loss, 50)):.0f}",
-            tok_s=f"{p.tokens / p.train_seconds:.0f}",
-            epoch=p.epoch,
+            {
+                f"loss{self.label}": f"{step_loss:.3f}",
+                f"ppl{self.label}": f"{math.exp(min(step_loss, 50)):.0f}",
+                "tok_s": f"{p.tokens / p.train_seconds:.0f}",
+                "epoch": p.epoch,
+            },
             refresh=False,
         )
 
@@ -83,16 +88,22 @@ class TrainingBar:
 
 
 def metrics_record(
-    p: Progress, train_loss: float, dev: Optional[Dict[str, Any]], eval_start: float
+    p: Progress,
+    train_loss: float,
+    loss_softmax: str,
+    dev: Optional[Dict[str, Any]],
+    eval_start: float,
 ) -> Dict[str, Any]:
-    """One line of the learning curve: where training stands, its mean loss since the last report,
-    the dev perplexities (or None), and the seconds since `eval_start` (a `time.perf_counter()`)."""
+    """One line of the learning curve: where training stands, its mean loss since the last report
+    and which softmax's it is (`heads.train_loss_softmax`: "sampled" or "exact"), the dev
+    perplexities (or None), and the seconds since `eval_start` (a `time.perf_counter()`)."""
     return {
         "step": p.step,
         "epoch": p.epoch,
         "tokens": p.tokens,
         "train_minutes": p.train_seconds / 60,
         "train_loss": train_loss,
+        "train_loss_softmax": loss_softmax,
         "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
         "dev": dev,
         "eval_seconds": time.perf_counter() - eval_start,
@@ -110,7 +121,8 @@ def report_line(record: Dict[str, Any]) -> str:
         if dev
         else "no dev set"
     )
+    sampled = " (sampled softmax)" if record.get("train_loss_softmax") == "sampled" else ""
     return (
         f"step {record['step']} epoch {record['epoch']} {record['train_minutes']:.1f} min: "
-        f"train loss {record['train_loss']:.3f}; {dev_text}"
+        f"train loss{sampled} {record['train_loss']:.3f}; {dev_text}"
     )

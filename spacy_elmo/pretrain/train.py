@@ -38,6 +38,7 @@ from .batches import Batch
 from .build import config_to_train, initial_bilm, initial_head, starting_bilm, training_vocab
 from .config import model_policy, training_precision
 from .corpus import DevSet, Position, TrainingCorpus, corpus_tokenizer, load_dev
+from .heads import train_loss_softmax
 from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
 from .optim import all_reduce_gradients, diverged, make_optimizer, non_finite
@@ -123,6 +124,7 @@ class Trainer:
             config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir, self.log
         )
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
+        self.loss_softmax = train_loss_softmax(head)  # what the reported training loss is
         if self.rank:  # each process its own dropout masks; rank 0 draws what one process draws
             torch.manual_seed(t["seed"] + RANK_SEED_STRIDE * self.rank)
         # autocast of the forward pass: its products in bfloat16; weights, gradients and optimizer
@@ -251,7 +253,7 @@ class Trainer:
         p.loss_sum, p.loss_steps = 0.0, 0
         if self.rank != 0:
             return
-        record = metrics_record(p, train_loss, self.last_dev, start)
+        record = metrics_record(p, train_loss, self.loss_softmax, self.last_dev, start)
         append_metrics(self.output, record)
         if self.progress_bar:
             tqdm.write(report_line(record))
@@ -266,9 +268,7 @@ class Trainer:
         max_seconds = t["max_minutes"] * 60 if t["max_minutes"] else math.inf
         eval_seconds = t["eval_every_minutes"] * 60 if t["eval_every_minutes"] else math.inf
         self.model.train()
-        # Without a step limit, a time budget is the bar's total: it advances by training seconds.
-        budget = t["max_steps"] is None and t["max_minutes"] is not None
-        bar = TrainingBar(p, t["max_steps"], max_seconds if budget else None, self.progress_bar)
+        bar = TrainingBar(p, t["max_steps"], max_seconds, self.loss_softmax, self.progress_bar)
         with deferred_interrupt() as interrupted:
             for position, batch in self._batches():
                 if t["max_steps"] is not None and p.step >= t["max_steps"]:

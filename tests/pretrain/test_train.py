@@ -73,6 +73,39 @@ def test_large_vocabulary_heads_normalise_in_eval_and_learn(toy, tmp_path, kind)
     assert metrics[-1]["dev"]["mean"] < metrics[0]["dev"]["mean"] * 0.7
 
 
+@pytest.mark.parametrize("kind", ["sampled", "full", "adaptive"])
+def test_the_training_loss_says_when_it_is_the_sampled_softmaxs(toy, tmp_path, capsys, kind):
+    """The bar's loss and ppl, the report line and metrics.jsonl's train_loss are the loss of the
+    softmax in training: a sampled one's is far below the full softmax's (dev perplexity's), and
+    nothing said so. Now each says which softmax's loss it is."""
+    config = tiny_config(
+        *toy,
+        softmax__type=kind,
+        softmax__n_samples=8,
+        softmax__adaptive_cutoffs=[20, 60],
+        training__max_steps=4,
+        training__eval_every=2,
+    )
+    logged = []
+    train(config, tmp_path, progress_bar=True, log=logged.append)
+    out, err = capsys.readouterr()
+    sampled = kind == "sampled"
+    metrics = read_metrics(tmp_path)
+    assert [m["train_loss_softmax"] for m in metrics] == ["sampled" if sampled else "exact"] * 2
+    reports = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(reports) == 2
+    label = "train loss (sampled softmax) " if sampled else "train loss "
+    assert all(f"{label}{m['train_loss']:.3f};" in r for r, m in zip(reports, metrics))
+    bar = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert (" loss (sampled)=" in bar and " ppl (sampled)=" in bar) == sampled, bar
+    assert (" loss=" in bar and " ppl=" in bar) == (not sampled), bar
+    logged.clear()
+    train(config, tmp_path / "quiet", progress_bar=False, log=logged.append)
+    logged_reports = [line for line in logged if line.startswith("step ")]
+    assert len(logged_reports) == 2
+    assert all(f"{label}{m['train_loss']:.3f};" in r for r, m in zip(logged_reports, metrics))
+
+
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_files_of_a_small_corpus_are_mixed_in_every_batch(tmp_path, scheme):
     """Two files of disjoint words: with the corpus in memory, an epoch does not read them one after
