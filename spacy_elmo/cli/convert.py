@@ -37,11 +37,11 @@ def convert_cli(
     """Convert weights between the bilm-tf / AllenNLP hdf5 layout and this project's format (an
     ELMoForManyLangs model converts to this project's format only).
 
-    `load_bilm` gives the same outputs before and after, bit for bit (the hdf5 layout keeps no state
-    policy: a zero or carry model read from it needs its `state=`). The softmax and vocabulary
-    that `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along, so `pretrain
-    --init-from DEST` continues with them. DEST appears complete or not at all (a full disk leaves
-    nothing behind).
+    `load_bilm` gives the same outputs before and after, bit for bit. The hdf5 layout keeps no state
+    policy and loads as warm: a zero or carry model stays in this project's format. The softmax
+    and vocabulary that `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along,
+    so `pretrain --init-from DEST` continues with them. DEST appears complete or not at all (a full
+    disk leaves nothing behind).
     """
     with errors():
         check_stem(stem)
@@ -70,13 +70,6 @@ def convert_cli(
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
             written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
-        # what loading an hdf5 layout assumes
-        if target == "hdf5" and not bilm.state_policy.warm_start:
-            typer.echo(
-                f"note: the hdf5 layout does not record the state policy: load it with "
-                f"state={bilm.state_policy.value!r} to get the same outputs",
-                err=True,
-            )
         paths, source = [dest / path.name for path in written], describe_source(src)
     typer.echo(
         "wrote "

@@ -76,7 +76,12 @@ def pretrain_cli(
         ),
     ] = False,
     export_hdf5: Annotated[
-        bool, typer.Option(help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout")
+        bool,
+        typer.Option(
+            help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout (which loads as state "
+            "policy warm: a run whose model reads otherwise, e.g. --training.scheme sentences, is "
+            "refused)"
+        ),
     ] = False,
     device: Annotated[
         str,

@@ -188,6 +188,15 @@ def check_config(config: Config) -> None:
         raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
     _check_settings(config, LOOP_SETTINGS)
     t = config["training"]
+    policy = model_policy(config)
+    if t["export_hdf5"] and not policy.warm_start:
+        raise ElmoConfigError(
+            f"config 'training.export_hdf5': this run's model reads with the state policy "
+            f"'{policy}' (training.scheme '{t['scheme']}', training.state_policy "
+            f"'{t['state_policy']}'), which the bilm-tf hdf5 layout cannot record (it loads as "
+            "'warm': other outputs); keep the model in this project's format (OUTPUT_DIR/model): "
+            "drop --export-hdf5"
+        )
     if t["scheme"] == "stream" and t["batch_tokens"] < t["window"]:
         raise ElmoConfigError(
             f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "

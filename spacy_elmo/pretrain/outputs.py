@@ -333,15 +333,16 @@ def save_trained(
             # to a file object: a failed write keeps its OSError as the cause
             torch.save(head.state_dict(), f)
         (tmp / VOCAB_FILE).write_text(vocab.to_str(), encoding="utf-8")
+        embedder = ElmoEmbedder(bilm, policy, source=str(model_dir))
         summary = {
             **summary,
             "weights_sha256": sha256_file(tmp / OWN_WEIGHTS),
-            "fingerprint": ElmoEmbedder(bilm, policy).fingerprint(),
+            "fingerprint": embedder.fingerprint(),
         }
         (tmp / TRAINING_SUMMARY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    if export:
+    if export:  # under the model's policy: one the layout cannot record is refused
         with write_errors(output / HDF5_DIR, retry), atomic_dir(output / HDF5_DIR) as tmp:
-            export_hdf5(bilm, tmp)
+            export_hdf5(embedder, tmp)
     return model_dir
 
 

@@ -77,10 +77,11 @@ def export_hdf5(
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
     later). ElmoConfigError for what the layout cannot hold: a warm state read from other text than
     the built-in one (loading the layout reads that again; the layout records no state policy and
-    loads as warm), a forget gate bias other than 1, an ELMoForManyLangs model (a character
-    table). `stem`: see `check_stem`. Files of this layout in `directory` are replaced; a model of
-    another format there, or a directory where a file goes, is an ElmoFileError, nothing written
-    (`formats.check_destination`)."""
+    loads as warm), an embedder whose state policy is not warm (zero, carry: set it to warm to
+    export it anyway, its outputs then change), a forget gate bias other than 1, an
+    ELMoForManyLangs model (a character table). `stem`: see `check_stem`. Files of this layout in
+    `directory` are replaced; a model of another format there, or a directory where a file goes, is
+    an ElmoFileError, nothing written (`formats.check_destination`)."""
     bilm = model.network if isinstance(model, ElmoEmbedder) else model
     if bilm.options.char_table:
         raise ElmoConfigError(
@@ -92,8 +93,14 @@ def export_hdf5(
             f"the biLM's forget gate bias is {bilm.options.forget_bias:g}; bilm-tf and AllenNLP "
             "fix it at 1 in the hdf5 layout: keep it in this project's format (save_bilm)"
         )
-    warm = model.state_policy.warm_start if isinstance(model, ElmoEmbedder) else True
-    if warm and bilm.has_warm_state and not _builtin_warm_state(bilm):
+    if isinstance(model, ElmoEmbedder) and not model.state_policy.warm_start:
+        raise ElmoConfigError(
+            f"{model.source}: the biLM's state policy is '{model.state_policy}'; the bilm-tf hdf5 "
+            "layout records none and loads as 'warm' (bilm-tf and AllenNLP carry states over), so "
+            "its outputs would change: keep it in this project's format (save_bilm, convert --to "
+            "own)"
+        )
+    if bilm.has_warm_state and not _builtin_warm_state(bilm):
         raise ElmoConfigError(
             "the biLM's warm state was not read from the built-in English warm-up text, which "
             "loading the hdf5 layout reads again (the layout keeps no state): its outputs would "

@@ -403,6 +403,41 @@ def test_init_from_names_a_directory_and_warns_of_a_vocab_size_it_ignores(
     assert "bilm-tf / AllenNLP options and hdf5 weights" in " ".join(out.replace("│", " ").split())
 
 
+@pytest.mark.parametrize(
+    "settings, policy",
+    [
+        (["--training.scheme", "sentences"], "zero"),
+        (["--training.state_policy", "carry"], "carry"),
+    ],
+)
+def test_export_hdf5_of_a_model_not_read_warm_is_refused_before_training(
+    tmp_path, capsys, settings, policy
+):
+    """`--export-hdf5` with the sentences scheme (state policy zero) trained, then wrote a
+    model-hdf5 that loads warm (the layout records no policy): vectors up to 1.2 from model/'s. Now
+    refused before training starts, nothing written; `--resume --export-hdf5` too."""
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    args = ["--no-progress", *override_args(train_path, None, training__max_steps=2), *settings]
+    code, err = run_pretrain([tmp_path / "out", *args, "--export-hdf5"], capsys)
+    scheme = "sentences" if "sentences" in settings else "stream"
+    setting = "auto" if policy == "zero" else policy
+    assert code == 1 and one_error_line(err) == (
+        f"error: config 'training.export_hdf5': this run's model reads with the state policy "
+        f"'{policy}' (training.scheme '{scheme}', training.state_policy '{setting}'), which the "
+        "bilm-tf hdf5 layout cannot record (it loads as 'warm': other outputs); keep the model in "
+        "this project's format (OUTPUT_DIR/model): drop --export-hdf5"
+    )
+    assert not (tmp_path / "out").exists()
+    code, err = run_pretrain([tmp_path / "out", *args], capsys)
+    assert code == 0, err
+    saved = (tmp_path / "out" / "model" / "weights.pt").read_bytes()
+    more = ["--resume", "--training.max_steps", "3", "--export-hdf5"]
+    code, err = run_pretrain([tmp_path / "out", *args, *more], capsys)
+    assert code == 1 and "'training.export_hdf5'" in one_error_line(err)
+    assert (tmp_path / "out" / "model" / "weights.pt").read_bytes() == saved
+    assert not (tmp_path / "out" / "model-hdf5").exists()
+
+
 def test_init_from_a_model_of_another_token_width_is_one_error(tmp_path, capsys, fixture_dir):
     """pretrain makes bilm-tf's 50 ids per token: a model that reads another number would train on
     ids it never reads at inference."""

@@ -275,13 +275,23 @@ def test_a_pretrain_output_directory_loads_as_it_is(toy, tmp_path):
         empty.initialize()
 
 
-def test_export_and_load_round_trip(toy, tmp_path):
+@pytest.mark.parametrize("scheme, policy", [("stream", "auto"), ("sentences", "warm")])
+def test_export_and_load_round_trip(toy, tmp_path, scheme, policy):
+    """model-hdf5 loads as it is (warm) to model/'s outputs (a model read otherwise is refused
+    before training: test_pretrain_cli)."""
     train_path, dev_path = toy
-    config = tiny_config(train_path, dev_path, training__max_steps=5, training__export_hdf5=True)
+    config = tiny_config(
+        train_path,
+        dev_path,
+        training__scheme=scheme,
+        training__state_policy=policy,
+        training__max_steps=5,
+        training__export_hdf5=True,
+    )
     summary = train(config, tmp_path, progress_bar=False, log=lambda m: None)
     own = load_bilm(tmp_path / "model")
-    assert own.state_policy == summary["policy"]
-    hdf5 = load_bilm(tmp_path / "model-hdf5", state=own.state_policy)
+    assert own.state_policy == summary["policy"] == "warm"
+    hdf5 = load_bilm(tmp_path / "model-hdf5")
     sentences = [s.split() for s in toy_sentences(5, seed=3)]
     for a, b in zip(own.embed(sentences), hdf5.embed(sentences)):
         np.testing.assert_allclose(a, b, rtol=0, atol=FLOAT32_ATOL)

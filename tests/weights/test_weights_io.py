@@ -59,11 +59,31 @@ def test_own_format_round_trip(fixture_dir, tmp_path, state):
     assert loaded.fingerprint() == bilm.fingerprint()
     for x, y in zip(bilm.embed(SENTS), loaded.embed(SENTS)):
         assert np.array_equal(x, y)
-    # and back out to hdf5, unchanged
+    # and back out to hdf5, unchanged (a zero model once it is said to read warm: see below)
+    loaded.state_policy = "warm"
     _, weights = export_hdf5(loaded, tmp_path / "h5")
     original = dict(iter_hdf5_datasets(fixture_dir / "lm_weights.hdf5"))
     for name, arr in iter_hdf5_datasets(weights):
         assert np.array_equal(arr, original[name]), name
+
+
+@pytest.mark.parametrize("state", ["zero", "carry"])
+def test_export_hdf5_refuses_a_model_whose_policy_is_not_warm(fixture_dir, tmp_path, state):
+    """The hdf5 layout records no state policy and loads as warm: a zero (or carry) model exported
+    there read other vectors than it does (pretrain's sentences scheme: up to 1.2 apart), and
+    nothing said so. Refused, nothing written; the same weights read warm export."""
+    save_bilm(load_bilm(fixture_dir, state=state), tmp_path / "own")
+    model = load_bilm(tmp_path / "own")
+    with pytest.raises(ElmoConfigError) as info:
+        export_hdf5(model, tmp_path / "h5")
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'own' / 'weights.pt'}: the biLM's state policy is")
+    assert f"'{state}'" in message and "keep it in this project's format" in message
+    assert not (tmp_path / "h5").exists()
+    model.state_policy = "warm"
+    export_hdf5(model, tmp_path / "h5")
+    for a, b in zip(model.embed(SENTS), load_bilm(tmp_path / "h5").embed(SENTS)):
+        assert np.array_equal(a, b)
 
 
 def test_saving_onto_a_file_is_one_error_naming_it(fixture_dir, tmp_path):
@@ -321,7 +341,8 @@ def test_a_model_is_never_written_beside_one_of_another_format(
     directory = tmp_path / "m"
     _model_of_kind(fixture_dir, directory, kind)
     before = sorted(p.relative_to(directory) for p in directory.rglob("*"))
-    bilm = load_bilm(fixture_dir, state="zero")
+    # export_hdf5 writes a model read warm only
+    bilm = load_bilm(fixture_dir, state="warm" if write is export_hdf5 else "zero")
     with pytest.raises(ElmoFileError) as err:
         write(bilm, directory)
     message = str(err.value)
