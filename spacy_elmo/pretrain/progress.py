@@ -32,6 +32,12 @@ class Progress:
     def position(self) -> Position:
         return Position(self.epoch, self.file, self.batch)
 
+    @property
+    def epochs_started(self) -> int:
+        """Epochs begun, the one under way included (`epoch` is the next batch's: at the start of
+        an epoch, that epoch has not begun)."""
+        return self.epoch + (self.file > 0 or self.batch > 0)
+
 
 class TrainingBar:
     """The run's progress bar: steps out of `max_steps`, or, given a `time_budget` in seconds (a

@@ -368,7 +368,7 @@ class Trainer:
             "processes": self.world,
             "precision": self.precision,
             "steps": p.step,
-            "epochs_started": p.epoch,
+            "epochs_started": p.epochs_started,
             "tokens": p.tokens,
             "train_minutes": p.train_seconds / 60,
             "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),

@@ -107,6 +107,35 @@ def test_the_training_loss_says_when_it_is_the_sampled_softmaxs(toy, tmp_path, c
 
 
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_training_json_counts_the_epochs_begun(tmp_path, scheme):
+    """training.json's epochs_started recorded the 0-based index of the epoch under way: 0 after a
+    few steps of the first epoch. It counts the epochs begun: 1 within and at the end of the first,
+    2 one step into the second."""
+    train_path = write_corpus(tmp_path / "train.txt", toy_sentences(40))
+    config = tiny_config(train_path, training__scheme=scheme)
+    corpus = TrainingCorpus(train_path, make_tokenizer("whitespace"), 100)
+    vocab = Vocab.build(corpus.counts, None)
+    t = config["training"]
+    per_epoch = sum(
+        1
+        for _ in corpus.batches(
+            (0, 0, 0), 0, vocab, None, scheme, t["batch_tokens"], t["window"], max_epochs=1
+        )
+    )
+    assert per_epoch > 2
+    for steps, begun in [(2, 1), (per_epoch, 1), (per_epoch + 1, 2)]:
+        out = tmp_path / f"steps{steps}"
+        train(
+            tiny_config(train_path, training__scheme=scheme, training__max_steps=steps),
+            out,
+            progress_bar=False,
+            log=lambda m: None,
+        )
+        summary = json.loads((out / "model" / "training.json").read_text(encoding="utf-8"))
+        assert (summary["steps"], summary["epochs_started"]) == (steps, begun)
+
+
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_files_of_a_small_corpus_are_mixed_in_every_batch(tmp_path, scheme):
     """Two files of disjoint words: with the corpus in memory, an epoch does not read them one after
     the other (which would train on one kind of text, then forget it for the other)."""
