@@ -1,13 +1,17 @@
 """The project's configs: the columns of `spacy train`'s table are scores their pipelines
-produce."""
+produce; the ELMo configs embed with the state policy of the weights they are given."""
 
+import numpy as np
 import pytest
 import spacy
 from spacy.scorer import Scorer
 from spacy.tokens import Doc
 from spacy.training import Example
+from thinc.api import Config
 
-from ..helpers import fixture_config
+from spacy_elmo import load_bilm, save_bilm
+
+from ..helpers import CONFIGS, FLOAT32_ATOL, fixture_config
 
 
 @pytest.mark.parametrize(
@@ -30,3 +34,33 @@ def test_every_score_column_is_a_score_the_pipeline_produces(name, fixture_dir):
         key for key, weight in nlp.config["training"]["score_weights"].items() if weight is not None
     ]
     assert columns and [key for key in columns if key not in scores] == []
+
+
+ELMO_CONFIGS = sorted(path.name for path in CONFIGS.glob("*_elmo*.cfg"))
+
+
+@pytest.fixture(scope="module")
+def zero_policy_bilm(fixture_dir, tmp_path_factory):
+    """The fixture biLM saved with the policy "zero", as `pretrain --training.scheme sentences`
+    saves its model."""
+    return save_bilm(load_bilm(fixture_dir), tmp_path_factory.mktemp("zero"), state="zero")
+
+
+def test_every_elmo_config_is_shipped():
+    assert len(ELMO_CONFIGS) == 8
+
+
+@pytest.mark.parametrize("name", ELMO_CONFIGS)
+def test_elmo_configs_embed_with_the_weights_own_state_policy(name, zero_policy_bilm):
+    """`--paths.elmo MODEL` embeds as `load_bilm(MODEL)` does: the configs leave the state policy to
+    the weights."""
+    config = Config().from_disk(CONFIGS / name, interpolate=False)
+    config["paths"]["elmo"] = str(zero_policy_bilm)
+    config["system"]["gpu_allocator"] = None
+    config["corpora"] = {}
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    words = ["The", "bank", "raised", "rates", "."]
+    doc = nlp.get_pipe("elmo")(Doc(nlp.vocab, words=words))
+    expected = load_bilm(zero_policy_bilm).embed([words])[0]
+    assert not np.allclose(expected, load_bilm(zero_policy_bilm, state="warm").embed([words])[0])
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
