@@ -1,9 +1,11 @@
 """The `elmo` component's settings, checked: its config values, its `weights`, the training wiring
-around it (sentence setters, components that read ELMo), and the fixed mix of `doc._.elmo`."""
+around it (sentence setters, components that read ELMo) and what training means for it, and the
+fixed mix of `doc._.elmo`."""
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import List, Optional, Tuple, Union
 
 import numpy as np
@@ -71,6 +73,57 @@ def check_wiring(nlp: Language, name: str, use_sents: bool) -> None:
                 f"evaluation Docs. Add '{before}' to annotating_components, or set "
                 f"[components.{name}] use_sents = false."
             )
+
+
+class OwnPipeline:
+    """The pipeline whose factory made a component, held weakly; copies share it, pickles drop
+    it."""
+
+    def __init__(self, nlp: Optional[Language] = None) -> None:
+        self._ref = weakref.ref(nlp) if nlp is not None else None
+
+    def holding(self, component) -> Optional[Language]:
+        """The pipeline where it still holds `component` under its name and the components whose
+        mixes read it (a component sourced into another pipeline: None)."""
+        nlp = self._ref() if self._ref is not None else None
+        if nlp is None or not any(proc is component for _, proc in nlp.components):
+            return None
+        procs = dict(nlp.components)
+        for name, mixes in component.listener_map.items():
+            model = getattr(procs.get(name), "model", None)
+            nodes = {id(node) for node in model.walk()} if isinstance(model, Model) else set()
+            if not all(id(mix) in nodes for mix in mixes):
+                return None
+        return nlp
+
+    def __deepcopy__(self, memo) -> "OwnPipeline":
+        return self
+
+    def __reduce__(self):
+        return OwnPipeline, ()
+
+
+def apply_training(component, nlp: Optional[Language]) -> None:
+    """What training means for the `elmo` component `component`: with the pipeline `nlp` that
+    trains, the feature cache turns on where its [training] annotating_components list the
+    component and the sentence wiring is checked (`check_wiring`). Without it (a component sourced
+    from a saved pipeline, which spaCy does not initialize), the cache turns on, since a mix reads
+    its layers in training, and a warning says that the wiring was not checked."""
+    name = component.name
+    if nlp is not None:
+        component.caching |= name in (nlp.config["training"].get("annotating_components") or ())
+        check_wiring(nlp, name, component.use_sents)
+        return
+    component.caching = True
+    if component.use_sents:
+        warnings.warn(
+            f"'{name}' was loaded from a saved pipeline and spaCy runs no initialize for a "
+            f"sourced component, so its sentence wiring is not checked: list every sentence setter "
+            f"before '{name}' in [training] annotating_components, or set [components.{name}] "
+            "use_sents = false, else training and evaluation Docs are split differently",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def reads_elmo(nlp: Language, proc) -> bool:

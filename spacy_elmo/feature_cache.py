@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Hashable, Optional
+from typing import Callable, Dict, Hashable, List, Optional, Sequence
 
 import numpy as np
 
@@ -52,3 +52,26 @@ class FeatureCache(OwnLocks):
         with self._lock:
             self.entries.clear()
             self.nbytes = 0
+
+    def through(
+        self,
+        prefix: Hashable,
+        inputs: Sequence[List[str]],
+        compute: Callable[[List[List[str]]], List[np.ndarray]],
+    ) -> List[np.ndarray]:
+        """The arrays of `inputs` (token-text sequences), keyed by `(prefix, sequence)`: those
+        cached are read, the others computed together by `compute` (one array per sequence, each
+        distinct sequence once) and stored."""
+        keys = [(prefix, tuple(seq)) for seq in inputs]
+        results = [self.get(key) for key in keys]
+        todo: Dict[Hashable, List[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                todo.setdefault(keys[i], []).append(i)
+        if todo:
+            computed = compute([inputs[rows[0]] for rows in todo.values()])
+            for (key, rows), arr in zip(todo.items(), computed):
+                self.put(key, arr)
+                for i in rows:
+                    results[i] = arr
+        return results

@@ -19,7 +19,6 @@ import threading
 from typing import (
     Callable,
     Dict,
-    Hashable,
     Iterable,
     Iterator,
     List,
@@ -43,10 +42,11 @@ from .bilm.finite import cast_finite
 from .bilm.threads import check_threads, torch_threads
 from .component_settings import (
     STORE_DTYPES,
+    OwnPipeline,
     WeightsSetting,
+    apply_training,
     check_read,
     check_settings,
-    check_wiring,
     fixed_mix,
 )
 from .doc_data import ElmoDocData, install_extensions, token_spans
@@ -93,6 +93,7 @@ class Elmo(Pipe):
         cache_mb: float = 1024,
         cache_at_inference: bool = False,
         threads: Optional[int] = None,
+        nlp: Optional[Language] = None,
     ):
         check_settings(store, mix, max_length, cache_mb)
         self.vocab, self.model, self.name = vocab, model, name
@@ -104,7 +105,8 @@ class Elmo(Pipe):
         self.use_sents, self.max_length = use_sents, max_length
         self.vector_hooks = vector_hooks
         self.cache = FeatureCache(int(cache_mb * 2**20))
-        self.caching = bool(cache_at_inference)  # turned on by `initialize` for training
+        self.caching = bool(cache_at_inference)  # turned on for training: `apply_training`
+        self.own_pipeline, self.restored, self.training_read = OwnPipeline(nlp), False, False
         self.threads = check_threads(threads)
         self.cfg = {
             "store": store,
@@ -150,11 +152,9 @@ class Elmo(Pipe):
     ) -> None:
         """Load the weights (from `weights`, else the component's `weights` setting; a pipeline that
         was loaded from disk keeps its own), hand the biLM's sizes to the `ElmoFeatures` that listen
-        to this component, check the training wiring when `nlp` is given (`ElmoUnusedWarning`), and
-        turn the feature cache on where training annotates with this component (`[training]
-        annotating_components`, as `spacy train` runs it; not for `nlp.initialize()` alone)."""
-        training = {} if nlp is None else nlp.config.get("training", {})
-        self.caching |= self.name in (training.get("annotating_components") or ())
+        to this component, and, when `nlp` is given, check the training wiring and turn the feature
+        cache on where `[training] annotating_components` lists this component (`apply_training`;
+        a frozen or sourced `elmo`, which spaCy does not initialize: `read_in_training`)."""
         if weights is not None:
             self.weights = weights
         if self.weights is not None:
@@ -168,8 +168,16 @@ class Elmo(Pipe):
             for mix in mixes:
                 set_sizes(mix, bilm.num_output_layers, bilm.output_dim, self.sizes_source(), paths)
         if nlp is not None:
-            check_wiring(nlp, self.name, self.use_sents)
+            self.training_read = True
+            apply_training(self, nlp)
             check_read(nlp, self.name)
+
+    def read_in_training(self) -> None:
+        """A mix reads this component's layers in training: apply the training settings once, where
+        `initialize` did not (with the pipeline whose factory made it, unless it was loaded)."""
+        if not self.training_read:
+            self.training_read = True
+            apply_training(self, None if self.restored else self.own_pipeline.holding(self))
 
     # ------------------------------------------------------ listeners (spaCy's protocol)
     @property
@@ -264,22 +272,12 @@ class Elmo(Pipe):
         """Token-text sequences -> read-only layers `(n_layers + 1, n, 2P)` in the storage dtype,
         via the cache."""
         if not self.caching or self.cache.max_bytes == 0 or not bilm.state_policy.allows_reuse:
-            return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
+            return self._computed(inputs)
         prefix = (bilm.fingerprint(), bilm.state_policy, bilm.precision)
-        keys = [(prefix, tuple(seq)) for seq in inputs]
-        results = [self.cache.get(key) for key in keys]
-        todo: Dict[Hashable, List[int]] = {}
-        for i, r in enumerate(results):
-            if r is None:
-                todo.setdefault(keys[i], []).append(i)
-        if todo:
-            computed = self.model.predict([inputs[rows[0]] for rows in todo.values()])
-            for (key, rows), arr in zip(todo.items(), computed):
-                arr = self._stored(arr)
-                self.cache.put(key, arr)
-                for i in rows:
-                    results[i] = arr
-        return results
+        return self.cache.through(prefix, inputs, self._computed)
+
+    def _computed(self, inputs: List[List[str]]) -> List[np.ndarray]:
+        return [self._stored(a) for a in self.model.predict(inputs)] if inputs else []
 
     def _stored(self, arr: np.ndarray) -> np.ndarray:
         arr = cast_finite(arr, self.dtype, self.stored_what)
@@ -340,7 +338,7 @@ class Elmo(Pipe):
     def _restored(self, model: Model) -> None:
         """The biLM came with the pipeline: the component's `weights` (its training run's path) is
         not read again, by `initialize` either."""
-        self.weights = None
+        self.weights, self.restored = None, True
 
 
 @Language.factory(
@@ -397,4 +395,5 @@ def make_elmo(
         cache_mb=cache_mb,
         cache_at_inference=cache_at_inference,
         threads=threads,
+        nlp=nlp,
     )

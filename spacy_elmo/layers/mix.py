@@ -66,6 +66,12 @@ class Upstream:
         bilm = component.bilm
         return bilm.num_output_layers, bilm.output_dim, component.sizes_source()
 
+    def read_in_training(self) -> None:
+        """Tell the component that a mix reads its layers in training (`Elmo.read_in_training`)."""
+        component = self._ref() if self._ref is not None else None
+        if component is not None:
+            component.read_in_training()
+
     def __deepcopy__(self, memo) -> "Upstream":
         return self
 
@@ -242,6 +248,8 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
 
 def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
     ops, xp = model.ops, model.ops.xp
+    if is_train:
+        model.attrs["upstream"].read_in_training()
     X, lengths = doc_layers(model, docs, is_train)  # (nL, N, nO)
     if model.attrs["layers"] is not None:
         X = X[model.attrs["layers"]]  # (len(layers), N, nO)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 
 import numpy as np
@@ -13,6 +14,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_elmo import ElmoConfigError
 from spacy_elmo.doc_data import ElmoDocData
 
 from ..helpers import CONFIGS, data_path, fixture_config, read_conllu, tagged_examples
@@ -279,3 +281,84 @@ def test_size_that_disagrees_names_its_override(fixture_dir, ud):
     message = str(err.value)
     assert "width = 64" in message and "width 32" in message and "\n" not in message
     assert "--components.tagger.model.tok2vec.embed.elmo.width 32" in message
+
+
+def tiny_corpora(ud, folder):
+    """train.spacy (20 UD sentences) and dev.spacy (6) in `folder` -> their overrides."""
+    vocab = spacy.blank("en").vocab
+    for name, sents in (("train", ud[0][:20]), ("dev", ud[1][:6])):
+        DocBin(docs=[Doc(vocab, words=w, tags=t) for w, t in sents]).to_disk(
+            folder / f"{name}.spacy"
+        )
+    return {"paths.train": str(folder / "train.spacy"), "paths.dev": str(folder / "dev.spacy")}
+
+
+def train_as_spacy_does(config, **overrides):
+    """`spacy train`'s steps (init_nlp, then its loop, quiet) on `config` -> the pipeline."""
+    from spacy.training.initialize import init_nlp
+    from spacy.training.loop import train
+
+    config = spacy.util.load_config_from_str(config.to_str(), overrides=overrides)
+    nlp = init_nlp(config)
+    train(nlp, None, stdout=io.StringIO(), stderr=io.StringIO())
+    return nlp
+
+
+TWO_EPOCHS = {"training.max_epochs": 2, "training.max_steps": 0, "training.eval_frequency": 1000}
+
+
+def test_frozen_elmo_caches_the_training_features(fixture_dir, ud, tmp_path):
+    """spaCy skips `initialize` for a frozen `elmo`: the cache turns on at the first update (the
+    first batch was embedded already), so the second epoch of 20 sentences is read from it."""
+    nlp = train_as_spacy_does(
+        fixture_config("tagger_elmo.cfg", fixture_dir),
+        **tiny_corpora(ud, tmp_path),
+        **TWO_EPOCHS,
+        **{"training.frozen_components": ["elmo"]},
+    )
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.caching and len(elmo.cache) >= 20 and elmo.cache.hits >= 15
+
+
+def test_sourced_elmo_caches_the_training_features(fixture_dir, ud, tmp_path):
+    """An `elmo` sourced from a saved pipeline and trained on (resumed) caches too; it cannot see
+    the pipeline that trains it, so a warning says that its sentence wiring is not checked."""
+    overrides = tiny_corpora(ud, tmp_path)
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    spacy.util.load_model_from_config(config, auto_fill=True).to_disk(tmp_path / "saved")
+    config["components"]["elmo"] = {"source": str(tmp_path / "saved")}
+    with pytest.warns(UserWarning, match="its sentence wiring is not checked"):
+        nlp = train_as_spacy_does(config, **overrides, **TWO_EPOCHS)
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.caching and len(elmo.cache) >= 20 and elmo.cache.hits >= 15
+
+
+def with_sentencizer_first(config):
+    config["nlp"]["pipeline"] = ["sentencizer", *config["nlp"]["pipeline"]]
+    config["components"]["sentencizer"] = {"factory": "sentencizer"}
+    return config
+
+
+def test_frozen_elmo_after_a_sentence_setter_that_does_not_annotate_stops_training(
+    fixture_dir, ud, tmp_path
+):
+    """As without freezing: training Docs would reach `elmo` unsplit, evaluation Docs split."""
+    config = with_sentencizer_first(fixture_config("tagger_elmo.cfg", fixture_dir))
+    with pytest.raises(ElmoConfigError, match="'sentencizer' sets sentence boundaries before"):
+        train_as_spacy_does(
+            config, **tiny_corpora(ud, tmp_path), **{"training.frozen_components": ["elmo"]}
+        )
+
+
+def test_frozen_elmo_after_a_sentence_setter_that_annotates_trains(fixture_dir, ud, tmp_path):
+    config = with_sentencizer_first(fixture_config("tagger_elmo.cfg", fixture_dir))
+    nlp = train_as_spacy_does(
+        config,
+        **tiny_corpora(ud, tmp_path),
+        **{
+            "training.frozen_components": ["elmo"],
+            "training.annotating_components": ["sentencizer", "elmo"],
+            "training.max_steps": 2,
+        },
+    )
+    assert nlp.get_pipe("elmo").caching
