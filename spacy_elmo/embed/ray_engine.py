@@ -19,6 +19,7 @@ storage), and spacy_elmo installed on each. With device "cuda" each actor reserv
 from __future__ import annotations
 
 import socket
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -135,34 +136,38 @@ def map_shards(
     lang = job.nlp.lang if job.nlp is not None else None
     weights = str(Path(weights).resolve()) if Path(weights).exists() else weights  # or a name
     shards = ray.data.from_items([{"shard": i} for i in todo], override_num_blocks=len(todo))
-    return shards.map_batches(
-        ShardWriter,
-        batch_size=1,
-        batch_format="numpy",
-        fn_constructor_kwargs={
-            # a node's working directory is not ours
-            "job": replace(
-                job,
-                options=replace(
-                    job.options,
-                    input_path=job.input_path.resolve(),
-                    output=job.output.resolve(),
+    # Ray Data deprecates its remote arguments but names no other way to bound an actor's
+    # restarts (setup.cfg keeps Ray below the release that removes them)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`ray_remote_args` is deprecated", Warning)
+        return shards.map_batches(
+            ShardWriter,
+            batch_size=1,
+            batch_format="numpy",
+            fn_constructor_kwargs={
+                # a node's working directory is not ours
+                "job": replace(
+                    job,
+                    options=replace(
+                        job.options,
+                        input_path=job.input_path.resolve(),
+                        output=job.output.resolve(),
+                    ),
+                    nlp=None,
+                    on_line=None,
                 ),
-                nlp=None,
-                on_line=None,
-            ),
-            "weights": weights,
-            "lang": lang,
-            "ranges": ranges,
-            "threads": threads_per_worker,
-        },
-        compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
-        max_restarts=RETRIES,
-        max_task_retries=RETRIES,
-        num_cpus=threads_per_worker,
-        num_gpus=gpus_per_worker or None,
-        runtime_env=runtime_env,
-    )
+                "weights": weights,
+                "lang": lang,
+                "ranges": ranges,
+                "threads": threads_per_worker,
+            },
+            compute=ray.data.ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
+            max_restarts=RETRIES,
+            max_task_retries=RETRIES,
+            num_cpus=threads_per_worker,
+            num_gpus=gpus_per_worker or None,
+            runtime_env=runtime_env,
+        )
 
 
 def embed_job(
