@@ -311,6 +311,8 @@ def test_embed_resume_after_a_kill(fixture_dir, tmp_path):
         "2",
         "--flush-every",
         "7",
+        "--threads",  # the run records its threads; this process's count depends on earlier tests
+        "1",
         "--no-progress",
     ]
     script = (
