@@ -227,17 +227,23 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
 def run_cli(*args) -> int:
-    """`python -m spacy_elmo ARGS` in this process -> its exit code."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in args])
+    """`python -m spacy_elmo ARGS` in this process -> its exit code. A command's `--threads` sets
+    the process's torch threads (its own process ends after it): the count before is restored, so
+    that later tests, and the runs they record (`embed --resume` checks threads), do not take it."""
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(a) for a in args])
+    finally:
+        torch.set_num_threads(threads)
     return exit_info.value.code
 
 
 def run_pretrain(args, capsys, stream="err"):
-    """`python -m spacy_elmo pretrain ARGS` in this process -> (exit code, stderr or stdout)."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["pretrain", *map(str, args)])
-    return exit_info.value.code, getattr(capsys.readouterr(), stream)
+    """`python -m spacy_elmo pretrain ARGS` in this process (see `run_cli`) -> (exit code, stderr
+    or stdout)."""
+    code = run_cli("pretrain", *args)
+    return code, getattr(capsys.readouterr(), stream)
 
 
 def write_lines(path, lines):
