@@ -57,7 +57,13 @@ def tanh(x: Tensor, in_place: bool = False) -> Tensor:
         return x.tanh_() if in_place else torch.tanh(x)
     if x.requires_grad and torch.is_grad_enabled() and not in_place:
         return torch.sigmoid(x * 2) * 2 - 1
-    return (x.mul_(2) if in_place else torch.mul(x, 2)).sigmoid_().mul_(2).sub_(1)
+    return tanh_from_sigmoid((x.mul_(2) if in_place else torch.mul(x, 2)).sigmoid_())
+
+
+def tanh_from_sigmoid(s: Tensor) -> Tensor:
+    """`2 s - 1` in place, in one pass over s (any shape); for s = sigmoid(2x), tanh(x). Doubling
+    is exact, so this rounds once, as `s * 2 - 1` does: the same bits."""
+    return torch.add(s.new_tensor(-1.0), s, alpha=2, out=s)
 
 
 class LSTMState(NamedTuple):
@@ -152,10 +158,14 @@ class ProjectedLSTMLayer(nn.Module):
         the activations overwrite `gates` (the packed path's scratch); else nothing that autograd
         saves is overwritten."""
         D = self.dim
-        if in_place:
+        if in_place and gates.device.type == "cpu":
+            gates[..., 3 * D :].mul_(2)  # one sigmoid for all four blocks, j's giving its tanh
+            i, f, o, j = gates.sigmoid_().chunk(4, dim=-1)
+            j = tanh_from_sigmoid(j)
+        elif in_place:
             gates[..., : 3 * D].sigmoid_()
             i, f, o, j = gates.chunk(4, dim=-1)
-            j = tanh(j, in_place=True)
+            j = j.tanh_()
         else:
             i, f, o, j = gates.chunk(4, dim=-1)
             i, f, o, j = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), tanh(j)
