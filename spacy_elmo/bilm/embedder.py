@@ -98,8 +98,11 @@ class ElmoEmbedder(nn.Module):
 
     @state_policy.setter
     def state_policy(self, state: Union[StatePolicy, str]) -> None:
+        """Setting "carry" starts the carried state afresh; an `embed_iter` begun under "carry"
+        goes on carrying whatever is set meanwhile."""
         self._policy = StatePolicy.parse(state)
-        self._carried = None
+        if self._policy.carries:
+            self._carried = None
 
     @property
     def precision(self) -> str:
@@ -146,15 +149,19 @@ class ElmoEmbedder(nn.Module):
             self._follow_weights()
         return policy.start_state(self.network, batch, self._carried)
 
-    def forward(self, char_ids: Tensor, mask: Optional[Tensor] = None) -> BiLMOutput:
-        """`BiLM.forward` (char_ids `(B, T, max_chars)`, mask `(B, T)`) from the policy's start
-        state; under "carry" the final state is kept for the next call (rows beyond a smaller batch
-        keep theirs, AllenNLP's semantics)."""
-        carries = self._policy.carries
-        out = self.network(
-            char_ids, mask, self.initial_state(char_ids.shape[0]), return_state=carries
-        )
-        if carries:
+    def forward(
+        self,
+        char_ids: Tensor,
+        mask: Optional[Tensor] = None,
+        policy: Union[StatePolicy, str, None] = None,
+    ) -> BiLMOutput:
+        """`BiLM.forward` (char_ids `(B, T, max_chars)`, mask `(B, T)`) from the start state of
+        `policy` (default: this one's); under "carry" the final state is kept for the next call
+        (rows beyond a smaller batch keep theirs, AllenNLP's semantics)."""
+        policy = StatePolicy.parse(policy or self._policy)
+        start = self.initial_state(char_ids.shape[0], policy)
+        out = self.network(char_ids, mask, start, return_state=policy.carries)
+        if policy.carries:
             self._carried = carry_on(self._carried, out.lstm_state)
         return out
 
@@ -162,7 +169,8 @@ class ElmoEmbedder(nn.Module):
         """ "carry": rows as given, boundaries included, the real tokens' layers checked (`first`:
         the first sentence's index in the caller's input)."""
         ids, mask, real = self.runner.padded(sentences)
-        layers = self.forward(ids, mask).layers[:, real]  # (n_layers + 1, sum(lengths), 2P)
+        # (n_layers + 1, sum(lengths), 2P)
+        layers = self.forward(ids, mask, StatePolicy.CARRY).layers[:, real]
         lengths = [len(s) for s in sentences]
         self.runner.check_output(layers, lengths, range(first, first + len(sentences)))
         return split_by_sentence(layers, lengths, as_tensor)

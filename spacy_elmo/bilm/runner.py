@@ -30,6 +30,8 @@ logger = logging.getLogger("spacy_elmo")
 
 # `embed_iter` regroups sentences by length within windows of `batch_size * WINDOW_BATCHES`.
 WINDOW_BATCHES = 8
+# The largest batch_size: a memory bound far beyond any memory, kept within what slicing takes
+MAX_BATCH_SIZE = 1 << 24
 # Words per token-encoder call (bounds memory; words of similar length go together).
 ENCODER_CHUNK = 1024
 # Rows of the token-layer cache: far more distinct words than a corpus has (the 1B Word Benchmark:
@@ -47,8 +49,14 @@ def check_batch_size(batch_size: int) -> int:
     """
     if isinstance(batch_size, np.integer):
         batch_size = int(batch_size)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ElmoConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= MAX_BATCH_SIZE
+    ):
+        raise ElmoConfigError(
+            f"batch_size must be an integer from 1 to {MAX_BATCH_SIZE:,}, got {batch_size!r}"
+        )
     return batch_size
 
 
@@ -174,12 +182,22 @@ class PackedRunner:
         """The state after the first step of each direction (over `<S>` forward, over `</S>`
         backward, or the model's own boundary tokens): under a fixed start state the same for every
         sentence, so computed once per policy. Batch 1. Kept where `clear()` came meanwhile (from
-        another thread) in the states it dropped only."""
+        another thread) in the states it dropped only. NonFiniteError where the start state or this
+        one holds NaN or infinities, which no output shows and int8's grid would make finite."""
         states = self._after_boundary
         if policy not in states:
             x = self.token_layers(list(self.network.boundary_tokens))  # (2, P)
-            states[policy] = self.network.step_boundaries(x, policy.start_state(self.network, 1))
+            start = policy.start_state(self.network, 1)
+            self.check_state(start, f"the {policy} start state")
+            after = self.network.step_boundaries(x, start)
+            self.check_state(after, "the LSTM state after the sentence boundaries")
+            states[policy] = after
         return states[policy]
+
+    def check_state(self, state: LSTMState, name: str) -> None:
+        """NonFiniteError naming the weights and `name` where `state` holds NaN or infinities."""
+        for part in state:
+            check_finite(part, self.source, name)
 
     def run(
         self,

@@ -194,3 +194,35 @@ def test_a_mix_that_overflows_float32_is_refused_at_config_check(fixture_dir, mi
     nlp = spacy.blank("en")
     with pytest.raises(ElmoConfigError, match="mix"):
         nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
+
+
+def nan_bos(f):
+    """`<S>` (character 256 + 1) has an embedding that makes its token layer NaN: a state no output
+    shows."""
+    rows = f["char_embed"][...]
+    rows[256] = [3e38, -3e38, 3e38, -3e38]
+    f["char_embed"][...] = rows
+    f["CNN_proj/W_proj"][...] = f["CNN_proj/W_proj"][...] * 100
+
+
+@pytest.mark.parametrize("state", ["zero", "warm"])
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_a_non_finite_state_after_the_boundaries_is_one_error_in_every_precision(
+    fixture_dir, tmp_path, state, precision
+):
+    """int8's fixed grid turned the NaN state after `<S>` into finite inputs and returned finite
+    vectors silently; float32 blamed sentence 0 for it. Under "warm" the warm-up text reads `<S>`
+    too, so the warm state is the first to hold NaN."""
+    bilm = load_bilm(hdf5_copy(fixture_dir, tmp_path / "m", nan_bos), state="zero")
+    bilm.state_policy, bilm.precision = state, precision
+    first = "the warm start state" if state == "warm" else "the LSTM state after the sentence bou"
+    with pytest.raises(ElmoFileError, match=f"weights.hdf5: {first}.* holds NaN"):
+        bilm.embed(SENTENCES)
+
+
+def test_a_non_finite_warm_state_is_one_error(fixture_dir):
+    bilm = load_bilm(fixture_dir, state="warm", precision="int8")
+    with torch.no_grad():
+        bilm.network.warm_c[0, 0, 3] = float("nan")
+    with pytest.raises(ElmoFileError, match="the warm start state holds NaN"):
+        bilm.embed(SENTENCES)

@@ -251,3 +251,29 @@ def test_a_float64_network_runs_in_float32_precision_only(fixture_dir):
     bilm.precision = "float32"
     tensors = list(bilm.embed_iter([["The", "cat"], []], as_tensor=True))
     assert [t.dtype for t in tensors] == [torch.float64, torch.float64]
+
+
+def test_an_iteration_begun_under_carry_goes_on_carrying(fixture_dir):
+    """Setting another policy while a "carry" iteration was consumed dropped its state and ran the
+    rest from zeros; setting "carry" afresh still starts from zeros."""
+    sentences = [["The", "cat", "sat", "."], ["It", "ran", "."]] * 3
+    carried = list(load_bilm(fixture_dir, state="carry").embed_iter(sentences, batch_size=1))
+    bilm = load_bilm(fixture_dir, state="carry")
+    it = bilm.embed_iter(sentences, batch_size=1)
+    got = [next(it) for _ in range(3)]
+    bilm.state_policy = "zero"
+    got += list(it)
+    for a, b in zip(got, carried):
+        np.testing.assert_array_equal(a, b)
+    bilm.state_policy = "carry"
+    np.testing.assert_array_equal(bilm.embed(sentences[:1], batch_size=1)[0], carried[0])
+
+
+@pytest.mark.parametrize("batch_size", [2**24 + 1, 2**60, 2**63])
+def test_a_batch_size_beyond_the_bound_is_one_error(fixture_dir, batch_size):
+    """`embed_iter` with 2**60 failed inside itertools.islice."""
+
+    for state in ("warm", "carry"):
+        bilm = load_bilm(fixture_dir, state=state)
+        with pytest.raises(ElmoConfigError, match="batch_size must be an integer from 1 to"):
+            list(bilm.embed_iter([["The", "cat"]], batch_size=batch_size))
