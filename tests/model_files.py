@@ -155,3 +155,16 @@ def refused_with_peak(path, kind="bilm"):
 def load_in_3gb(kind, path):
     """Load in a subprocess limited to 3 GB of address space: -> (seconds, error message)."""
     return refused_in_3gb(loads_in_3gb([(kind, path)])[0])
+
+
+def lowercasing_model(fixture_dir, directory, state="warm"):
+    """The fixture in this project's format, its options saying that it reads lowercased tokens
+    (`char_cnn.lowercase`, as `pretrain` saves a model trained with `corpus.lowercase`)."""
+    save_bilm(load_bilm(fixture_dir, state=state), directory)
+    config = json.loads((directory / "bilm.json").read_text())
+    config["options"]["char_cnn"]["lowercase"] = True
+    (directory / "bilm.json").write_text(json.dumps(config))
+    bilm = load_bilm(directory)
+    bilm.network.compute_warm_state()  # of the warm-up text as such a model reads it
+    save_bilm(bilm, directory)
+    return directory

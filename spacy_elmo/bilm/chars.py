@@ -4,7 +4,8 @@
 bilm-tf: a token becomes `max_chars` slots `[BOW, utf-8 bytes..., EOW, PAD...]`, bytes cut to
 `max_chars - 2`; every id is then shifted by +1 so that 0 means "no token" (padding).
 `<S>` / `</S>` (added around each sentence, or given literally as token texts) become
-`[BOW, 256 or 257, EOW, PAD...]`.
+`[BOW, 256 or 257, EOW, PAD...]`. A model trained on lowercased text (`lowercase`) reads each
+token lowercased (`str.lower`), `<S>` and `</S>` as written.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ def _key(text: str, max_chars: int) -> Union[str, bytes]:
     return body[:cut]
 
 
+def lowercased(text: str) -> str:
+    """`text.lower()`, but `<S>` and `</S>` as written (and a non-str as it is, for the caller's
+    TypeError)."""
+    if not isinstance(text, str) or text == BOS_TOKEN or text == EOS_TOKEN:
+        return text
+    return text.lower()
+
+
 def word_char_ids(text: str, max_chars: int = MAX_CHARS) -> np.ndarray:
     """One token text -> int64 array `(max_chars,)` of shifted character ids (read-only)."""
     if not isinstance(text, str):
@@ -102,21 +111,30 @@ def padded_batch(
 
 
 class ByteIds:
-    """bilm-tf's ids (the functions above): `width` = `max_chars` columns per token."""
+    """bilm-tf's ids (the functions above): `width` = `max_chars` columns per token; with
+    `lowercase`, of each token lowercased (`lowercased`)."""
 
     boundary: Tuple[str, str] = (BOS_TOKEN, EOS_TOKEN)
     pad_id = PAD_CHAR + 1
 
-    def __init__(self, max_chars: int):
+    def __init__(self, max_chars: int, lowercase: bool = False):
         self.max_chars = self.width = max_chars
+        self.lowercase = lowercase
+
+    def texts(self, words: Sequence[str]) -> Sequence[str]:
+        """The texts that the ids of `words` are made from (`words` itself unless `lowercase`):
+        two words of one text have the same ids."""
+        return [lowercased(w) for w in words] if self.lowercase else words
 
     def words_ids(self, words: Sequence[str]) -> np.ndarray:
         """Token texts -> int64 `(n_words, width)`."""
-        return words_char_ids(words, self.max_chars)
+        return words_char_ids(self.texts(words), self.max_chars)
 
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded
         with 0."""
+        if self.lowercase:
+            return padded_batch(sentences, self.words_ids, self.width, self.boundary)
         return batch_char_ids(sentences, self.max_chars)
 
 
@@ -193,6 +211,11 @@ class CharTable:
         if self.words is not None:
             ids[-1] = self.words.get(text, self.words["<oov>"]) + 1
         return ids
+
+    def texts(self, words: Sequence[str]) -> Sequence[str]:
+        """The texts that the ids of `words` are made from: `words` (the tables are
+        case-sensitive)."""
+        return words
 
     def words_ids(self, words: Sequence[str]) -> np.ndarray:
         """Token texts -> int64 `(n_words, width)`."""

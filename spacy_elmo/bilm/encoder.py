@@ -62,7 +62,8 @@ class TokenEncoder(nn.Module):
     One convolution per filter width (no padding) over the characters, max over positions, then the
     activation; highway layers; where the options have a word embedding (ELMoForManyLangs), the word
     vector of the id in the last column concatenated before those features; a linear projection.
-    `token_ids` turns texts into ids: bilm-tf's utf-8 bytes, or the model's `CharTable`.
+    `token_ids` turns texts into ids: bilm-tf's utf-8 bytes (of each token lowercased where the
+    options say `lowercase`), or the model's `CharTable`.
     """
 
     def __init__(self, options: BiLMOptions, char_table: Optional[CharTable] = None):
@@ -73,7 +74,9 @@ class TokenEncoder(nn.Module):
                 "takes one (load the model with load_bilm)"
             )
         self.max_chars = options.max_characters_per_token
-        self.token_ids: Union[ByteIds, CharTable] = char_table or ByteIds(self.max_chars)
+        self.token_ids: Union[ByteIds, CharTable] = char_table or ByteIds(
+            self.max_chars, options.lowercase
+        )
         self.pad_id = self.token_ids.pad_id
         # bilm-tf: 262 rows whatever `n_characters` says: ids run to 261 and row 0 is the padding
         # id.

@@ -148,6 +148,13 @@ class BiLM(OwnLocks, nn.Module):
         """The texts of the tokens around every sentence (`<S>`, `</S>`, or the model's own)."""
         return tuple(self.token_encoder.token_ids.boundary)
 
+    def token_texts(self, sentences: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
+        """Token lists -> the texts their ids are made from (`sentences` itself, or each token
+        lowercased where the options say `lowercase`): one key per token layer, for caches."""
+        if not self.options.lowercase:
+            return sentences
+        return [self.token_encoder.token_ids.texts(sent) for sent in sentences]
+
     def char_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Token lists -> ids `(B, T + 2, width)` for `forward`, boundaries added."""
         return self.token_encoder.token_ids.batch_ids(sentences)

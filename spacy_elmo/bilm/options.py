@@ -136,6 +136,7 @@ NETWORK_OPTIONS = (
     Option("lstm_dim", "lstm.dim", _integer, (1, MAX_DIM)),
     Option("n_layers", "lstm.n_layers", _integer, (1, MAX_LAYERS)),
     Option("use_skip_connections", "lstm.use_skip_connections", _boolean, (), False),
+    Option("lowercase", "char_cnn.lowercase", _boolean, (), False),
 )
 
 
@@ -238,6 +239,9 @@ class BiLMOptions:
     char_table: bool = False
     word_dim: int = 0
     n_words: int = 0
+    # this project's: the biLM was trained on lowercased text and reads each token lowercased
+    # (`<S>` and `</S>` as written); bilm-tf and AllenNLP know no such option
+    lowercase: bool = False
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -281,6 +285,11 @@ class BiLMOptions:
             )
         values.update(_character_table(opts["char_cnn"], source, keys))
         values.update(_read_options(opts, NETWORK_OPTIONS, source, keys))
+        if values["lowercase"] and values["char_table"]:
+            raise ElmoFileError(
+                f"{source}: 'char_cnn.lowercase' is for models that read utf-8 bytes; a model "
+                "with a character table (ELMoForManyLangs) reads its tokens as written"
+            )
         extra = {key: value for key, value in opts.items() if key not in ("lstm", "char_cnn")}
         options = cls(**values, extra=extra)
         if options.n_parameters > MAX_PARAMETERS:
@@ -322,6 +331,8 @@ class BiLMOptions:
         }
         if self.char_table:
             out["char_cnn"].update(char_table=True, word_dim=self.word_dim, n_words=self.n_words)
+        if self.lowercase:
+            out["char_cnn"]["lowercase"] = True
         return out
 
     def sizes(self) -> Dict[str, Any]:
@@ -333,5 +344,7 @@ class BiLMOptions:
                 d.pop(key)
         if self.forget_bias == 1.0:
             d.pop("forget_bias")
+        if not self.lowercase:  # as before the option existed: the fingerprints of models stay
+            d.pop("lowercase")
         d["filters"] = [list(f) for f in self.filters]
         return d

@@ -175,7 +175,8 @@ class PackedRunner:
         return out
 
     def token_layers(self, words: List[str]) -> Tensor:
-        """Distinct token texts -> `(n, P)`, through the token cache."""
+        """Distinct token texts (as `network.token_texts` gives them) -> `(n, P)`, through the token
+        cache."""
         return self.token_cache.lookup(words, self.encode_words)
 
     def boundary_state(self, policy: StatePolicy) -> LSTMState:
@@ -217,7 +218,9 @@ class PackedRunner:
         layers are checked (`check_output`)."""
         device = self.network.device
         lengths = np.array([len(s) for s in sentences])
-        words, index = word_index(sentences)  # index (B, T)
+        # keyed by the texts the ids are made from: "The" and "the" of a lowercasing model are one
+        # word (one cache row, one prefix), never two that could differ
+        words, index = word_index(self.network.token_texts(sentences))  # index (B, T)
         trees, nodes = direction_trees(index, lengths, device)
         real = nodes[0] >= 0  # (B, T)
         # sentence-major (sentences one after another, tokens in order) -> node of each direction

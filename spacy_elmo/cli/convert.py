@@ -38,7 +38,8 @@ def convert_cli(
     ELMoForManyLangs model converts to this project's format only).
 
     `load_bilm` gives the same outputs before and after, bit for bit. The hdf5 layout keeps no state
-    policy and loads as warm: a zero or carry model stays in this project's format. The softmax
+    policy and loads as warm: a zero or carry model stays in this project's format, and so does one
+    that reads its tokens lowercased (bilm-tf and AllenNLP would feed it cased text). The softmax
     and vocabulary that `pretrain` writes beside a model (lm_head.pt, vocab.txt) are copied along,
     so `pretrain --init-from DEST` continues with them. DEST appears complete or not at all (a full
     disk leaves nothing behind).

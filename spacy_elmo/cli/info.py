@@ -119,6 +119,9 @@ def info_cli(
         {
             "char CNN": f"char_dim {o['char_dim']}, filters {o['filters']}, {o['activation']}",
             "highway layers": o["n_highway"],
+            "tokens read": "lowercased (char_cnn.lowercase)"
+            if o.get("lowercase")
+            else "as written",
             "LSTM": f"{o['n_layers']} layers per direction, cell clip {o['cell_clip']}, proj clip "
             f"{o['proj_clip']}, "
             f"skip connections {o['use_skip_connections']}",

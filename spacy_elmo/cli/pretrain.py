@@ -64,7 +64,7 @@ def pretrain_cli(
             help="continue training this biLM: a directory (a pretrain OUTPUT_DIR or its model/, "
             "or one holding bilm-tf / AllenNLP options and hdf5 weights) or a published model's "
             "name (from the cache that `download` fills). The run keeps its sizes: a --model.* "
-            "setting that differs is an error"
+            "setting that differs is an error; and its corpus.lowercase, unless given"
         ),
     ] = None,
     resume: Annotated[
@@ -79,8 +79,8 @@ def pretrain_cli(
         bool,
         typer.Option(
             help="also write OUTPUT_DIR/model-hdf5 in the bilm-tf layout (which loads as state "
-            "policy warm: a run whose model reads otherwise, e.g. --training.scheme sentences, is "
-            "refused)"
+            "policy warm and reads tokens as written: a run whose model reads otherwise, e.g. "
+            "--training.scheme sentences or --corpus.lowercase true, is refused)"
         ),
     ] = False,
     device: Annotated[

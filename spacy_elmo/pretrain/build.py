@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple
 
@@ -114,12 +115,18 @@ def initial_bilm(
     """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
     weights), the one `--init-from` names (`start`), or a new one as the config's `model` section
     says, initialized from torch's random generator. Either way the network is built from that
-    generator (after the run's seed), and training's dropout draws from it next."""
+    generator (after the run's seed), and training's dropout draws from it next. It reads its
+    tokens lowercased where `corpus.lowercase` says."""
+    lowercase = config["corpus"]["lowercase"]  # the text it is trained on
     if resumed is not None:
-        return BiLM(resumed)
+        return BiLM(replace(resumed, lowercase=lowercase))
     if start is None:
         return BiLM(bilm_options(config))
     bilm = load_bilm(start.directory).network
+    if bilm.options.lowercase != lowercase:  # the same weights, reading the other case
+        weights = bilm.state_dict()
+        bilm = BiLM(replace(bilm.options, lowercase=lowercase))
+        bilm.load_state_dict(weights)
     bilm.options.extra.pop(UNTRAINED_KEY, None)  # `init-random`'s label: trained from here on
     return bilm
 

@@ -187,16 +187,8 @@ def check_config(config: Config) -> None:
     except ElmoConfigError as err:
         raise ElmoConfigError(f"config 'training.state_policy': {err}, or auto") from None
     _check_settings(config, LOOP_SETTINGS)
+    check_export(config)
     t = config["training"]
-    policy = model_policy(config)
-    if t["export_hdf5"] and not policy.warm_start:
-        raise ElmoConfigError(
-            f"config 'training.export_hdf5': this run's model reads with the state policy "
-            f"'{policy}' (training.scheme '{t['scheme']}', training.state_policy "
-            f"'{t['state_policy']}'), which the bilm-tf hdf5 layout cannot record (it loads as "
-            "'warm': other outputs); keep the model in this project's format (OUTPUT_DIR/model): "
-            "drop --export-hdf5"
-        )
     if t["scheme"] == "stream" and t["batch_tokens"] < t["window"]:
         raise ElmoConfigError(
             f"training.batch_tokens ({t['batch_tokens']}) must be at least training.window "
@@ -209,8 +201,36 @@ def check_config(config: Config) -> None:
     bilm_options(config)
 
 
+def check_export(config: Config, origin: str = "") -> None:
+    """ElmoConfigError where `training.export_hdf5` asks for the bilm-tf layout of a model that it
+    cannot hold: one read with another state policy than warm, or that lowercases its tokens
+    (`origin`: where `corpus.lowercase` came from, for the message)."""
+    t = config["training"]
+    if not t["export_hdf5"]:
+        return
+    policy = model_policy(config)
+    if not policy.warm_start:
+        problem = (
+            f"reads with the state policy '{policy}' (training.scheme '{t['scheme']}', "
+            f"training.state_policy '{t['state_policy']}'), which the bilm-tf hdf5 layout cannot "
+            "record (it loads as 'warm': other outputs)"
+        )
+    elif config["corpus"]["lowercase"]:
+        problem = (
+            f"reads each token lowercased (corpus.lowercase = true{origin}), which bilm-tf and "
+            "AllenNLP ignore: they would feed it cased text"
+        )
+    else:
+        return
+    raise ElmoConfigError(
+        f"config 'training.export_hdf5': this run's model {problem}; keep the model in this "
+        "project's format (OUTPUT_DIR/model): drop --export-hdf5"
+    )
+
+
 def bilm_options(config: Config) -> BiLMOptions:
-    """The `[model]` section as `BiLMOptions` (bilm-tf layout)."""
+    """The `[model]` section as `BiLMOptions` (bilm-tf layout), reading its tokens lowercased
+    where `corpus.lowercase` says (the text it is trained on)."""
     m = config["model"]
     try:
         return BiLMOptions.from_dict(
@@ -230,6 +250,7 @@ def bilm_options(config: Config) -> BiLMOptions:
                     "activation": m["activation"],
                     "n_characters": 262,
                     "max_characters_per_token": MAX_CHARS,
+                    "lowercase": config["corpus"]["lowercase"],
                 },
             },
             source="config [model]",
@@ -276,8 +297,11 @@ def with_model_of(
 ) -> Config:
     """`config` with its `[model]` section the sizes of `options`, a biLM that a run continues
     (`source` says which, for messages). A setting in `given` (dotted names: the command line's)
-    or not the built-in default is the user's: one that differs is an ElmoConfigError."""
-    model, default = model_section(options), Config().from_disk(DEFAULT_CONFIG_PATH)["model"]
+    or not the built-in default is the user's: one that differs is an ElmoConfigError.
+    `corpus.lowercase` is the model's unless the user set it: a model trained on text of the other
+    case reads that case."""
+    defaults = Config().from_disk(DEFAULT_CONFIG_PATH)
+    model, default = model_section(options), defaults["model"]
     for key, value in config["model"].items():
         if key not in model or value == model[key]:
             continue
@@ -288,4 +312,9 @@ def with_model_of(
             )
     config = config.copy()
     config["model"] = {**config["model"], **model}
+    lowercase = config["corpus"]["lowercase"]
+    user_set = "corpus.lowercase" in given or lowercase != defaults["corpus"]["lowercase"]
+    if lowercase != options.lowercase and not user_set:
+        config["corpus"] = {**config["corpus"], "lowercase": options.lowercase}
+        check_export(config, f", from {source}")
     return config

@@ -117,12 +117,20 @@ def make_tokenizer(
     kind: str, lang: str = "en", lowercase: bool = False, unk_token: Optional[str] = None
 ) -> Tokenizer:
     """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`,
-    which keeps `<S>`, `</S>` and the corpus's `unk_token` whole (spaCy splits `<unk>` in three)."""
+    which keeps `<S>`, `</S>` and the corpus's `unk_token` whole (spaCy splits `<unk>` in three).
+    `lowercase`: each token lowercased after tokenizing the text as written (as the `elmo`
+    component's tokens reach a biLM that lowercases), those three kept as written."""
+    specials = (BOS_TOKEN, EOS_TOKEN, *([unk_token] if unk_token else []))
+    keep = frozenset(specials)
+
+    def cased(tokens: List[str]) -> List[str]:
+        return [t if t in keep else t.lower() for t in tokens] if lowercase else tokens
+
     if kind == "whitespace":
 
         def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
             for line in lines:
-                yield (line.lower() if lowercase else line).split()
+                yield cased(line.split())
 
         return tokenize
     import spacy
@@ -132,13 +140,12 @@ def make_tokenizer(
         tokenizer = spacy.blank(lang).tokenizer
     except Exception as err:  # spaCy raises ImportError / ValueError for unknown languages
         raise ElmoConfigError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
-    for special in (BOS_TOKEN, EOS_TOKEN, *([unk_token] if unk_token else [])):
+    for special in specials:
         tokenizer.add_special_case(special, [{ORTH: special}])
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
-        stripped = ((line.lower() if lowercase else line).strip() for line in lines)
-        for doc in tokenizer.pipe(stripped, batch_size=1000):
-            yield [t.text for t in doc if not t.is_space]
+        for doc in tokenizer.pipe((line.strip() for line in lines), batch_size=1000):
+            yield cased([t.text for t in doc if not t.is_space])
 
     return tokenize
 

@@ -78,7 +78,8 @@ def export_hdf5(
     later). ElmoConfigError for what the layout cannot hold: a warm state read from other text than
     the built-in one (loading the layout reads that again; the layout records no state policy and
     loads as warm), an embedder whose state policy is not warm (zero, carry: set it to warm to
-    export it anyway, its outputs then change), a forget gate bias other than 1, an
+    export it anyway, its outputs then change), a forget gate bias other than 1, a biLM that reads
+    its tokens lowercased (`char_cnn.lowercase`, which bilm-tf and AllenNLP ignore), an
     ELMoForManyLangs model (a character table). `stem`: see `check_stem`. Files of this layout in
     `directory` are replaced; a model of another format there, or a directory where a file goes, is
     an ElmoFileError, nothing written (`formats.check_destination`)."""
@@ -92,6 +93,13 @@ def export_hdf5(
         raise ElmoConfigError(
             f"the biLM's forget gate bias is {bilm.options.forget_bias:g}; bilm-tf and AllenNLP "
             "fix it at 1 in the hdf5 layout: keep it in this project's format (save_bilm)"
+        )
+    if bilm.options.lowercase:
+        where = f"{model.source}: " if isinstance(model, ElmoEmbedder) else ""
+        raise ElmoConfigError(
+            f"{where}the biLM reads each token lowercased (char_cnn.lowercase: it was trained on "
+            "lowercased text); bilm-tf and AllenNLP ignore the option and would feed it cased "
+            "text: keep it in this project's format (save_bilm, convert --to own)"
         )
     if isinstance(model, ElmoEmbedder) and not model.state_policy.warm_start:
         raise ElmoConfigError(

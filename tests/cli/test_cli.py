@@ -18,6 +18,7 @@ from spacy_elmo import load_bilm, save_bilm
 from spacy_elmo.weights import hub
 
 from ..helpers import ENV, REPO, SENTS, full_disk_in_torch_save, one_error_line, run_cli, tmpfs
+from ..model_files import lowercasing_model
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,3 +303,23 @@ def test_convert_refuses_a_policy_the_hdf5_layout_cannot_hold(fixture_dir, tmp_p
         "convert --to own)"
     )
     assert not (tmp_path / "h5").exists()
+
+
+def test_convert_and_info_of_a_model_that_reads_lowercased_tokens(fixture_dir, tmp_path, capsys):
+    """`convert --to hdf5` wrote a pair that bilm-tf and AllenNLP read with cased text, which the
+    model never saw in training; `info` said nothing of it. Now refused (nothing written), kept by
+    `convert --to own`, shown by `info`."""
+    model = lowercasing_model(fixture_dir, tmp_path / "lower")
+    assert run_cli("convert", model, tmp_path / "h5", "--to", "hdf5") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "reads each token lowercased" in line and "convert --to own" in line
+    assert not (tmp_path / "h5").exists()
+    assert run_cli("convert", model, tmp_path / "own", "--to", "own") == 0
+    capsys.readouterr()
+    assert load_bilm(tmp_path / "own").options.lowercase
+    assert run_cli("info", tmp_path / "own", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["options"]["lowercase"] is True
+    assert run_cli("info", tmp_path / "own") == 0
+    assert "lowercased (char_cnn.lowercase)" in capsys.readouterr().out
+    assert run_cli("info", fixture_dir) == 0
+    assert "as written" in capsys.readouterr().out

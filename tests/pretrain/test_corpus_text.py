@@ -112,3 +112,21 @@ def test_a_link_cycle_in_a_corpus_directory_is_one_error_naming_it(tmp_path, cap
         corpus_files(corpus, "train")
     code, err = run_pretrain([tmp_path / "out", *override_args(corpus)], capsys)
     assert code == 1 and str(link) in one_error_line(err)
+
+
+@pytest.mark.parametrize("tokenizer", ["whitespace", "spacy"])
+def test_lowercasing_keeps_the_boundaries_and_the_unk_token_as_written(tokenizer):
+    """`corpus.lowercase` lowercased each line before tokenizing: a literal `<S>` / `</S>` became
+    the ordinary words `<s>` / `</s>` and the corpus's `<UNK>` the word `<unk>`, which the softmax
+    learned as a word. Now each token is lowercased after tokenizing, those three as written."""
+    corpus = load_config(
+        None, {"corpus.tokenizer": tokenizer, "corpus.unk_token": "<UNK>", "corpus.lowercase": True}
+    )["corpus"]
+    lines = ["<S> Mr. <UNK> Met ÜBER Bank . </S>", "The <UNK> ."]
+    tokens = list(corpus_tokenizer(corpus)(line + "\n" for line in lines))
+    assert tokens == [
+        ["<S>", "mr.", "<UNK>", "met", "über", "bank", ".", "</S>"],
+        ["the", "<UNK>", "."],
+    ]
+    cased = list(corpus_tokenizer({**corpus, "lowercase": False})(line for line in lines))
+    assert cased[1] == ["The", "<UNK>", "."]

@@ -18,7 +18,7 @@ from spacy_elmo.weights.hdf5_export import check_stem
 
 from ..efml_models import write_efml_model
 from ..helpers import iter_hdf5_datasets
-from ..model_files import hdf5_model, own_model, pipeline
+from ..model_files import hdf5_model, lowercasing_model, own_model, pipeline
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
@@ -396,3 +396,24 @@ def test_the_fingerprint_does_not_depend_on_whether_the_warm_state_was_computed(
         bilm.state_policy = "warm"
         bilm.embed([["a"]])
         assert bilm.fingerprint() == warm
+
+
+def test_export_hdf5_refuses_a_model_that_reads_lowercased_tokens(fixture_dir, tmp_path):
+    """bilm-tf and AllenNLP ignore `char_cnn.lowercase` and feed the model cased text, which it
+    never saw in training: refused, nothing written. Its own format keeps the option."""
+    model = load_bilm(lowercasing_model(fixture_dir, tmp_path / "lower"))
+    with pytest.raises(ElmoConfigError) as info:
+        export_hdf5(model, tmp_path / "h5")
+    assert str(info.value) == (
+        f"{tmp_path / 'lower' / 'weights.pt'}: the biLM reads each token lowercased "
+        "(char_cnn.lowercase: it was trained on lowercased text); bilm-tf and AllenNLP ignore "
+        "the option and would feed it cased text: keep it in this project's format (save_bilm, "
+        "convert --to own)"
+    )
+    assert not (tmp_path / "h5").exists()
+    save_bilm(model, tmp_path / "again")
+    again = load_bilm(tmp_path / "again")
+    assert again.options.lowercase and again.fingerprint() == model.fingerprint()
+    assert again.fingerprint() != load_bilm(fixture_dir).fingerprint()
+    for a, b in zip(again.embed(SENTS), model.embed([[w.lower() for w in s] for s in SENTS])):
+        assert np.array_equal(a, b)
