@@ -49,8 +49,7 @@ class ElmoEmbedder(nn.Module):
     ):
         super().__init__()
         self.network = network
-        # what errors about the weights name (their file, where loaded from one)
-        self.source = source
+        self.source = source  # what errors about the weights name (their file, if read from one)
         self._policy = StatePolicy.parse(state)
         self.runner = PackedRunner(network, cache_size, source)
         self._carried: Optional[LSTMState] = None
@@ -98,8 +97,7 @@ class ElmoEmbedder(nn.Module):
 
     @state_policy.setter
     def state_policy(self, state: Union[StatePolicy, str]) -> None:
-        """Setting "carry" starts the carried state afresh; an `embed_iter` begun under "carry"
-        goes on carrying whatever is set meanwhile."""
+        """Setting "carry" starts the carried state afresh (an `embed_iter` keeps its policy)."""
         self._policy = StatePolicy.parse(state)
         if self._policy.carries:
             self._carried = None
@@ -149,12 +147,7 @@ class ElmoEmbedder(nn.Module):
             self._follow_weights()
         return policy.start_state(self.network, batch, self._carried)
 
-    def forward(
-        self,
-        char_ids: Tensor,
-        mask: Optional[Tensor] = None,
-        policy: Union[StatePolicy, str, None] = None,
-    ) -> BiLMOutput:
+    def forward(self, char_ids: Tensor, mask: Optional[Tensor] = None, policy=None) -> BiLMOutput:
         """`BiLM.forward` (char_ids `(B, T, max_chars)`, mask `(B, T)`) from the start state of
         `policy` (default: this one's); under "carry" the final state is kept for the next call
         (rows beyond a smaller batch keep theirs, AllenNLP's semantics)."""
@@ -169,8 +162,7 @@ class ElmoEmbedder(nn.Module):
         """ "carry": rows as given, boundaries included, the real tokens' layers checked (`first`:
         the first sentence's index in the caller's input)."""
         ids, mask, real = self.runner.padded(sentences)
-        # (n_layers + 1, sum(lengths), 2P)
-        layers = self.forward(ids, mask, StatePolicy.CARRY).layers[:, real]
+        layers = self.forward(ids, mask, StatePolicy.CARRY).layers[:, real]  # (L + 1, N, 2P)
         lengths = [len(s) for s in sentences]
         self.runner.check_output(layers, lengths, range(first, first + len(sentences)))
         return split_by_sentence(layers, lengths, as_tensor)
