@@ -43,7 +43,8 @@ def worker_threads(threads: Optional[int]) -> Optional[int]:
     """The torch threads of a component whose setting is `threads` (None: torch's default): 1 where
     that is None in a worker of spaCy's `nlp.pipe` (its workers share the cores; a forked one is
     at 1 already, a spawned one would take them all). Applies the guard."""
-    return 1 if threads is None and in_spacy_worker() else threads
+    worker = in_spacy_worker()  # first: the guard applies whatever the setting
+    return 1 if threads is None and worker else threads
 
 
 def warn_in_spacy_worker(message: str) -> None:

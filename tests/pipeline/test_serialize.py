@@ -324,7 +324,8 @@ def texts(n_tokens):
 if __name__ == "__main__":
     multiprocessing.set_start_method(sys.argv[2])
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+    threads = None if sys.argv[3] == "None" else int(sys.argv[3])
+    nlp.add_pipe("elmo", config={"weights": sys.argv[1], "threads": threads})
     start = time.perf_counter()
     try:
         # 400 KB of ELMo data a Doc, 100 KB of text a batch
@@ -355,15 +356,16 @@ def run_or_fail_on_hang(args, timeout: float, hung: str):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, method):
+@pytest.mark.parametrize("method,threads", [("fork", None), ("spawn", None), ("fork", 1)])
+def test_n_process_2_passes_on_an_error_of_the_input(fixture_dir, tmp_path, method, threads):
     """An input generator that raises reaches the caller, and the process ends: spaCy's workers
     blocked on sending Docs larger than a pipe's buffer (ELMo's data) while the parent waited for
-    them, forever."""
+    them, forever. With `threads` set (README: 1 on a shared machine) the guard was never applied,
+    and a forked run hung so."""
     script = tmp_path / "broken_input.py"
     script.write_text(BROKEN_INPUT, encoding="utf-8")
     returncode, out, err = run_or_fail_on_hang(
-        [str(script), str(fixture_dir), method],
+        [str(script), str(fixture_dir), method, str(threads)],
         90,
         f"nlp.pipe(n_process=2) hung after its input raised ({method})",
     )
