@@ -134,9 +134,11 @@ class ElmoDocData:
         if any(not text[a:b].isspace() for a, b in new[gaps].tolist()):
             raise ValueError("it was computed for another text")
         is_space = np.array([text[a:b].isspace() for a, b in old.tolist()], dtype=bool)
+        # zeros for whitespace: between old tokens (a gap) or split out of one
+        blank = gaps | np.array([text[a:b].isspace() for a, b in new.tolist()], dtype=bool)
         rows = [
-            [] if gap else self._parts(i, j, is_space)
-            for i, j, gap in zip(first.tolist(), stop.tolist(), gaps.tolist())
+            [] if space else self._parts(i, j, is_space)
+            for i, j, space in zip(first.tolist(), stop.tolist(), blank.tolist())
         ]
         # the mix of a new token is the mean of its parts' mixes, as a stored Doc read back gets it
         self._realigned = ElmoDocData(

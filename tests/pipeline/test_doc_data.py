@@ -316,6 +316,22 @@ def test_a_new_whitespace_token_between_old_ones_gets_zeros(nlp):
     assert not doc[1]._.elmo.any()
 
 
+def test_a_whitespace_piece_split_out_of_a_token_elmo_saw_gets_zeros(nlp):
+    """'New York' merged before `elmo`, split into 'New', ' ', 'York' after: the space piece got
+    the merged token's vector, where a Doc that had that token when `elmo` ran gets zeros."""
+    doc = nlp.make_doc("I love New York today")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:4])
+    doc = nlp.get_pipe("elmo")(doc)
+    merged = doc[2]._.elmo.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[2], ["New", " ", "York"], heads=[doc[2], doc[2], doc[2]])
+    assert doc[3].is_space and doc.text == "I love New York today"
+    assert not doc[3]._.elmo.any() and not doc._.elmo_layers[:, 3].any()
+    np.testing.assert_array_equal(doc[2]._.elmo, merged)
+    np.testing.assert_array_equal(doc[4]._.elmo, merged)
+
+
 class TextReads:
     """A Doc that counts how often its text is read."""
 
