@@ -25,9 +25,19 @@ MAX_MIX_WEIGHT = 1e4
 
 
 def check_settings(
-    store: str, mix: Union[str, List[float]], max_length: int, cache_mb: float
+    store: str,
+    mix: Union[str, List[float]],
+    max_length: int,
+    cache_mb: float,
+    keep_layers: bool = True,
+    save_layers: bool = False,
 ) -> None:
     """ElmoConfigError naming the first of the component's settings that is out of its range."""
+    if save_layers and not keep_layers:
+        raise ElmoConfigError(
+            "elmo: save_layers needs keep_layers: a Doc that keeps only the mix has no layers to "
+            "write (set keep_layers = true, or save_layers = false)"
+        )
     if store not in STORE_DTYPES:
         raise ElmoConfigError(
             f"elmo: store must be one of {', '.join(STORE_DTYPES)}, got {store!r}"

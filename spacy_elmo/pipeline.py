@@ -95,7 +95,7 @@ class Elmo(Pipe):
         threads: Optional[int] = None,
         nlp: Optional[Language] = None,
     ):
-        check_settings(store, mix, max_length, cache_mb)
+        check_settings(store, mix, max_length, cache_mb, keep_layers, save_layers)
         self.vocab, self.model, self.name = vocab, model, name
         self.weights = weights
         self.mix = mix if isinstance(mix, str) else [float(w) for w in mix]

@@ -338,6 +338,9 @@ def test_clear_errors(fixture_dir):
         nlp("no weights")
     with pytest.raises(ValueError, match="store must be"):
         spacy.blank("en").add_pipe("elmo", config={"store": "int8"})
+    # stored only the mix, silently
+    with pytest.raises(ValueError, match="save_layers needs keep_layers"):
+        spacy.blank("en").add_pipe("elmo", config={"keep_layers": False, "save_layers": True})
     options = BiLM(
         BiLMOptions.from_dict(
             {
