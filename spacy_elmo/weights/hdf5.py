@@ -29,7 +29,9 @@ PathLike = Union[str, Path]
 # Trained float weights compress by well under 2:1 (the published files are not compressed at all);
 # a file whose datasets expand more than this is refused before it is read. Datasets under
 # CHECKED_DATASET_BYTES are not checked (a small bias may be all zeros): the options bound what they
-# declare, and load_bilm checks that memory first.
+# declare, and load_bilm checks that memory first. Reading inflates each stored chunk whole: chunks
+# of which one is larger than its dataset, or all together more than the ratio times it (each bound
+# plus CHECKED_DATASET_BYTES), are refused too.
 MAX_COMPRESSION_RATIO = 10
 CHECKED_DATASET_BYTES = 1 << 20
 OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the readers call them
@@ -105,6 +107,18 @@ def _dataset(f, name: str, path: Path, shape: Tuple[int, ...], options_path: str
             raise ElmoFileError(
                 f"{path}: dataset '{name}' stores {written:,} of its {expected:,} chunks "
                 f"({stored:,} of {node.nbytes:,} bytes declared): partly written or crafted"
+            )
+        # each chunk read is inflated whole, even where it reaches past the dataset (a resizable
+        # dataset's chunk may exceed its shape in any dimension)
+        chunk = int(np.prod(node.chunks)) * node.dtype.itemsize
+        if (
+            chunk > node.nbytes + CHECKED_DATASET_BYTES
+            or chunk * written > MAX_COMPRESSION_RATIO * node.nbytes + CHECKED_DATASET_BYTES
+        ):
+            raise ElmoFileError(
+                f"{path}: dataset '{name}' of {node.nbytes:,} bytes is stored in {written:,} "
+                f"chunks of shape {node.chunks}, {chunk:,} bytes each once read: chunks larger "
+                "than the dataset, a crafted file (a decompression bomb), are not read"
             )
     if node.nbytes >= CHECKED_DATASET_BYTES and node.nbytes > MAX_COMPRESSION_RATIO * stored:
         raise ElmoFileError(

@@ -197,3 +197,66 @@ def test_options_of_a_smaller_bilm_than_the_weights_are_refused(
     options[section][key] = value
     directory = hdf5_model(fixture_dir, tmp_path / "m", options)
     refused(directory, "weights.hdf5", "options.json", dataset, "do not belong together")
+
+
+def _rewritten(directory, chunks_of, resizable: bool = False, **kwargs):
+    """`directory` with every dataset of its weights.hdf5 written again, chunked as
+    `chunks_of(name, shape)` says (True: h5py's choice), resizable in every dimension or not, with
+    h5py's other dataset arguments `kwargs` (compression)."""
+    path = directory / "weights.hdf5"
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: arrays.update({n: o[...]} if isinstance(o, h5py.Dataset) else {}))
+    with h5py.File(path, "w") as f:
+        for name, values in arrays.items():
+            f.create_dataset(
+                name,
+                data=values,
+                chunks=chunks_of(name, values.shape),
+                maxshape=(None,) * values.ndim if resizable else None,
+                **kwargs,
+            )
+    return directory
+
+
+@pytest.mark.timeout(60)
+def test_a_chunk_declared_far_larger_than_its_dataset_is_refused_before_it_is_read(
+    fixture_dir, tmp_path
+):
+    """A small dataset in one gzip chunk of 2048 x 2048 floats (a resizable dataset's chunk may
+    exceed its shape): the file is small, the dataset under the compression check's size, and
+    reading it would inflate the whole 16 MB chunk (a 1.5 MB file made a load take 1 GB)."""
+    directory = _rewritten(
+        hdf5_model(fixture_dir, tmp_path / "m"),
+        lambda name, shape: (2048, 2048) if name == "CNN_proj/W_proj" else True,
+        resizable=True,
+        compression="gzip",
+    )
+    assert (directory / "weights.hdf5").stat().st_size < 1 << 20
+    refused(directory, "weights.hdf5", "'CNN_proj/W_proj'", "chunk", "16,777,216")
+
+
+@pytest.mark.parametrize(
+    "chunks, resizable, kwargs",
+    [
+        ("h5py", False, {}),
+        ("h5py", False, {"compression": "gzip", "shuffle": True}),
+        ("h5py", True, {"compression": "gzip"}),
+        ("ragged", True, {"compression": "lzf"}),
+    ],
+    ids=["h5py-chunks", "gzip-shuffle", "resizable-gzip", "ragged-chunks-lzf"],
+)
+def test_chunked_and_compressed_weight_files_load(
+    fixture_dir, fixture_bilm, tmp_path, chunks, resizable, kwargs
+):
+    """h5py's own chunking (of resizable datasets too), chunks a little over a third of each
+    dimension (ragged edges) and compression: the fixture's biLM, unchanged."""
+    directory = _rewritten(
+        hdf5_model(fixture_dir, tmp_path / "m"),
+        lambda name, shape: True if chunks == "h5py" else tuple(n // 3 + 1 for n in shape),
+        resizable,
+        **kwargs,
+    )
+    sentences = [["The", "cat", "sat", "."], ["Hello", "world"]]
+    for a, b in zip(load_bilm(directory).embed(sentences), fixture_bilm.embed(sentences)):
+        np.testing.assert_array_equal(a, b)
