@@ -18,9 +18,9 @@ def download_cli(
         Optional[float],
         typer.Option(
             min=0.001,
-            help="seconds each file may take, retries included (default: a minute plus its "
-            "published size "
-            "at 64 KiB/s; the part file stays for the next run)",
+            help="seconds each file may take, all of each request (headers too) and retries "
+            "included (default: a minute plus its published size at 64 KiB/s; the part file "
+            "stays for the next run)",
         ),
     ] = None,
 ):

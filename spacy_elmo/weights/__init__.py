@@ -2,7 +2,8 @@
 `ModelData`, never an embedder; `pipeline`, a saved spaCy pipeline, read by the component's loader;
 formats do not import each other, `formats.FORMATS` lists them), the checks they share (`checks`,
 `state_dict`, `legacy_torch`, `memory`), `locate`, `load_bilm` (which builds the network from what a
-format read), the published models' cache (`hub`) and `download` (its part files: `part_file`).
+format read), the published models' cache (`hub`) and `download` (its part files: `part_file`;
+its requests bounded as a whole: `http_deadline`).
 Imports the biLM core (`spacy_elmo.bilm`), which never imports this."""
 
 from .data import ModelData, ModelFiles

@@ -1,5 +1,5 @@
 """Fetch the published AllenNLP models into the cache (`spacy_elmo.weights.hub`), resumably, with
-urllib, each file within a deadline and a size bound."""
+urllib, each file within a deadline (`http_deadline`: the whole request) and a size bound."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
 from ..files import exclusive_lock, write_errors
-from . import hub, part_file
+from . import http_deadline, hub, part_file
 from .load import load_bilm
 from .part_file import cache_write_error
 
@@ -61,9 +61,10 @@ def download(
     sha256s go into the manifest, which every later use checks. `base_url` defaults to
     `$SPACY_ELMO_BASE_URL`, else AllenNLP's public bucket.
 
-    Bounds: `timeout` seconds for any one network wait; `deadline` seconds for each file, retries
-    included (default: `file_deadline` of its largest size), after which the part file is kept for
-    the next call; a file announced or arriving larger than the published one can be
+    Bounds: `timeout` seconds for any one network wait; `deadline` seconds for each file, the whole
+    of each request (a server trickling its headers too) and retries included (default:
+    `file_deadline` of its largest size), after which the part file is kept for the next call; a
+    file announced or arriving larger than the published one can be
     (`hub.max_bytes`) is refused. A full disk or quota (ENOSPC, EDQUOT) is one ElmoResourceError,
     not retried, and removes the part file; a read-only cache or a permission is one ElmoFileError.
 
@@ -196,10 +197,13 @@ def _fetch(
         offset, validator = part_file.resumable(part, url, limit)
         headers = {"Range": f"bytes={offset}-", "If-Range": validator} if offset else {}
         try:
-            with urllib.request.urlopen(
+            with http_deadline.urlopen(
                 urllib.request.Request(url, headers=headers),
-                timeout=_wait(end, timeout, target, part, url, seconds),
+                _wait(end, timeout, target, part, url, seconds),
+                end,
             ) as response:
+                # headers cut off at the deadline are no response
+                _wait(end, timeout, target, part, url, seconds)
                 offset, total = _expected(response, offset, url, limit, target.name)
                 if offset and part_file.validator(response) != validator:  # If-Range was not heeded
                     part_file.discard(part)

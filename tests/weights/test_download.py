@@ -43,12 +43,22 @@ class Handler(BaseHTTPRequestHandler):
     is asked for; a path in `server.trickle` ({path: seconds}) is sent one byte at a time, that many
     seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
     says, counted in its Content-Length; a path in `server.rate` ({path: bytes per second}) is sent
-    at that rate."""
+    at that rate; a path in `server.slow_headers` gets its status line, then a header one byte every
+    0.1 s (for 30 s)."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
         self.server.log.append((self.path, self.headers.get("Range")))
         self.server.if_range.append((self.path, self.headers.get("If-Range")))
+        if self.path in self.server.slow_headers:
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(300):
+                    self.wfile.write(b"a")
+                    time.sleep(0.1)
+            except OSError:  # the client hung up
+                pass
+            return
         if data is None:
             self.send_error(404)
             return
@@ -126,6 +136,7 @@ def server(small_models, tmp_path, monkeypatch):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra, httpd.rate = [], set(), {}, {}, {}
     httpd.if_range, httpd.validators, httpd.validator, httpd.ignore_if_range = [], {}, "etag", False
+    httpd.slow_headers = set()
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
@@ -517,6 +528,19 @@ def test_a_slow_server_meets_the_deadline(server, tmp_path, capsys):
     assert [p for p, _ in server.log] == [server.options_path]
     part = tmp_path / "cache" / "small" / "elmo_2x1024_128_2048cnn_1xhighway_options.json.part"
     assert 0 < part.stat().st_size < len(server.files[server.options_path])
+
+
+@pytest.mark.timeout(30)
+def test_the_deadline_holds_while_the_headers_arrive(server, tmp_path, capsys):
+    """A server that sends its status line, then a header one byte every 0.1 s: each byte comes
+    well within the wait for it, but the file's deadline ends the request, in the usual line."""
+    server.slow_headers.add(server.options_path)
+    start = time.monotonic()
+    assert run_cli("download", "small", "--no-progress", "--deadline", "1") == 1
+    assert time.monotonic() - start < 10
+    line = one_error_line(capsys.readouterr().err)
+    assert "options.json" in line and "within 1 s" in line and "--deadline" in line, line
+    assert [p for p, _ in server.log] == [server.options_path]
 
 
 def test_the_deadline_is_derived_from_the_expected_size():
