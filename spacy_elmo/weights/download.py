@@ -279,6 +279,12 @@ def _announced(response, offset: int, url: str):
         raise ElmoResourceError(
             f"{url}: the server sent no Content-Length, so a complete download cannot be told apart"
         )
+    length = length.strip()
+    if not (length.isascii() and length.isdigit()):
+        raise ElmoResourceError(
+            f"{url}: the server sent Content-Length {length!r}, which is no size in bytes, so a "
+            "complete download cannot be told apart"
+        )
     if response.status == 206:
         content_range = response.headers.get("Content-Range", "")  # bytes START-END/TOTAL
         try:

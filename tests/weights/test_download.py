@@ -44,7 +44,7 @@ class Handler(BaseHTTPRequestHandler):
     seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
     says, counted in its Content-Length; a path in `server.rate` ({path: bytes per second}) is sent
     at that rate; a path in `server.slow_headers` gets its status line, then a header one byte every
-    0.1 s (for 30 s)."""
+    0.1 s (for 30 s); a path in `server.length` ({path: text}) gets that Content-Length."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
@@ -87,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         body = data[start:] + b"x" * self.server.extra.get(self.path, 0)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", self.server.length.get(self.path, str(len(body))))
         self.end_headers()
         if self.path in self.server.truncate_once:
             self.server.truncate_once.discard(self.path)
@@ -136,7 +136,7 @@ def server(small_models, tmp_path, monkeypatch):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra, httpd.rate = [], set(), {}, {}, {}
     httpd.if_range, httpd.validators, httpd.validator, httpd.ignore_if_range = [], {}, "etag", False
-    httpd.slow_headers = set()
+    httpd.slow_headers, httpd.length = set(), {}
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
@@ -541,6 +541,16 @@ def test_the_deadline_holds_while_the_headers_arrive(server, tmp_path, capsys):
     line = one_error_line(capsys.readouterr().err)
     assert "options.json" in line and "within 1 s" in line and "--deadline" in line, line
     assert [p for p, _ in server.log] == [server.options_path]
+
+
+@pytest.mark.parametrize("length", ["12abc", "-5", ""])
+def test_a_malformed_content_length_is_one_error(server, tmp_path, capsys, length):
+    """A Content-Length that is no size in bytes: one error line naming the URL and the header."""
+    server.length[server.options_path] = length
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert server.options_path in line and f"Content-Length {length!r}" in line, line
+    assert not (tmp_path / "cache" / "small").exists()
 
 
 def test_the_deadline_is_derived_from_the_expected_size():
