@@ -55,7 +55,8 @@ def embed_cli(
         int,
         typer.Option(
             min=1,
-            help="biLM batch size: sentences per batch under --state carry; "
+            help="biLM batch size: sentences per batch under --state carry (bilm-tf's batches: "
+            "consecutive lines, --flush-every rounded up to a multiple of it); "
             "else a memory bound (up to 8x this many per packed batch; the vectors move within "
             "float32 rounding)",
         ),
@@ -100,7 +101,7 @@ def embed_cli(
             "kill loses the shard in progress. Default 10,000, or lines/N where --shards N "
             "needs more blocks (then within float32 rounding of a single run: give both the same "
             "--flush-every, and the same threads, for the same bits: --threads, or a Ray actor's "
-            "--threads-per-worker)",
+            "--threads-per-worker); under --state carry, rounded up to a multiple of --batch-size",
         ),
     ] = None,
     shards: Annotated[

@@ -1,12 +1,13 @@
 """One `embed` run: its plan (blocks, parts or shards), writing the pieces that are missing,
 assembling a single output, resuming after a kill.
 
-The input is read and embedded in blocks of `flush_every` lines; each block starts from an empty
-token cache, so a line's arrays depend only on its block (a cached token layer carries the rounding
-of the batch it was first computed in): a resumed run, a shard and an uninterrupted run compute
-every line alike, to the bit. Pieces become visible only when complete (a part per block beside a
-single output, assembled at the end; or the shards of a sharded output); the work directory's
-manifest records the input's sha256 and every setting.
+The input is read and embedded in blocks of `flush_every` lines (under carry a multiple of the
+batch size, so that the batches are bilm-tf's: a row carries the state of the batch before); each
+block starts from an empty token cache, so a line's arrays depend only on its block (a cached token
+layer carries the rounding of the batch it was first computed in): a resumed run, a shard and an
+uninterrupted run compute every line alike, to the bit. Pieces become visible only when complete
+(a part per block beside a single output, assembled at the end; or the shards of a sharded output);
+the work directory's manifest records the input's sha256 and every setting.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         device=bilm.device.type,
         layer=o.layer,
         batch_size=o.batch_size,
-        flush_every=o.block_size(scanned["lines"]),
+        flush_every=o.block_size(scanned["lines"], not bilm.state_policy.allows_regrouping),
         dtype=o.dtype,
         compression=o.compression,
         shards=o.shards,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bilm import check_precision
+from ..bilm import check_batch_size, check_precision
 from ..bilm.threads import check_threads
 from ..errors import ElmoConfigError, ElmoResourceError
 
@@ -74,6 +74,15 @@ class EmbedOptions:
                 "Docs are tokenized already (leave --whitespace out)"
             )
         check_precision(self.precision)
+        check_batch_size(self.batch_size)
+        if self.flush_every is not None and (
+            isinstance(self.flush_every, bool)
+            or not isinstance(self.flush_every, int)
+            or self.flush_every < 1
+        ):
+            raise ElmoConfigError(
+                f"--flush-every must be a positive number of lines, got {self.flush_every!r}"
+            )
         check_threads(self.threads, "--threads")
         check_threads(self.threads_per_worker, "--threads-per-worker")
         if not isinstance(self.max_docbin_bytes, int) or self.max_docbin_bytes < 1:
@@ -88,15 +97,20 @@ class EmbedOptions:
             options = replace(options, gpus_per_worker=1.0)
         return options
 
-    def block_size(self, lines: int) -> int:
+    def block_size(self, lines: int, whole_batches: bool = False) -> int:
         """Lines per block for an input of `lines` lines: `flush_every` where given; else 10,000, or
         fewer where `shards` needs more blocks than that gives (so that `--shards N` works on any
-        input of N lines or more; its lines then differ from a default single run's in rounding)."""
+        input of N lines or more; its lines then differ from a default single run's in rounding).
+        `whole_batches` (under carry, whose rows carry the state of the batch before): rounded up
+        to a multiple of `batch_size`, so that blocks cut the input only between bilm-tf's batches
+        and every block but the last reads whole ones."""
         if self.flush_every is not None:
-            return self.flush_every
-        return (
-            min(DEFAULT_BLOCK, max(1, -(-lines // self.shards))) if self.shards else DEFAULT_BLOCK
-        )
+            block = self.flush_every
+        elif self.shards:
+            block = min(DEFAULT_BLOCK, max(1, -(-lines // self.shards)))
+        else:
+            block = DEFAULT_BLOCK
+        return -(-block // self.batch_size) * self.batch_size if whole_batches else block
 
     def only_shard(self) -> Optional[int]:
         """`--shard I/N` -> I, checked against `shards`; None without it."""

@@ -371,6 +371,11 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
         run(EmbedOptions(text, out, weights, dtype="float64"))
     with pytest.raises(ElmoConfigError, match="go with --engine ray"):
         run(EmbedOptions(text, out, weights, workers=2))
+    for carry in ({}, {"state": "carry"}):  # before anything is cut into blocks
+        with pytest.raises(ElmoConfigError, match="batch_size must be an integer"):
+            run(EmbedOptions(text, out, weights, batch_size=0, **carry))
+        with pytest.raises(ElmoConfigError, match="--flush-every must be a positive"):
+            run(EmbedOptions(text, out, weights, flush_every=0, **carry))
     with pytest.raises(ElmoConfigError, match="--engine ray writes every shard"):
         run(EmbedOptions(text, out, weights, engine="ray"))
     with pytest.raises(ElmoFileError, match="input not found: .*missing.txt"):

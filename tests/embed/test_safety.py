@@ -294,7 +294,7 @@ def test_an_interrupted_carry_run_starts_again(fixture_dir, tmp_path, monkeypatc
     """Under --state carry, which cannot resume, Ctrl-C says so and the same command starts the run
     again (to an uninterrupted run's output); a resumable run's work is never discarded by it."""
     text, out = generated(tmp_path / "in.txt", 300, seed=3), tmp_path / "out.hdf5"
-    carry = ("--state", "carry", "--flush-every", "50")
+    carry = ("--state", "carry", "--flush-every", "48")  # 3 batches of 16
     assert run_cli(*embed_args(text, tmp_path / "full.hdf5", fixture_dir, *carry)) == 0
     interrupt_embed_at_line(monkeypatch, 120)
     assert run_cli(*embed_args(text, out, fixture_dir, *carry)) == 130
