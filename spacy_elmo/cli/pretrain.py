@@ -110,7 +110,8 @@ def pretrain_cli(
     with softmax.type sampled, the sampled softmax's, far below the full softmax's, as the progress
     bar's loss and ppl say), checkpoint/ (for --resume; published whole, so a kill at any moment
     resumes bit for bit), model-hdf5 (with --export-hdf5). A new run refuses an OUTPUT_DIR that
-    holds a run: --resume continues it, else remove it or choose another.
+    holds a run: --resume continues it, else remove it or choose another. A run locks OUTPUT_DIR
+    while it goes on: a second run on it, --resume too, is refused, naming the holder's pid.
     """
     with errors():
         out, more, overrides = parse_arguments(

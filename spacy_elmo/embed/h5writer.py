@@ -51,14 +51,13 @@ CHUNKED_BYTES = 8192
 # An assembled `sentence_to_index` of more bytes than this is written a part's index at a time
 # (`finish_in_pieces`).
 INDEX_IN_PIECES = 1 << 20
+RESUME_RETRY = "free space and run again with --resume"  # what to do after a full disk
 
 
 def write_error(err: OSError, path: Path) -> ElmoError:
     """What went wrong writing `path`, as one line (see `files.write_error`); a full disk:
     `--resume`."""
-    return files.write_error(err, path, "free space and run again with --resume") or ElmoFileError(
-        f"cannot write {path}"
-    )
+    return files.write_error(err, path, RESUME_RETRY) or ElmoFileError(f"cannot write {path}")
 
 
 class H5Writer:

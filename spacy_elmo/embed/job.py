@@ -24,12 +24,12 @@ from spacy.language import Language
 
 from ..about import __version__
 from ..bilm import ElmoEmbedder
+from ..dir_lock import held_by, locked
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from ..files import is_temporary, regular_file
 from ..weights import load_bilm
 from .compute import embed_blocks, parse_layer
-from .flock import held_by, locked
-from .h5writer import HDF5Output, write_error
+from .h5writer import RESUME_RETRY, HDF5Output, write_error
 from .options import EmbedOptions
 from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan
 from .sentences import read_sentences, scan_input
@@ -289,7 +289,7 @@ def start_sharded(
         )
     manifests = WorkDir(out, out, "shard")
     manifests.create(exist_ok=True)
-    with locked(out / LOCK, out, wait=True):
+    with locked(out / LOCK, out, True, RESUME_RETRY):
         complete = manifests.complete(len(ranges))
         if manifests.has_manifest():
             manifest = manifests.manifest()
@@ -317,14 +317,14 @@ def write_shard(
     """Write shard `i` (input lines `lines`) whole, unless it is there already; its lock keeps a
     second writer (another `--shard I/N`, a retried Ray task) off it meanwhile (its file is removed
     after)."""
-    with locked(work.path / f"{work.piece(i).name}.lock", work.output):
+    with locked(work.path / f"{work.piece(i).name}.lock", work.output, False, RESUME_RETRY):
         if not work.piece(i).is_file():
             write_range(bilm, job, work, i, *lines)
 
 
 def record_complete(work: WorkDir) -> None:
     """Record in the manifest which shards are on disk (under the directory's lock)."""
-    with locked(work.path / LOCK, work.output, wait=True):
+    with locked(work.path / LOCK, work.output, True, RESUME_RETRY):
         work.record_complete(work.manifest())
 
 

@@ -4,7 +4,7 @@
 sharded output. It holds `manifest.json` (the output's kind, every setting including the input's
 path, size and sha256, the pieces' line ranges and, for shards, which are complete and each complete
 one's record), the pieces (`part-00000.hdf5`, ... or `shard-00000.hdf5`, ...) and `lock`, which a
-writer holds (flock, see `embed.flock`) while it runs.
+writer holds (flock, see `dir_lock`) while it runs.
 
 A shard's record (its line range, line count, size in bytes and sha256) is taken once, when the
 shard is found complete; the manifest is checked, never trusted: its ranges must be those its
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from ..dir_lock import take_lock
 from ..errors import ElmoFileError, ElmoResumeError
 from ..files import (
     RECORD_BYTES,
@@ -35,8 +36,7 @@ from ..files import (
     regular_file,
     write_atomic,
 )
-from .flock import take_lock
-from .h5writer import write_error
+from .h5writer import RESUME_RETRY, write_error
 
 FORMAT = "spacy_elmo.embed/1"
 MANIFEST = "manifest.json"
@@ -126,7 +126,7 @@ class WorkDir:
     def lock(self) -> None:
         """Hold the run's exclusive lock until `unlock` or the process ends: a second writer is
         refused."""
-        self.lock_file = take_lock(self.path / LOCK, self.output)
+        self.lock_file = take_lock(self.path / LOCK, self.output, retry=RESUME_RETRY)
 
     def unlock(self) -> None:
         if self.lock_file is not None:

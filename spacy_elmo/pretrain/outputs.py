@@ -37,6 +37,7 @@ from ..weights.hub import sha256_file
 from ..weights.own import OWN_WEIGHTS, PRETRAIN_MODEL
 from . import checkpoint
 from .heads import build_head
+from .text import corpus_sha256
 from .vocab import Vocab
 
 CHECKPOINT_DIR = "checkpoint"
@@ -131,6 +132,19 @@ def check_resumable(
     _check_digests(output / CORPUS_RECORD, corpus_sha256, "training")
     if dev_sha256 is not None and os.path.lexists(output / DEV_RECORD):
         _check_digests(output / DEV_RECORD, dev_sha256, "dev")
+
+
+def run_digests(
+    config: Config, output: Path, world: int, resume: bool
+) -> Tuple[Dict[str, str], Optional[Dict[str, str]]]:
+    """The sha256 of the training and dev (None: no dev) files; a resumed run's must be those it
+    recorded, and the rest of the run as `check_resumable` says."""
+    c = config["corpus"]
+    train = corpus_sha256(c["train"], "train")
+    dev = corpus_sha256(c["dev"], "dev") if c["dev"] is not None else None
+    if resume:
+        check_resumable(config, output, world, train, dev)
+    return train, dev
 
 
 def _check_digests(path: Path, current: Dict[str, str], what: str) -> None:

@@ -38,6 +38,16 @@ class Progress:
         an epoch, that epoch has not begun)."""
         return self.epoch + (self.file > 0 or self.batch > 0)
 
+    def summary(self) -> Dict[str, Any]:
+        """How far the run came, as `training.json` records it."""
+        return {
+            "steps": self.step,
+            "epochs_started": self.epochs_started,
+            "tokens": self.tokens,
+            "train_minutes": self.train_seconds / 60,
+            "tokens_per_s": self.tokens / max(self.train_seconds, 1e-9),
+        }
+
 
 class TrainingBar:
     """The run's progress bar: steps out of `max_steps`, or, given a `time_budget` in seconds (a

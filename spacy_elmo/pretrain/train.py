@@ -10,7 +10,8 @@ generators, so a resumed run ends with the same weights as an uninterrupted one 
 CPU); each is published at once, whole (see `checkpoint`). `corpus.json` and `dev.json` record the
 sha256 of every training and dev file at the start, so that a resumed run refuses a corpus edited
 since; the corpus paths are recorded absolute, so a run resumes from any working directory. A new
-run (not `resume`) refuses a directory that holds an earlier run's checkpoint or model.
+run (not `resume`) refuses a directory that holds an earlier run's checkpoint or model, and any run
+one that another run is writing (see `lock`).
 
 What is trained is built in `build`; the optimizer and gradients are in `optim`; the progress bar
 and the reports' records in `progress`; the run's files in `outputs`.
@@ -41,6 +42,7 @@ from .corpus import DevSet, Position, TrainingCorpus, corpus_tokenizer, load_dev
 from .heads import train_loss_softmax
 from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
+from .lock import RunLock
 from .optim import all_reduce_gradients, diverged, make_optimizer, non_finite
 from .outputs import (
     CHECKPOINT_DIR,
@@ -48,16 +50,15 @@ from .outputs import (
     METRICS_FILE,
     append_metrics,
     check_new_run,
-    check_resumable,
     forget_metrics_after,
     recorded_options,
     resolve_init,
+    run_digests,
     save_trained,
     start_new_run,
     with_absolute_corpus,
 )
 from .progress import Progress, TrainingBar, metrics_record, report_line
-from .text import corpus_sha256
 
 # the dropout seed of rank r > 0 is the run's seed + r x this (far from seed + 1 + r, the samplers')
 RANK_SEED_STRIDE = 7919
@@ -68,7 +69,8 @@ __all__ = ["Progress", "Trainer", "all_reduce_gradients", "make_optimizer", "non
 class Trainer:
     """Builds everything from the config, then `run()`s the loop. `rank` / `world` come from
     torch.distributed when it is initialized (torchrun); rank 0 alone writes shared files. `given`:
-    the dotted settings the command line set (under `init_from`, see `build.config_to_train`)."""
+    the dotted settings the command line set (under `init_from`, see `build.config_to_train`).
+    The run holds the lock of `output` from the start until `run()` ends (or `close()`)."""
 
     def __init__(
         self,
@@ -83,8 +85,18 @@ class Trainer:
         log: Callable[[str], None] = print,
     ):
         self.output, self.device = Path(output), check_device(device)
-        if self.output.exists() and not self.output.is_dir():
-            raise ElmoFileError(f"{self.output} exists and is not a directory: pretrain writes one")
+        self.rank, self.world = (
+            (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        )
+        self.lock = RunLock(self.output, self.rank, self.world, self.device)
+        try:
+            self._build(config, resume, init_from, given, progress_bar, log)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, config, resume, init_from, given, progress_bar, log) -> None:
+        """Everything `__init__` says, under the lock."""
         if not resume:
             check_new_run(self.output)
         init_dir = resolve_init(init_from) if init_from else None
@@ -93,16 +105,13 @@ class Trainer:
             with_absolute_corpus(config), given, start, self.output if resume else None
         )
         self.config = config
-        self.rank, self.world = (
-            (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        )
         self.log = log if self.rank == 0 else (lambda msg: None)
         self.progress_bar = progress_bar and self.rank == 0
         c, t = config["corpus"], config["training"]
         self.t, self.unk, self.policy = t, c["unk_token"], model_policy(config)
         self.ckpt_dir = self.output / CHECKPOINT_DIR
         self.saved_step: Optional[int] = None
-        self._digests(resume)
+        self.train_sha256, self.dev_sha256 = run_digests(config, self.output, self.world, resume)
 
         tokenize = corpus_tokenizer(c)
         self.corpus = TrainingCorpus(c["train"], tokenize, c["max_sentence_length"])
@@ -142,16 +151,6 @@ class Trainer:
                 self.output, config, self.vocab, self.train_sha256, bilm, self.dev_sha256, self.init
             )
         self.log(self._describe())
-
-    def _digests(self, resume: bool) -> None:
-        """The sha256 of the training and dev files; a resumed run's must be those it recorded."""
-        c = self.config["corpus"]
-        self.train_sha256 = corpus_sha256(c["train"], "train")
-        self.dev_sha256 = corpus_sha256(c["dev"], "dev") if c["dev"] is not None else None
-        if resume:
-            check_resumable(
-                self.config, self.output, self.world, self.train_sha256, self.dev_sha256
-            )
 
     def _describe(self) -> str:
         """The log line that says what is trained, on what, and how."""
@@ -260,10 +259,18 @@ class Trainer:
         else:
             self.log(report_line(record))
 
+    def close(self) -> None:
+        """Release the lock of the output directory (`run` does as it ends)."""
+        self.lock.release()
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> Dict[str, Any]:
         """Train until `training.max_steps`, `max_epochs` or `max_minutes`, reporting and
-        checkpointing on the way, then save the model (see `finish`)."""
+        checkpointing on the way, then save the model (see `finish`); the lock is released after."""
+        with self.lock:  # released as the run ends, however it ends
+            return self._run()
+
+    def _run(self) -> Dict[str, Any]:
         t, p = self.t, self.progress
         max_seconds = t["max_minutes"] * 60 if t["max_minutes"] else math.inf
         eval_seconds = t["eval_every_minutes"] * 60 if t["eval_every_minutes"] else math.inf
@@ -358,7 +365,6 @@ class Trainer:
         summary."""
         if self.rank != 0:
             return {}
-        p = self.progress
         summary = {
             "config": self.config.to_str(),
             "seed": self.t["seed"],
@@ -367,11 +373,7 @@ class Trainer:
             "options": self.model.bilm.options.to_dict(),
             "processes": self.world,
             "precision": self.precision,
-            "steps": p.step,
-            "epochs_started": p.epochs_started,
-            "tokens": p.tokens,
-            "train_minutes": p.train_seconds / 60,
-            "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
+            **self.progress.summary(),
             "corpus": self.train_sha256,
             "dev_corpus": str(self.config["corpus"]["dev"]),
             "dev": self.last_dev,

@@ -110,6 +110,7 @@ def test_kill_inside_a_checkpoint_then_resume_is_bit_exact(corpus, uninterrupted
     )
     assert child.returncode == -9, child.stderr[-2000:]
     assert not (out / "model").exists()
+    assert (out / "lock").exists()  # the killed run's: its flock went with it, blocking nothing
     quiet_train(tiny_config(corpus, None, **SETTINGS), out, resume=True)
     assert_same_model(out, uninterrupted)
     assert metric_steps(out) == metric_steps(uninterrupted) == [3, 6, 9, 10]  # none twice

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import socket
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -14,6 +18,7 @@ from spacy_elmo import ElmoFileError, ElmoResumeError
 from spacy_elmo.pretrain import Trainer
 
 from ..helpers import (
+    ENV,
     one_error_line,
     override_args,
     quiet_train,
@@ -70,6 +75,44 @@ def test_rerunning_into_a_run_without_resume_is_one_error_and_keeps_the_run(tmp_
     assert code == 1 and one_error_line(err) == expect.replace(" and its model", "")
     code, out_text = run_pretrain(["--help"], capsys, "out")
     assert code == 0 and "never overwritten" in " ".join(out_text.replace("│", " ").split())
+
+
+@pytest.mark.timeout(180)
+def test_a_second_run_on_the_directory_of_a_live_run_is_refused_naming_its_pid(tmp_path, capsys):
+    """While a run goes on (another process, before its first checkpoint), a second run on its
+    directory, new or --resume, is one error naming the holder's pid, and the first run's curve
+    stays its own; once it is killed (-9) its lock blocks nothing."""
+    corpus = write_corpus(tmp_path / "train.txt", toy_sentences(100))
+    out = tmp_path / "out"
+    args = [out, "--no-progress", "--threads", "1", *override_args(corpus, None)]
+    args += ["--training.eval_every", "1", "--training.max_steps", "3"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "spacy_elmo", "pretrain", *map(str, args)]
+        + ["--training.max_steps", "1000000"],
+        env=ENV,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not (out / "metrics.jsonl").exists():  # it trains: its first report is written
+            assert first.poll() is None, "the first run ended"
+            time.sleep(0.05)
+        expect = (
+            f"error: {out} is locked by another process that is writing it (pid {first.pid} on "
+            f"{socket.gethostname()}; {out / 'lock'}): wait for it to finish, or stop it and run "
+            "again"
+        )
+        for more in ([], ["--resume"]):
+            code, err = run_pretrain([*args, *more], capsys)
+            assert code == 1 and one_error_line(err) == expect
+        assert first.poll() is None
+        steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").open()]
+        assert steps == list(range(1, len(steps) + 1))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    code, err = run_pretrain(args, capsys)
+    assert code == 0, err
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").open()] == [1, 2, 3]
 
 
 @pytest.mark.parametrize(

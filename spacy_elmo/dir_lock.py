@@ -1,5 +1,6 @@
-"""The lock of an `embed` run's directory: an exclusive flock on a file that names its holder (its
-pid and host), so that a second writer is refused, or told whom it waits for."""
+"""The lock of a run's directory (`embed`'s, `pretrain`'s): an exclusive flock on a file that names
+its holder (its pid and host), so that a second writer is refused, or told whom it waits for. The
+kernel releases a flock when its holder dies, so a lock left by a killed run blocks nothing."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Optional
 
-from ..errors import ElmoResumeError
-from ..files import take_flock
-from .h5writer import write_error
+from .errors import ElmoFileError, ElmoResumeError
+from .files import take_flock, write_error
+
+RETRY = "free space and run again"
 
 
-def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
+def take_lock(path: Path, output: Path, wait: bool = False, retry: str = RETRY) -> IO[str]:
     """`files.take_flock` on `path`, waiting for it (`wait`) or refusing where another process holds
     it (naming it: the holder writes its pid and host into the file); the lock lasts until the
-    returned file is closed (`release`)."""
+    returned file is closed (`release`). A file that cannot be made: one error, with `retry` where
+    the disk is full."""
     try:
         # the caller holds it open; its name is `path`
         file = open(path, "r+", opener=lambda name, _flags: take_flock(name, wait))
@@ -35,7 +38,7 @@ def take_lock(path: Path, output: Path, wait: bool = False) -> IO[str]:
             "again"
         ) from None
     except OSError as err:
-        raise write_error(err, path) from None
+        raise (write_error(err, path, retry) or ElmoFileError(f"cannot write {path}")) from None
     try:
         file.truncate(0)
         file.write(f"{os.getpid()} {socket.gethostname()}\n")
@@ -57,9 +60,9 @@ def release(lock: IO[str], remove: bool = False) -> None:
 
 
 @contextmanager
-def locked(path: Path, output: Path, wait: bool = False) -> Iterator[None]:
+def locked(path: Path, output: Path, wait: bool = False, retry: str = RETRY) -> Iterator[None]:
     """`take_lock` for the block; the lock's file is removed as it is released."""
-    lock = take_lock(path, output, wait)
+    lock = take_lock(path, output, wait, retry)
     try:
         yield
     finally:
