@@ -10,7 +10,6 @@ files placed by hand load) and verified on every later use. Nothing here touches
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -27,6 +26,7 @@ from ..files import (
     write_atomic,
     write_error,
 )
+from .digests import sha256_fd
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",
@@ -205,11 +205,8 @@ def published_files(name: str, base: Optional[str] = None) -> list[tuple[str, st
 
 def sha256_file(path: Union[str, Path], what: str = "file") -> str:
     """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
-    h = hashlib.sha256()
     with open_regular(path, what) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return sha256_fd(f.fileno())
 
 
 def read_manifest(directory: Path) -> dict[str, dict]:

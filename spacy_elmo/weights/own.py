@@ -1,8 +1,9 @@
 """This project's own model format: a directory with `bilm.json` (options, default state policy) and
 `weights.pt`, a plain torch state dict read with `torch.load(..., weights_only=True)` (no unpickling
 of code), and for a model with a character table (ELMoForManyLangs) `char_table.json`
-(`CharTable.to_json`). The output directory of `pretrain` holds one in `model/`. `own_save.py`
-writes it.
+(`CharTable.to_json`). `bilm.json`, written last, records digests of the others, checked as
+they are read (`digests.py`). The output directory of `pretrain` holds one in `model/`.
+`own_save.py` writes it.
 
 Sizes are checked against what the file holds before the network is built, names, dtypes, shapes and
 values after (`load.build`); what cannot be read is one ElmoFileError naming the file.
@@ -10,6 +11,7 @@ values after (`load.build`); what cannot be read is one ElmoFileError naming the
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import List
@@ -18,9 +20,10 @@ from ..bilm.chars import CharTable
 from ..bilm.options import BiLMOptions, read_json
 from ..bilm.policy import check_state_policy
 from ..errors import ElmoFileError
-from ..files import TEXT_ENCODING, inside_dir, read_regular
+from ..files import TEXT_ENCODING, inside_dir, open_regular, read_regular
 from .data import ModelData, ModelFiles
-from .state_dict import read_state_dict
+from .digests import check_same_save, recorded, sha256_fd
+from .state_dict import archive_digest, read_state_dict
 
 KIND = "own"
 OWN_CONFIG = "bilm.json"
@@ -31,6 +34,9 @@ PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the 
 MAX_TABLE_BYTES = 256 << 20
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
+# bilm.json's records of the files saved with it (`digests.py`): their sha256, and the digest of
+# the CRC-32s of weights.pt (`state_dict.archive_digest`), where torch wrote them
+DIGESTS, ARCHIVE_DIGESTS = "sha256", "archive_crc32"
 
 
 def detect(directory: Path) -> bool:
@@ -85,17 +91,29 @@ def read(model: ModelFiles) -> ModelData:
         raise ElmoFileError(
             f"{config_path}: 'warm_state' must be true or false, got {warm_state!r}"
         )
+    digests = recorded(config_path, config, DIGESTS)
+    archives = recorded(config_path, config, ARCHIVE_DIGESTS)
     table = None
     if opts.char_table:
         table_path = inside_dir(directory, OWN_TABLE, "character table")
-        text = read_regular(table_path, "character table", MAX_TABLE_BYTES)
+        data = read_regular(table_path, "character table", MAX_TABLE_BYTES)
         try:
-            text = text.decode(TEXT_ENCODING)
+            text = data.decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
             raise ElmoFileError(f"{table_path}: not UTF-8 ({err})") from None
         table = CharTable.from_json(
             text, opts.max_characters_per_token, opts.n_characters, opts.n_words, str(table_path)
         )
+        # each file checked against the record once it reads as what it is, so that a corrupt
+        # file is reported as such
+        if OWN_TABLE in digests:
+            actual = hashlib.sha256(data).hexdigest()
+            check_same_save(config_path, table_path, digests[OWN_TABLE], actual, "save_bilm")
     weights_path = inside_dir(directory, OWN_WEIGHTS, "ELMo weight file")
-    state_dict = read_state_dict(weights_path, str(weights_path), "ELMo weight file")
+    with open_regular(weights_path, "ELMo weight file") as f:
+        state_dict = read_state_dict(f, str(weights_path))
+        expected = archives.get(OWN_WEIGHTS) or digests.get(OWN_WEIGHTS)
+        if expected is not None:  # the file just read, through its descriptor
+            actual = archive_digest(f) if OWN_WEIGHTS in archives else sha256_fd(f.fileno())
+            check_same_save(config_path, weights_path, expected, actual or "", "save_bilm")
     return ModelData(opts, state_dict, str(weights_path), policy, table, warm_state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Optional, Union
@@ -13,8 +14,19 @@ from ..bilm.embedder import ElmoEmbedder
 from ..bilm.model import BiLM
 from ..bilm.policy import StatePolicy, check_state_policy
 from ..files import atomic_path, output_dir, write_atomic
+from .digests import HashingWriter, drop_unrecorded
 from .formats import check_destination
-from .own import KIND, OWN_CONFIG, OWN_FORMAT, OWN_TABLE, OWN_VERSION, OWN_WEIGHTS
+from .own import (
+    ARCHIVE_DIGESTS,
+    DIGESTS,
+    KIND,
+    OWN_CONFIG,
+    OWN_FORMAT,
+    OWN_TABLE,
+    OWN_VERSION,
+    OWN_WEIGHTS,
+)
+from .state_dict import archive_digest
 
 
 def save_bilm(
@@ -23,11 +35,12 @@ def save_bilm(
     state: Optional[StatePolicy] = None,
 ) -> Path:
     """Save in this project's format: `bilm.json` + `weights.pt` (+ `char_table.json`), each file
-    written whole, `bilm.json` last; the warm state is computed if needed (unless the model has no
-    warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy `load_bilm`
-    applies (default: the embedder's current one, "warm" for a bare network). A model of this
-    format in `directory` is replaced; one of another format there, or a directory where a file
-    goes, is an ElmoFileError, nothing written (`formats.check_destination`)."""
+    written whole, `bilm.json` last, recording digests of the others (a load of files of two saves
+    is an ElmoFileError, see `digests.py`); the warm state is computed if needed (unless the model
+    has no warm-up text: then `bilm.json` says it has none) and saved. `state` sets the policy
+    `load_bilm` applies (default: the embedder's current one, "warm" for a bare network). A model
+    of this format in `directory` is replaced; one of another format there, or a directory where a
+    file goes, is an ElmoFileError, nothing written (`formats.check_destination`)."""
     policy = check_state_policy(
         state or (model.state_policy if isinstance(model, ElmoEmbedder) else "warm")
     )
@@ -54,8 +67,19 @@ def save_bilm(
         open(tmp, "wb") as f,
     ):
         # to a file object: a failed write keeps its OSError (ENOSPC) as the cause
-        torch.save(state_dict, f)
+        writer = HashingWriter(f)
+        torch.save(state_dict, writer)
+        f.flush()
+        with open(tmp, "rb") as written:
+            archive = archive_digest(written)
+        digests = {OWN_WEIGHTS: writer.sha256.hexdigest()}
+        drop_unrecorded(directory / OWN_CONFIG, DIGESTS)  # before the old weights are replaced
     if has_table:
-        write_atomic(directory / OWN_TABLE, table.to_json())
+        text = table.to_json().encode("utf-8")
+        write_atomic(directory / OWN_TABLE, text)
+        digests[OWN_TABLE] = hashlib.sha256(text).hexdigest()
+    config[DIGESTS] = digests
+    if archive is not None:
+        config[ARCHIVE_DIGESTS] = {OWN_WEIGHTS: archive}
     write_atomic(directory / OWN_CONFIG, json.dumps(config, indent=2))
     return directory

@@ -5,10 +5,11 @@ their weights so."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Dict, Union
+from typing import BinaryIO, Dict, Optional, Union
 
 import torch
 
@@ -45,6 +46,27 @@ def check_archive(file: BinaryIO, source: str) -> int:
                 "or not written by torch"
             )
     return sum(entry.file_size for entry in entries)
+
+
+def archive_digest(file: BinaryIO) -> Optional[str]:
+    """sha256 over the name, size and CRC-32 of each entry of a `torch.save` zip archive, read from
+    its zip directory alone (no tensor data is read): different tensors, different digests (but
+    for CRC-32's 1 in 2**32). None where torch wrote no CRC-32s (`set_crc32_options(False)`) or
+    `file` is no zip archive."""
+    start = file.tell()
+    try:
+        with zipfile.ZipFile(file) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    finally:
+        file.seek(start)
+    if any(entry.CRC == 0 and entry.file_size for entry in entries):
+        return None
+    h = hashlib.sha256()
+    for entry in entries:
+        h.update(f"{entry.filename}\0{entry.file_size}\0{entry.CRC}\n".encode("utf-8"))
+    return h.hexdigest()
 
 
 def read_state_dict(

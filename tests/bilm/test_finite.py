@@ -9,10 +9,10 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoConfigError, ElmoError, ElmoFileError, load_bilm, save_bilm
+from spacy_elmo import ElmoConfigError, ElmoError, ElmoFileError, load_bilm
 
 from ..helpers import one_error_line, run_cli, write_lines
-from ..model_files import W_0, hdf5_model
+from ..model_files import W_0, hdf5_model, own_model
 
 SENTENCES = [["The", "cat", "sat", "."], ["Hello", "world"], ["ZZZZZ", "run"]]
 
@@ -54,7 +54,7 @@ def big_z(f):
 
 
 def test_a_float64_weight_that_overflows_float32_is_refused_at_load(fixture_dir, tmp_path):
-    directory = save_bilm(load_bilm(fixture_dir, state="zero"), tmp_path / "m")
+    directory = own_model(fixture_dir, tmp_path / "m")
     state = {
         k: v.double() for k, v in torch.load(directory / "weights.pt", weights_only=True).items()
     }

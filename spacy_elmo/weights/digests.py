@@ -1,0 +1,85 @@
+"""What ties the files of one save together: the config, written last, records a digest of each
+file written before it (taken as it is written), and a reader checks each file it reads against the
+record of the config it read, on the very file it reads (one open descriptor). Files of two saves (a
+writer killed between its renames, a directory read while it is written) are so one ElmoFileError,
+never one model. A config without a record (saved before) is read as before; a writer removes such
+a config before it replaces the files it would pass for.
+
+The digest is a file's sha256, or for a `torch.save` archive that of its zip directory's CRC-32s
+(`state_dict.archive_digest`), which a reader takes without reading the tensors again: hashing the
+weights of an original-size model would add a third to its load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, BinaryIO, Dict, Optional
+
+from ..errors import ElmoFileError
+from ..files import RECORD_BYTES, read_regular
+
+BLOCK = 1 << 20
+
+
+def sha256_fd(fd: int) -> str:
+    """The sha256 of the whole file open at `fd` (read with `pread`: its offset does not move)."""
+    h, offset = hashlib.sha256(), 0
+    while block := os.pread(fd, BLOCK, offset):
+        h.update(block)
+        offset += len(block)
+    return h.hexdigest()
+
+
+class HashingWriter:
+    """A binary file `f` to write to (`torch.save` writes through it), hashing what it writes;
+    `name`: the file's."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.sha256, self.name = f, hashlib.sha256(), getattr(f, "name", None)
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def recorded(config: Path, saved: Dict[str, Any], key: str) -> Dict[str, str]:
+    """The record `{file name: digest}` under `key` of the `saved` config (`{}`: none, a save
+    before records were kept); ElmoFileError naming `config` where it is no such record."""
+    value = saved.get(key, {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in value.items()
+    ):
+        raise ElmoFileError(f"{config}: '{key}' must map file names to sha256s, got {value!r}")
+    return value
+
+
+def check_same_save(
+    config: Path, file: Path, expected: Optional[str], actual: str, writer: str
+) -> None:
+    """ElmoFileError where `file` is not the one `config` was saved with (its digest, `actual`, is
+    not the `expected` one; None: not recorded, nothing checked)."""
+    if expected is not None and expected != actual:
+        raise ElmoFileError(
+            f"the files of {config.parent} come from different saves: an interrupted or "
+            f"concurrent {writer}? ({config.name} was written with another {file.name})"
+        )
+
+
+def drop_unrecorded(config: Path, key: str) -> None:
+    """Remove `config` where it keeps no record under `key` (or cannot be read): the files about to
+    replace those it was saved with would pass for its own."""
+    if not os.path.lexists(config):
+        return
+    try:
+        data = json.loads(read_regular(config, "config", RECORD_BYTES))
+        kept = isinstance(data, dict) and key in data
+    except (ElmoFileError, ValueError):
+        kept = False
+    if not kept:
+        config.unlink()
