@@ -4,7 +4,9 @@ file, the pair found in a directory (published or plain names), read, checked an
 
 Files are untrusted: every dataset is checked from its metadata (float, the shape the options imply,
 stored in this file, written) before any is read, and values must be finite. What cannot be read is
-one ElmoFileError naming the file.
+one ElmoFileError naming the file. Options that `export_hdf5` wrote record the weights' sha256
+(`spacy_elmo_weights_sha256`, which bilm-tf and AllenNLP ignore), checked against the file read and
+kept out of the options read (`digests.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..errors import ElmoFileError
 from ..files import hdf5_dataset, inside_dir, regular_file
 from .checks import check_finite
 from .data import ModelData, ModelFiles
+from .digests import check_same_save, sha256_fd
 from .memory import check_memory
 
 KIND = "hdf5"
@@ -39,6 +42,8 @@ OPTIONS_FILE, WEIGHT_FILE = "ELMo options file", "ELMo weight file"  # what the 
 # converted from them, the network's parameters.
 HDF5_COPIES = 3
 BILM_GROUPS = ("char_embed", "CNN", "RNN_")  # the names of bilm-tf's weights begin so
+# the key where `export_hdf5` records the weights' sha256 in the options (bilm-tf ignores it)
+WEIGHTS_DIGEST = "spacy_elmo_weights_sha256"
 
 
 def cell_scope(d: int, l: int) -> str:
@@ -142,9 +147,11 @@ def _check_nothing_left_out(f, expected, path: Path, options_path: str) -> None:
         )
 
 
-def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.ndarray]:
+def read_hdf5(
+    path: Path, opts: BiLMOptions, options_path: str, digest: Optional[str] = None
+) -> Dict[str, np.ndarray]:
     """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is
-    read."""
+    read; then the file is checked against the sha256 `digest` its options record (None: none)."""
     h5py = import_h5py()
     regular_file(path, "ELMo weight file")
     try:
@@ -154,6 +161,7 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
             f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})"
         ) from None
     arrays: Dict[str, np.ndarray] = {}
+    actual = None
     with f:
         name = "/"
         try:  # h5py raises KeyError, RuntimeError, OSError, ... for a corrupt file
@@ -163,6 +171,8 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
             _check_nothing_left_out(f, datasets, path, options_path)
             for name, ds in datasets.items():
                 arrays[name] = np.asarray(ds[...], dtype=np.float32)
+            if digest is not None:  # the file HDF5 read, hashed through its descriptor
+                actual = sha256_fd(f.id.get_vfd_handle())
         except ElmoFileError:
             raise
         except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
@@ -172,6 +182,8 @@ def read_hdf5(path: Path, opts: BiLMOptions, options_path: str) -> Dict[str, np.
             ) from None
     for name, arr in arrays.items():
         check_finite(arr, str(path), f"'{name}' as float32")
+    # once the file reads as weights, so that a corrupt file is reported as such
+    check_same_save(Path(options_path), path, digest, actual or "", "export_hdf5")
     return arrays
 
 
@@ -313,7 +325,11 @@ def read(model: ModelFiles) -> ModelData:
     """The options file and the weights of `model` (a directory's pair, a pair given, a published
     model's files): the memory a load needs is checked first, then every dataset (see `read_hdf5`);
     policy "warm", the warm state computed when needed."""
-    options = BiLMOptions.from_file(model.config)
+    raw = read_json(model.config)
+    digest = raw.pop(WEIGHTS_DIGEST, None) if isinstance(raw, dict) else None
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
+        raise ElmoFileError(f"{model.config}: '{WEIGHTS_DIGEST}' must be a sha256, got {digest!r}")
+    options = BiLMOptions.from_dict(raw, source=str(model.config))
     if options.char_table:
         raise ElmoFileError(
             f"{model.config}: 'char_cnn.char_table' is for ELMoForManyLangs models; the bilm-tf "
@@ -326,7 +342,8 @@ def read(model: ModelFiles) -> ModelData:
             "vectors there would differ; keep such a model in this project's format"
         )
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
-    state_dict = tf_to_state_dict(read_hdf5(model.weights, options, str(model.config)), options)
+    arrays = read_hdf5(model.weights, options, str(model.config), digest)
+    state_dict = tf_to_state_dict(arrays, options)
     # not in the file: computed
     state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)
     state_dict["warm_c"] = torch.zeros(options.n_layers, 2, options.lstm_dim)

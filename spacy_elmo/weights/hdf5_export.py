@@ -4,6 +4,7 @@ weight file (`hdf5.py` finds, reads and checks them)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from io import BytesIO
@@ -19,8 +20,9 @@ from ..bilm.model import BiLM
 from ..bilm.warmup import WARMUP_SENTENCES
 from ..errors import ElmoConfigError
 from ..files import atomic_path, output_dir, write_atomic
+from .digests import drop_unrecorded
 from .formats import check_destination
-from .hdf5 import KIND, cell_scope, import_h5py
+from .hdf5 import KIND, WEIGHTS_DIGEST, cell_scope, import_h5py
 
 PathLike = Union[str, Path]
 # what a published pair's names hold between `elmo_` and `_options.json` / `_weights.hdf5`
@@ -73,7 +75,9 @@ def export_hdf5(
     model: Union[ElmoEmbedder, BiLM], directory: PathLike, stem: Optional[str] = None
 ) -> Tuple[Path, Path]:
     """Write `options.json` + `weights.hdf5` in the bilm-tf layout (or `elmo_<stem>_*` names), which
-    AllenNLP and bilm-tf load, each file whole; returns the two paths. The hdf5 file is made in
+    AllenNLP and bilm-tf load (they ignore the options' `spacy_elmo_weights_sha256`, with which
+    `load_bilm` refuses weights of another export: see `digests.py`), each file whole, the options
+    last; returns the two paths. The hdf5 file is made in
     memory and then written: HDF5 itself never meets a full disk (it cannot report one, and crashes
     later). ElmoConfigError for what the layout cannot hold: a warm state read from other text than
     the built-in one (loading the layout reads that again; the layout records no state policy and
@@ -120,13 +124,19 @@ def export_hdf5(
     options_path = directory / (f"elmo_{stem}_options.json" if stem else "options.json")
     weights_path = directory / (f"elmo_{stem}_weights.hdf5" if stem else "weights.hdf5")
     check_destination(directory, KIND, [options_path.name, weights_path.name], "export_hdf5")
-    write_atomic(options_path, json.dumps(bilm.options.to_dict(), indent=2))
     image = BytesIO()
     with h5py.File(image, "w") as f:
         for name, arr in _state_dict_to_tf(bilm).items():
             f.create_dataset(name, data=arr)
+    # the weights first, the options last, recording the weights' sha256 (see `digests.py`)
     with atomic_path(weights_path) as tmp, open(tmp, "wb") as out:
         out.write(image.getbuffer())
+        drop_unrecorded(options_path, WEIGHTS_DIGEST)  # before the old weights are replaced
+    options = {
+        **bilm.options.to_dict(),
+        WEIGHTS_DIGEST: hashlib.sha256(image.getbuffer()).hexdigest(),
+    }
+    write_atomic(options_path, json.dumps(options, indent=2))
     return options_path, weights_path
 
 

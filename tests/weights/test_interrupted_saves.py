@@ -1,4 +1,4 @@
-"""A model saved over another, interrupted (the writer killed between its files' renames) or read
+"""A model written over another, interrupted (the writer killed between its files' renames) or read
 while it is written: the directory loads as the old model, as the new one or as one ElmoFileError,
 never silently as files of two saves paired."""
 
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import ElmoFileError, load_bilm, save_bilm
+from spacy_elmo import ElmoFileError, export_hdf5, load_bilm, save_bilm
 
 from ..efml_models import write_efml_model
 from ..model_files import unrecorded
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 SENTS = [["The", "cat", "sat", "."], ["Hello"]]
 MIXED = "come from different saves"
@@ -170,3 +171,49 @@ def test_a_character_table_of_another_save_is_refused(tmp_path):
     with pytest.raises(ElmoFileError, match=f"{MIXED}.*another char_table.json"):
         load_bilm(directory)
     assert outputs(unrecorded(directory))  # a valid table: read where nothing ties it
+
+
+# ----------------------------------------------------------------------------------------------
+# export_hdf5
+def hdf5_pair(tmp_path):
+    """Models A and B in the bilm-tf layout: the same shapes, other weights and other clips."""
+    other = json.loads(json.dumps(TINY_OPTIONS))
+    other["lstm"].update(cell_clip=0.5, proj_clip=0.3)
+    a = write_random_weights(tmp_path / "A", TINY_OPTIONS, seed=1)
+    b = write_random_weights(tmp_path / "B", other, seed=2)
+    (b / "options.json").write_text(json.dumps(other))
+    return a, b
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["weights.hdf5", "options.json"])
+def test_export_hdf5_killed_between_its_renames(tmp_path, name):
+    a, b = hdf5_pair(tmp_path)
+    directory = tmp_path / "D"
+    export_hdf5(load_bilm(a), directory)
+    write_killed(name, "export_hdf5", b, directory)
+    outcome = check_old_new_or_refused(directory, outputs(a), outputs(b))
+    assert outcome == {"weights.hdf5": "old", "options.json": "refused"}[name]
+
+
+@pytest.mark.timeout(300)
+def test_export_hdf5_killed_over_options_without_a_digest(tmp_path):
+    """As bilm-tf writes them: the options are removed before the new weights replace the old."""
+    a, b = hdf5_pair(tmp_path)
+    directory = shutil.copytree(a, tmp_path / "D")
+    write_killed("options.json", "export_hdf5", b, directory)
+    assert not (directory / "options.json").exists() and (directory / "weights.hdf5").exists()
+    with pytest.raises(ElmoFileError, match=str(directory)):
+        load_bilm(directory)
+
+
+def test_the_exported_digest_is_checked_and_kept_out_of_the_options(tmp_path):
+    a, _ = hdf5_pair(tmp_path)
+    options, _ = export_hdf5(load_bilm(a), tmp_path / "D")
+    assert len(json.loads(options.read_text())["spacy_elmo_weights_sha256"]) == 64
+    loaded = load_bilm(tmp_path / "D")
+    assert same(loaded.embed(SENTS), outputs(a))
+    # read, not kept: a model saved or exported again records its own files' digest only
+    assert "spacy_elmo_weights_sha256" not in loaded.options.to_dict()
+    save_bilm(loaded, tmp_path / "own")
+    assert "spacy_elmo_weights_sha256" not in (tmp_path / "own" / "bilm.json").read_text()
