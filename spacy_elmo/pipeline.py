@@ -53,6 +53,7 @@ from .doc_data import ElmoDocData, install_extensions, token_spans
 from .doc_windows import doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError, ElmoError
 from .feature_cache import FeatureCache
+from .files import write_atomic
 from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
 from .vector_hooks import HOOKS_STAY, set_vector_hooks
 from .weights.pipeline import model_file
@@ -317,9 +318,9 @@ class Elmo(Pipe):
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
         """Write the biLM into the pipeline directory (`model`), so loading needs nothing else."""
         _ = self.bilm  # load the weights if they are not yet
-        serialize = {
-            "cfg": lambda p: srsly.write_json(p, self.cfg),
-            "model": lambda p: self.model.to_disk(p),
+        serialize = {  # each file whole: an interrupted save leaves the one before as it was
+            "cfg": lambda p: write_atomic(p, srsly.json_dumps(self.cfg, indent=2)),
+            "model": lambda p: write_atomic(p, self.model.to_bytes()),
         }
         util.to_disk(path, serialize, exclude)
 

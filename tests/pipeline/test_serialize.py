@@ -55,6 +55,33 @@ def test_to_disk_and_load_never_read_the_weights_path(nlp, tmp_path):
     assert list((tmp_path / "pipeline" / "elmo").iterdir())
 
 
+# loads the pipeline at argv[1] and saves it there again, dying (SIGKILL) as the biLM is serialized
+KILLED_IN_TO_DISK = """
+import os, signal, sys
+import spacy, torch
+nlp = spacy.load(sys.argv[1])
+torch.save = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+nlp.to_disk(sys.argv[1])
+"""
+
+
+@pytest.mark.timeout(300)
+def test_to_disk_killed_over_a_saved_pipeline_leaves_its_bilm_whole(nlp, tmp_path):
+    expected = layers_of(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    saved = (tmp_path / "pipeline" / "elmo" / "model").read_bytes()
+    run = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_TO_DISK, str(tmp_path / "pipeline")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]
+    assert (tmp_path / "pipeline" / "elmo" / "model").read_bytes() == saved
+    for a, b in zip(expected, layers_of(spacy.load(tmp_path / "pipeline"))):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_initialize_keeps_the_biLM_a_pipeline_was_loaded_with(nlp, tmp_path):
     expected = layers_of(nlp)
     nlp.to_disk(tmp_path / "pipeline")
