@@ -16,17 +16,7 @@ be answered from memory and speed measurements (`spacy benchmark speed` repeats 
 from __future__ import annotations
 
 import threading
-from typing import (
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import srsly
@@ -58,7 +48,7 @@ from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weight
 from .vector_hooks import HOOKS_STAY, set_vector_hooks
 from .weights.pipeline import model_file
 from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
-from .workers import warn_in_spacy_worker, worker_threads
+from .workers import CARRY_IN_WORKER, warn_in_spacy_worker, worker_threads
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -247,6 +237,8 @@ class Elmo(Pipe):
         """Docs -> one `ElmoDocData` each (nothing is set on the Docs), on `threads` torch
         threads."""
         with torch_threads(worker_threads(self.threads)):
+            if self.bilm.state_policy.carries:
+                warn_in_spacy_worker(CARRY_IN_WORKER)
             return self._predict(docs)
 
     def _predict(self, docs: Sequence[Doc]) -> List[ElmoDocData]:

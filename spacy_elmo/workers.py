@@ -47,6 +47,13 @@ def worker_threads(threads: Optional[int]) -> Optional[int]:
     return 1 if threads is None and worker else threads
 
 
+CARRY_IN_WORKER = (
+    "elmo's state policy 'carry' in a worker of nlp.pipe(n_process=N): each worker carries its own "
+    "state, so a Doc's vectors depend on how spaCy shares out the texts; use n_process=1 for "
+    "bilm-tf's semantics, or the 'warm' policy"
+)
+
+
 def warn_in_spacy_worker(message: str) -> None:
     """Warn with `message` once per process, where it is a worker of spaCy's `nlp.pipe`."""
     if message not in _warned and in_spacy_worker():

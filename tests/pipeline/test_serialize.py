@@ -241,6 +241,33 @@ def test_n_process_2_says_the_vector_hooks_stay_in_the_workers(fixture_dir, tmp_
     assert 1 <= done.stderr.count("vector_hooks stay in this worker") <= 2, done.stderr
 
 
+CARRY = """
+import sys
+import spacy, torch
+
+torch.set_num_threads(1)
+nlp = spacy.blank("en")
+nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+nlp.get_pipe("elmo").bilm.state_policy = "carry"
+list(nlp.pipe(["The cat sat ."] * 4))
+print("one process done", flush=True)
+list(nlp.pipe(["The cat sat .", "A dog ran ."] * 3, n_process=2, batch_size=2))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_n_process_2_under_carry_says_each_worker_carries_its_own_state(fixture_dir, tmp_path):
+    """DESIGN: carry turns multiprocessing off; spaCy's workers cannot be refused, so each says
+    once that its vectors depend on how the texts are shared out (it said nothing before)."""
+    script = tmp_path / "carry.py"
+    script.write_text(CARRY, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "one process done", done.stderr
+    assert 1 <= done.stderr.count("each worker carries its own state") <= 2, done.stderr
+
+
 def test_pickle_round_trip_gives_the_same_vectors(nlp, fixture_dir):
     """The component, its biLM and its caches pickle (locks and caches made anew; the weights
     carried once), as `nlp.pipe(n_process=N)` under spawn, joblib and Dask need."""
