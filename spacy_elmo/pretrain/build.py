@@ -4,6 +4,7 @@ the softmax head."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from thinc.api import Config
 
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.chars import MAX_CHARS
-from ..errors import ElmoConfigError
+from ..errors import ElmoConfigError, ElmoUntrainedWarning
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
 from . import checkpoint
@@ -122,7 +123,9 @@ def initial_bilm(
         return BiLM(replace(resumed, lowercase=lowercase))
     if start is None:
         return BiLM(bilm_options(config))
-    bilm = load_bilm(start.directory).network
+    with warnings.catch_warnings():  # `starting_bilm` said it, where it is untrained
+        warnings.simplefilter("ignore", ElmoUntrainedWarning)
+        bilm = load_bilm(start.directory).network
     if bilm.options.lowercase != lowercase:  # the same weights, reading the other case
         weights = bilm.state_dict()
         bilm = BiLM(replace(bilm.options, lowercase=lowercase))

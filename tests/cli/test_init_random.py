@@ -110,10 +110,11 @@ def test_the_quick_start_runs_offline_with_it(random_small):
 @pytest.mark.timeout(300)
 def test_pretraining_from_it_drops_the_label(random_small, tmp_path):
     """`pretrain --init-from` the random model trains it: the model it saves is not labelled
-    untrained."""
+    untrained. It says once that it starts from untrained weights (it said so twice: the model is
+    read to check it, then again after the run's seed)."""
     train = write_lines(tmp_path / "train.txt", ["the cat sat .", "a dog ran far ."] * 10)
-    assert (
-        run_cli(
+    with pytest.warns(ElmoUntrainedWarning) as warned:
+        code = run_cli(
             "pretrain",
             tmp_path / "out",
             "--no-progress",
@@ -135,7 +136,7 @@ def test_pretraining_from_it_drops_the_label(random_small, tmp_path):
             "--vocab.size",
             "null",
         )
-        == 0
-    )
+    assert code == 0
+    assert len([w for w in warned if w.category is ElmoUntrainedWarning]) == 1
     saved = json.loads((tmp_path / "out" / "model" / "bilm.json").read_text(encoding="utf-8"))
     assert "untrained" not in saved["options"]
