@@ -75,13 +75,20 @@ class EmbedOptions:
             )
         check_precision(self.precision)
         check_batch_size(self.batch_size)
-        if self.flush_every is not None and (
-            isinstance(self.flush_every, bool)
-            or not isinstance(self.flush_every, int)
-            or self.flush_every < 1
+        for name, value in (
+            ("--flush-every", self.flush_every),
+            ("--shards", self.shards),
+            ("--workers", self.workers),
         ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ElmoConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.shard is not None and not isinstance(self.shard, str):
+            raise ElmoConfigError(f"--shard must be I/N, a str such as '0/2', got {self.shard!r}")
+        if not isinstance(self.layer, str):
             raise ElmoConfigError(
-                f"--flush-every must be a positive number of lines, got {self.flush_every!r}"
+                f"--layer must be all, top, average or a layer number as a str, got {self.layer!r}"
             )
         check_threads(self.threads, "--threads")
         check_threads(self.threads_per_worker, "--threads-per-worker")

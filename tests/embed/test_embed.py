@@ -378,6 +378,15 @@ def test_each_failure_is_an_elmo_error_of_its_kind(fixture_dir, tmp_path):
             run(EmbedOptions(text, out, weights, flush_every=0, **carry))
     with pytest.raises(ElmoConfigError, match="--engine ray writes every shard"):
         run(EmbedOptions(text, out, weights, engine="ray"))
+    # Python's values the command line cannot give: shards=-1 wrote no shard and reported success
+    for name, value in (("shards", -1), ("shards", 0), ("shards", "2"), ("workers", 0)):
+        with pytest.raises(ElmoConfigError, match=f"--{name} must be a positive integer"):
+            run(EmbedOptions(text, out, weights, **{name: value}))
+    with pytest.raises(ElmoConfigError, match="--shard must be I/N"):
+        run(EmbedOptions(text, out, weights, shard=1))
+    with pytest.raises(ElmoConfigError, match="--layer must be"):
+        run(EmbedOptions(text, out, weights, layer=1))
+    assert not out.exists()
     with pytest.raises(ElmoFileError, match="input not found: .*missing.txt"):
         run(EmbedOptions(tmp_path / "missing.txt", out, weights))
     with pytest.raises(ElmoConfigError, match="--layer"):
