@@ -48,8 +48,8 @@ def ElmoModel(
         null for the weights' own ("warm" for bilm-tf weights, "zero" for ELMoForManyLangs models,
         the saved one for this project's format): the `elmo` component's config sets null; this
         function's own default, kept for configs written against it, is "warm".
-    batch_size: bounds memory, not the result: a compute batch holds at most 8x this many
-        sequences and 256x this many tokens, regrouped by length (see
+    batch_size: a memory bound (the result moves within float32 rounding): a compute batch holds
+        at most 8x this many sequences and 256x this many tokens, regrouped by length (see
         `spacy_elmo.bilm.check_batch_size`).
     token_cache_size: entries of the token-layer cache.
     precision: of the biLM's LSTM matrix products: "float32", "bfloat16" (where native), "int8"
