@@ -13,11 +13,11 @@ the work directory's manifest records the input's sha256 and every setting.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Optional, TypedDict, Union
+from typing import Any, Optional, TypedDict, Union
 
 import torch
 from spacy.language import Language
@@ -32,7 +32,7 @@ from .compute import embed_blocks, parse_layer
 from .h5writer import RESUME_RETRY, HDF5Output, write_error
 from .options import EmbedOptions
 from .outdir import LOCK, MANIFEST, Manifest, WorkDir, check_settings, plan
-from .sentences import read_sentences, scan_input
+from .sentences import InputChanged, check_unchanged, read_sentences, scan_input
 from .writer import OutputWriter
 
 
@@ -67,7 +67,9 @@ class Job:
     """One run: its checked `options`, the `settings` it records, the `writer` of its files, the
     input's tokenizer (`nlp`; None: split on whitespace) and the layer chosen; `on_line(n_tokens)`
     follows each line embedded; `lines_done`: lines found complete when the run started,
-    `lines_run`: lines embedded by it; `missing`: the shards not written when it ended."""
+    `lines_run`: lines embedded by it; `missing`: the shards not written when it ended;
+    `input_identity`: the input's at the scan (`sentences.identity`), checked where it is opened
+    and before each piece becomes visible."""
 
     options: EmbedOptions
     settings: Settings
@@ -78,6 +80,7 @@ class Job:
     lines_done: int = 0
     lines_run: int = 0
     missing: tuple[int, ...] = ()
+    input_identity: Optional[tuple[int, int, int, int]] = None
 
     @property
     def input_path(self) -> Path:
@@ -120,6 +123,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
     scanned = scan_input(o.input_path, o.max_docbin_bytes)
+    identity = scanned.pop("identity")
     settings = Settings(
         **scanned,
         threads=torch.get_num_threads(),
@@ -138,7 +142,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}",
     )
     writer = HDF5Output(None if o.compression == "none" else o.compression)
-    return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen)
+    return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen, input_identity=identity)
 
 
 def write_range(
@@ -153,9 +157,10 @@ def write_range(
     """Embed input lines `start:stop` into piece `i` of `work`, a whole file renamed into place when
     complete. `sentences` continues a reader already at line `start`;
     without it the input is opened here: a worker (a process, a Ray actor) writes a shard with this
-    one call."""
+    one call. The input is checked unchanged after its last line is read, before the piece is
+    renamed into place."""
     if sentences is None:
-        sentences = read_sentences(job.input_path, job.nlp, start, job.options.max_docbin_bytes)
+        sentences = _read(job, start)
     lines = embed_blocks(
         bilm,
         islice(sentences, stop - start),
@@ -168,10 +173,27 @@ def write_range(
     )
     path = work.piece(i)
     try:
-        job.writer.write_piece(path, start, stop - start, lines, job.settings)
+        job.writer.write_piece(path, start, stop - start, _checked(job, lines), job.settings)
     except OSError as err:
         raise write_error(err, path) from None
     job.lines_run += stop - start
+
+
+def _read(job: Job, start: int) -> Iterable[tuple[str, list[str]]]:
+    o = job.options
+    return read_sentences(o.input_path, job.nlp, start, o.max_docbin_bytes, job.input_identity)
+
+
+def _checked(job: Job, lines: Iterable[Any]) -> Iterator[Any]:
+    """`lines`, then InputChanged where the input changed since the scan (see `write_range`)."""
+    try:
+        yield from lines
+        check_unchanged(job.input_path, job.input_identity)
+    except InputChanged as err:
+        if not job.shards:
+            raise
+        # the manifest records the input as it was
+        raise InputChanged(f"{err} after removing {job.output}") from None
 
 
 def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
@@ -222,7 +244,11 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
         else:  # new, or killed before its manifest was written
             ranges = plan(job.settings["lines"], job.block, None)
             work.write_manifest(Manifest("file", job.settings, ranges))
-        _run_pieces(bilm, job, work, ranges)
+        try:
+            _run_pieces(bilm, job, work, ranges)
+        except InputChanged:
+            work.remove()  # its parts are of an input that is gone
+            raise
         try:
             job.writer.assemble(
                 [work.piece(i) for i in range(len(ranges))], out, job.settings, partial
@@ -337,7 +363,7 @@ def _run_pieces(bilm: ElmoEmbedder, job: Job, work: WorkDir, ranges: list[tuple[
         if complete:
             continue
         if sentences is None:
-            sentences = read_sentences(job.input_path, job.nlp, start, job.options.max_docbin_bytes)
+            sentences = _read(job, start)
         write_range(bilm, job, work, i, start, stop, sentences)
         if i + 1 < len(ranges) and done[i + 1]:
             sentences = None  # the next pieces are there: open again where work resumes

@@ -5,6 +5,7 @@ checked) and read lazily."""
 from __future__ import annotations
 
 import hashlib
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,9 +39,40 @@ def _bad_utf8(path: Path, line: int, offset: int, err: UnicodeDecodeError) -> El
     )
 
 
+Identity = tuple[int, int, int, int]
+
+
+class InputChanged(ElmoFileError):
+    """The input is no longer the file that was scanned."""
+
+
+def identity(status: os.stat_result) -> Identity:
+    """What changes when a file is rewritten in place (size, mtime, ctime) or replaced (inode)."""
+    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def check_unchanged(
+    path: Path, then: Optional[Identity], now: Optional[os.stat_result] = None
+) -> None:
+    """InputChanged where `path` (or its open file, of status `now`) is no longer the file of
+    identity `then` (None: not checked)."""
+    if then is None:
+        return
+    try:
+        seen = identity(os.stat(path) if now is None else now)
+    except OSError:
+        seen = None
+    if seen != then:
+        raise InputChanged(
+            f"{path}: the input changed while it was embedded (rewritten or replaced): nothing "
+            "built from the changed input was kept; run again"
+        )
+
+
 def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> dict[str, Any]:
     """`input` (resolved path), `input_bytes`, `input_sha256` and `lines` of an input, in one pass
-    (a DocBin: decompressed to at most `max_docbin_bytes`).
+    (a DocBin: decompressed to at most `max_docbin_bytes`), and its `identity` (see `identity`;
+    ElmoFileError where it changed during the scan).
 
     Only \\n ends a line; a last line without it counts too (one more than `wc -l`). Text
     is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
@@ -48,6 +80,7 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
     rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
     docbin = path.suffix == ".spacy"
     with open_regular(path, "input") as f:
+        then = identity(os.fstat(f.fileno()))
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
             size += len(block)
@@ -59,8 +92,9 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
             _check_utf8(path, buf[:cut], rest_at, lines)
             lines += buf.count(b"\n", 0, cut)
             rest, rest_at = buf[cut:], rest_at + cut
+        check_unchanged(path, then)
     if docbin:  # every Doc read here, before any work: a file that cannot be read leaves nothing
-        lines = sum(1 for _ in _docbin_sentences(path, _docbin(path, max_docbin_bytes)))
+        lines = sum(1 for _ in _docbin_sentences(path, _docbin(path, max_docbin_bytes, then)))
     else:
         _check_utf8(path, rest, rest_at, lines)
         lines += last != b"\n"
@@ -69,6 +103,7 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
         "input_bytes": size,
         "input_sha256": digest.hexdigest(),
         "lines": lines,
+        "identity": then,
     }
 
 
@@ -86,18 +121,20 @@ def read_sentences(
     nlp: Optional[Language] = None,
     skip: int = 0,
     max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES,
+    then: Optional[Identity] = None,
 ) -> Iterator[tuple[str, list[str]]]:
     """`(text, tokens)` per line of a UTF-8 text file (tokenized by `nlp`'s tokenizer, or split on
     whitespace without one), or per Doc of a `.spacy` DocBin (decompressed to at most
     `max_docbin_bytes`); lazily, after `skip` lines.
     Only \\n ends a line: a \\r, U+2028 or NUL inside a line stays in its text.
     Whitespace tokens are left out, as in the `elmo` component; `text`, the key of
-    `sentence_to_index`, is stripped (AllenNLP's key of a line)."""
+    `sentence_to_index`, is stripped (AllenNLP's key of a line). `then`: the identity the input
+    must still have when opened (`check_unchanged`)."""
     if path.suffix == ".spacy":
-        docbin = _docbin(path, max_docbin_bytes)
+        docbin = _docbin(path, max_docbin_bytes, then)
         yield from _docbin_sentences(path, docbin, nlp.vocab if nlp is not None else None, skip)
         return
-    lines = (text.strip() for text in _decoded_lines(path, skip))
+    lines = (text.strip() for text in _decoded_lines(path, skip, then))
     if nlp is None:
         for line in lines:
             yield line, line.split()
@@ -106,9 +143,10 @@ def read_sentences(
             yield doc.text, [t.text for t in doc if not t.is_space]
 
 
-def _decoded_lines(path: Path, skip: int) -> Iterator[str]:
+def _decoded_lines(path: Path, skip: int, then: Optional[Identity]) -> Iterator[str]:
     offset = 0
     with open_regular(path, "input") as f:  # binary: iteration splits on b"\n" only
+        check_unchanged(path, then, os.fstat(f.fileno()))
         for number, raw in enumerate(f, 1):
             if number > skip:
                 try:
@@ -135,10 +173,11 @@ def _docbin_sentences(
         ) from None
 
 
-def _docbin(path: Path, max_bytes: int) -> DocBin:
+def _docbin(path: Path, max_bytes: int, then: Optional[Identity] = None) -> DocBin:
     """The DocBin in `path`; ElmoFileError where it holds something else or decompresses to more
     than `max_bytes` (checked first, a piece at a time: a zlib bomb never fills memory)."""
     with open_regular(path, "input") as f:
+        check_unchanged(path, then, os.fstat(f.fileno()))
         data = f.read()
     inflater, size, view = zlib.decompressobj(), 0, memoryview(data)
     try:
