@@ -244,11 +244,17 @@ class WorkDir:
                 )
 
     def create(self, exist_ok: bool = False) -> None:
-        """Make the directory (ElmoFileError where another process made it meanwhile)."""
+        """Make the directory (ElmoFileError where another process made it meanwhile, or where
+        its name is a dangling symbolic link)."""
         try:
             self.path.mkdir(exist_ok=exist_ok)
             fsync_dir(self.path.parent)
         except FileExistsError:
+            if self.path.is_symlink() and not self.path.exists():
+                raise ElmoFileError(
+                    f"{self.path} is a dangling symbolic link (to {os.readlink(self.path)}): "
+                    "remove it, or name another output"
+                ) from None
             raise ElmoResumeError(
                 f"{self.path} appeared meanwhile: another process is writing it"
             ) from None

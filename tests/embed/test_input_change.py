@@ -1,6 +1,6 @@
 """An input changed while `embed` reads it (rewritten in place, or replaced by a rename as editors
 save) is one error; nothing built from the changed input is published, and a second run embeds the
-input as it is then."""
+input as it is then. A dangling symlink named as the shard directory is one error naming it."""
 
 from __future__ import annotations
 
@@ -67,3 +67,18 @@ def test_an_input_changed_during_the_run_is_one_error(fixture_dir, tmp_path, how
     with open_embeddings(out) as got, open_embeddings(want) as expected:
         assert len(got) == len(expected) == 40
         assert all((a == b).all() for a, b in zip(got, expected))
+
+
+def test_a_dangling_symlink_as_the_shard_directory_is_named(fixture_dir, tmp_path):
+    from spacy_elmo.embed import EmbedOptions, run
+
+    corpus = generated(tmp_path / "in.txt", 4, seed=5)
+    out = tmp_path / "out"
+    out.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ElmoFileError) as err:
+        run(EmbedOptions(corpus, out, str(fixture_dir), whitespace=True, shards=2, flush_every=2))
+    assert str(err.value) == (
+        f"{out} is a dangling symbolic link (to {tmp_path / 'nowhere'}): remove it, or name "
+        "another output"
+    )
+    assert out.is_symlink() and not (tmp_path / "nowhere").exists()
