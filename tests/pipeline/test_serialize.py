@@ -232,13 +232,19 @@ print("ok")
 def test_n_process_2_says_the_vector_hooks_stay_in_the_workers(fixture_dir, tmp_path):
     """spaCy sends Docs back from its workers without hooks: each worker says so once (in a user's
     process: pytest records a forked child's warnings), and `set_vector_hooks` puts them back."""
-    script = tmp_path / "hooks.py"
-    script.write_text(HOOKS, encoding="utf-8")
+    said_once_per_worker(HOOKS, fixture_dir, tmp_path, "ok", "vector_hooks stay in this worker")
+
+
+def said_once_per_worker(script: str, fixture_dir, tmp_path, printed: str, warning: str) -> None:
+    """`script` run with the fixture's path ends well, printing `printed`, and each of its 2 workers
+    gives `warning` at most once (one of them at least)."""
+    path = tmp_path / "script.py"
+    path.write_text(script, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=240
+        [sys.executable, str(path), str(fixture_dir)], capture_output=True, text=True, timeout=240
     )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    assert 1 <= done.stderr.count("vector_hooks stay in this worker") <= 2, done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == printed, done.stderr
+    assert 1 <= done.stderr.count(warning) <= 2, done.stderr
 
 
 CARRY = """
@@ -259,13 +265,9 @@ list(nlp.pipe(["The cat sat .", "A dog ran ."] * 3, n_process=2, batch_size=2))
 def test_n_process_2_under_carry_says_each_worker_carries_its_own_state(fixture_dir, tmp_path):
     """DESIGN: carry turns multiprocessing off; spaCy's workers cannot be refused, so each says
     once that its vectors depend on how the texts are shared out (it said nothing before)."""
-    script = tmp_path / "carry.py"
-    script.write_text(CARRY, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=240
+    said_once_per_worker(
+        CARRY, fixture_dir, tmp_path, "one process done", "each worker carries its own state"
     )
-    assert done.returncode == 0 and done.stdout.strip() == "one process done", done.stderr
-    assert 1 <= done.stderr.count("each worker carries its own state") <= 2, done.stderr
 
 
 def test_pickle_round_trip_gives_the_same_vectors(nlp, fixture_dir):
