@@ -29,6 +29,7 @@ from .threads import both_directions
 
 # Gate block order: position k of the internal layout holds TF block TF_TO_INTERNAL[k].
 TF_TO_INTERNAL = (0, 2, 3, 1)  # (i, f, o, j) from (i, j, f, o)
+MINUS_ONE = torch.tensor(-1.0)  # a 0-dim CPU tensor: a scalar to any tensor it meets
 
 
 def gates_to_internal(w: Tensor, dim: int) -> Tensor:
@@ -63,7 +64,7 @@ def tanh(x: Tensor, in_place: bool = False) -> Tensor:
 def tanh_from_sigmoid(s: Tensor) -> Tensor:
     """`2 s - 1` in place, in one pass over s (any shape); for s = sigmoid(2x), tanh(x). Doubling
     is exact, so this rounds once, as `s * 2 - 1` does: the same bits."""
-    return torch.add(s.new_tensor(-1.0), s, alpha=2, out=s)
+    return torch.add(MINUS_ONE, s, alpha=2, out=s)
 
 
 class LSTMState(NamedTuple):

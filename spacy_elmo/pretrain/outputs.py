@@ -33,8 +33,7 @@ from ..files import (
     write_errors,
 )
 from ..weights import export_hdf5, hub, load_bilm, locate, save_bilm
-from ..weights.hub import sha256_file
-from ..weights.own import OWN_WEIGHTS, PRETRAIN_MODEL
+from ..weights.own import DIGESTS, OWN_CONFIG, OWN_WEIGHTS, PRETRAIN_MODEL
 from . import checkpoint
 from .heads import build_head
 from .text import corpus_sha256
@@ -348,9 +347,11 @@ def save_trained(
             torch.save(head.state_dict(), f)
         (tmp / VOCAB_FILE).write_text(vocab.to_str(), encoding="utf-8")
         embedder = ElmoEmbedder(bilm, policy, source=str(model_dir))
+        # as save_bilm recorded it while writing: not hashed a second time
+        digests = json.loads((tmp / OWN_CONFIG).read_text(encoding="utf-8"))[DIGESTS]
         summary = {
             **summary,
-            "weights_sha256": sha256_file(tmp / OWN_WEIGHTS),
+            "weights_sha256": digests[OWN_WEIGHTS],
             "fingerprint": embedder.fingerprint(),
         }
         (tmp / TRAINING_SUMMARY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
