@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import IO, Optional
 
 from .errors import ElmoFileError, ElmoResumeError
-from .files import take_flock, write_error
+from .files import write_error
+from .flock import take_flock
 
 RETRY = "free space and run again"
 
 
 def take_lock(path: Path, output: Path, wait: bool = False, retry: str = RETRY) -> IO[str]:
-    """`files.take_flock` on `path`, waiting for it (`wait`) or refusing where another process holds
+    """`flock.take_flock` on `path`, waiting for it (`wait`) or refusing where another process holds
     it (naming it: the holder writes its pid and host into the file); the lock lasts until the
     returned file is closed (`release`). A file that cannot be made: one error, with `retry` where
     the disk is full."""

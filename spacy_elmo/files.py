@@ -14,8 +14,8 @@ Where a write fails, `write_errors` says what went wrong in one error (a full di
 from __future__ import annotations
 
 import errno
-import fcntl
 import glob
+import hashlib
 import json
 import os
 import re
@@ -24,7 +24,7 @@ import shutil
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterator, Optional, Union
 
 from .errors import ElmoError, ElmoFileError, ElmoResourceError
 
@@ -149,6 +149,15 @@ def read_regular(path: PathLike, what: str, max_bytes: int) -> bytes:
                 f"{path}: the {what} grew while it was read (is it still being written?)"
             )
     return data
+
+
+def sha256_fd(fd: int) -> str:
+    """The sha256 of the whole file open at `fd` (read with `pread`: its offset does not move)."""
+    h, offset = hashlib.sha256(), 0
+    while block := os.pread(fd, 1 << 20, offset):
+        h.update(block)
+        offset += len(block)
+    return h.hexdigest()
 
 
 def parse_json(data: Union[str, bytes], source: PathLike, what: str) -> Any:
@@ -298,53 +307,6 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
         raise
     fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def take_flock(
-    path: PathLike, wait: bool = True, on_wait: Optional[Callable[[], None]] = None
-) -> int:
-    """A descriptor (read and write) of the file now at `path`, created where missing (never
-    through a symlink), under an exclusive flock that lasts until it is closed. Where another
-    process holds it: wait (calling `on_wait()` once first), or without `wait` BlockingIOError. A
-    holder may remove the file as it releases it: a process that waited on the removed file takes
-    the one now at `path`. OSError where `path` cannot be opened (a read-only file system)."""
-    path, waited = Path(path), False
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not wait:
-                    raise
-                if on_wait is not None and not waited:
-                    on_wait()
-                waited = True
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    return fd
-            except FileNotFoundError:
-                pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # removed by its holder meanwhile
-
-
-@contextmanager
-def exclusive_lock(path: PathLike, on_wait: Optional[Callable[[], None]] = None) -> Iterator[None]:
-    """`take_flock(path, wait=True, on_wait)` for the block; the file is removed as the lock is
-    released."""
-    fd = take_flock(path, True, on_wait)
-    try:
-        yield
-    finally:
-        try:
-            Path(path).unlink()
-        except OSError:
-            pass
-        os.close(fd)
 
 
 def write_error(

@@ -16,7 +16,6 @@ verify=True)` asks for it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from ..files import (
     open_regular,
     read_regular,
     regular_file,
+    sha256_fd,
     write_atomic,
 )
 from .h5writer import RESUME_RETRY, write_error
@@ -165,17 +165,9 @@ class WorkDir:
     def record(self, i: int, lines: tuple[int, int]) -> dict[str, Any]:
         """The record of complete piece `i`, of input lines `lines`: its range, line count, size and
         sha256."""
-        digest = hashlib.sha256()
         with open_regular(self.piece(i), "shard of the output") as f:
-            size = os.fstat(f.fileno()).st_size
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return {
-            "range": list(lines),
-            "lines": lines[1] - lines[0],
-            "bytes": size,
-            "sha256": digest.hexdigest(),
-        }
+            size, sha256 = os.fstat(f.fileno()).st_size, sha256_fd(f.fileno())
+        return {"range": list(lines), "lines": lines[1] - lines[0], "bytes": size, "sha256": sha256}
 
     def record_complete(self, manifest: Manifest) -> Manifest:
         """Record in the manifest which of its pieces are on disk, with a record of each that has

@@ -21,17 +21,6 @@ from typing import Any, BinaryIO, Dict, Optional
 from ..errors import ElmoFileError
 from ..files import RECORD_BYTES, read_regular
 
-BLOCK = 1 << 20
-
-
-def sha256_fd(fd: int) -> str:
-    """The sha256 of the whole file open at `fd` (read with `pread`: its offset does not move)."""
-    h, offset = hashlib.sha256(), 0
-    while block := os.pread(fd, BLOCK, offset):
-        h.update(block)
-        offset += len(block)
-    return h.hexdigest()
-
 
 class HashingWriter:
     """A binary file `f` to write to (`torch.save` writes through it), hashing what it writes;

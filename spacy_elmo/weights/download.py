@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
-from ..files import exclusive_lock, write_errors
+from ..files import write_errors
+from ..flock import exclusive_lock
 from . import http_deadline, hub, part_file
 from .load import load_bilm
 from .part_file import cache_write_error

@@ -23,10 +23,10 @@ from ..files import (
     open_regular,
     read_regular,
     regular_file,
+    sha256_fd,
     write_atomic,
     write_error,
 )
-from .digests import sha256_fd
 
 PUBLISHED = {
     "small": "2x1024_128_2048cnn_1xhighway",

@@ -20,9 +20,9 @@ from ..bilm.chars import CharTable
 from ..bilm.options import BiLMOptions, read_json
 from ..bilm.policy import check_state_policy
 from ..errors import ElmoFileError
-from ..files import TEXT_ENCODING, inside_dir, open_regular, read_regular
+from ..files import TEXT_ENCODING, inside_dir, open_regular, read_regular, sha256_fd
 from .data import ModelData, ModelFiles
-from .digests import check_same_save, recorded, sha256_fd
+from .digests import check_same_save, recorded
 from .state_dict import archive_digest, read_state_dict
 
 KIND = "own"
