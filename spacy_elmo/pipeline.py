@@ -153,6 +153,11 @@ class Elmo(Pipe):
         self.cache.clear()
         bilm = self.bilm  # raises if there are no weights at all
         self.mix_weights(bilm.num_output_layers)  # a mix of the wrong length is an error now
+        if self.listener_map and not self.keep_layers:
+            raise ElmoConfigError(
+                f"{self.name}: '{self.listening_components[0]}' mixes its layers, but it keeps only "
+                "the mix (keep_layers = false): set keep_layers = true"
+            )
         for component, mixes in self.listener_map.items():
             section = nlp.config["components"].get(component, {}) if nlp is not None else {}
             paths = feature_paths(section, f"components.{component}")

@@ -153,6 +153,14 @@ def test_sentence_setter_before_elmo_must_annotate(fixture_dir):
         nlp.initialize()
 
 
+def test_a_listened_to_elmo_that_keeps_only_the_mix_is_refused_at_initialize(fixture_dir, ud):
+    """The mix of a listening component reads every layer: `keep_layers = false` is one error
+    before training starts, not at its first update."""
+    nlp = build(fixture_dir, **{"components.elmo.keep_layers": False})
+    with pytest.raises(ElmoConfigError, match="'tok2vec' mixes its layers.*keep_layers = true"):
+        nlp.initialize(lambda: tagged_examples(nlp, ud[0][:4]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("frozen", [False, True])
 def test_spacy_train_with_shipped_config(fixture_dir, ud, tmp_path, frozen):
