@@ -160,6 +160,12 @@ def sha256_fd(fd: int) -> str:
     return h.hexdigest()
 
 
+def sha256_file(path: PathLike, what: str = "file") -> str:
+    """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
+    with open_regular(path, what) as f:
+        return sha256_fd(f.fileno())
+
+
 def parse_json(data: Union[str, bytes], source: PathLike, what: str) -> Any:
     """`data` (bytes: see `TEXT_ENCODING`) parsed as JSON; ElmoFileError naming `source` where it is
     not text or not JSON (nested too deep, an integer of more digits than Python converts)."""

@@ -10,9 +10,9 @@ import typer
 
 from ..bilm import BiLM
 from ..errors import ElmoUntrainedWarning
-from ..files import inside_dir
+from ..files import inside_dir, sha256_file
 from ..pretrain.outputs import HEAD_FILE
-from ..weights import hub, load_bilm, locate, read_state_dict
+from ..weights import load_bilm, locate, read_state_dict
 from ..weights.efml import architecture_file
 from ..weights.locate import describe_source
 from ..weights.untrained import untrained_note
@@ -89,7 +89,7 @@ def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
         "options": o.sizes(),
         "untrained": untrained_note(o),
         "files": [
-            {"path": str(p), "bytes": p.stat().st_size, "sha256": hub.sha256_file(p)}
+            {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
             for p in files + extra
         ],
     }

@@ -29,10 +29,10 @@ from ..files import (
     fsync_dir,
     open_regular,
     read_regular,
+    sha256_file,
     write_atomic,
     write_errors,
 )
-from ..weights.hub import sha256_file
 
 MANIFEST = "checkpoint.json"
 MODEL_PART = "model.pt"

@@ -19,8 +19,7 @@ import numpy as np
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
 from ..errors import ElmoConfigError, ElmoFileError
-from ..files import TEXT_ENCODING, open_regular, regular_file
-from ..weights.hub import sha256_file
+from ..files import TEXT_ENCODING, open_regular, regular_file, sha256_file
 
 Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 GZIP_MAGIC = b"\x1f\x8b"

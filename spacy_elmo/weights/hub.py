@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import (
     RECORD_BYTES,
-    open_regular,
     read_regular,
     regular_file,
-    sha256_fd,
+    sha256_file,
     write_atomic,
     write_error,
 )
@@ -201,12 +200,6 @@ def published_files(name: str, base: Optional[str] = None) -> list[tuple[str, st
         )
     names = [f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5"]
     return [(n, f"{base}/{stem}/{n}") for n in names]
-
-
-def sha256_file(path: Union[str, Path], what: str = "file") -> str:
-    """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
-    with open_regular(path, what) as f:
-        return sha256_fd(f.fileno())
 
 
 def read_manifest(directory: Path) -> dict[str, dict]:

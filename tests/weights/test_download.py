@@ -25,6 +25,7 @@ import torch
 from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
 from spacy_elmo.bilm.model import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.files import sha256_file
 from spacy_elmo.weights import download as download_module
 from spacy_elmo.weights import hub
 from spacy_elmo.weights.hub import published_options
@@ -158,7 +159,7 @@ def test_download_then_use_by_name(server, small_models, tmp_path, capsys):
     directory = tmp_path / "cache" / "small"
     manifest = json.loads((directory / "manifest.json").read_text())["files"]
     weights_file = directory / WEIGHTS
-    assert manifest[weights_file.name]["sha256"] == hub.sha256_file(small_models[0] / WEIGHTS)
+    assert manifest[weights_file.name]["sha256"] == sha256_file(small_models[0] / WEIGHTS)
     for a, b in zip(load_bilm("small").embed(SENTS), load_bilm(small_models[0]).embed(SENTS)):
         np.testing.assert_array_equal(a, b)
     nlp = spacy.blank("en")
