@@ -8,7 +8,7 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence
 
 import numpy as np
 
-from .locks import OwnLocks
+from .own_locks import OwnLocks
 
 
 class FeatureCache(OwnLocks):

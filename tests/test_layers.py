@@ -17,7 +17,12 @@ import spacy_elmo
 from spacy_elmo.weights.formats import FORMATS
 
 PACKAGE = Path(spacy_elmo.__file__).parent
-CORE_MAY_IMPORT = ("spacy_elmo.bilm", "spacy_elmo.errors", "spacy_elmo.files", "spacy_elmo.locks")
+CORE_MAY_IMPORT = (
+    "spacy_elmo.bilm",
+    "spacy_elmo.errors",
+    "spacy_elmo.files",
+    "spacy_elmo.own_locks",
+)
 
 
 def module_name(path: Path) -> str:

@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..locks import OwnLocks
+from ..own_locks import OwnLocks
 
 
 class TokenLayerCache(OwnLocks):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ElmoConfigError
-from ..locks import OwnLocks
+from ..own_locks import OwnLocks
 from .chars import CharTable
 from .encoder import TokenEncoder
 from .lstm import BiLSTMStack, LSTMState
