@@ -380,7 +380,7 @@ class BiLSTMStack(nn.Module):
         initial_state: Optional[LSTMState] = None,
         return_state: bool = False,
     ):
-        """x `(B, T, P)` token layer (padding after `lengths`).
+        """x `(B, T, P)` token layer (padding after each row's length, `lengths` `(B,)`).
 
         Returns a list of `n_layers` tensors `(B, T, 2P)` (forward; backward), aligned to token
         positions, and the final `LSTMState` (at each row's last real position) when asked.

@@ -21,6 +21,8 @@ def fixed_dropout(rate: float) -> Model[List[Floats2d], List[Floats2d]]:
 def dropout_forward(
     model: Model, Xs: List[Floats2d], is_train: bool
 ) -> Tuple[List[Floats2d], Callable]:
+    """Each array `(n_tokens, width)` times a mask of its own shape (inverted dropout) in training;
+    unchanged otherwise."""
     rate = model.attrs["rate"]
     if not is_train or rate == 0:
         return Xs, lambda dYs: dYs

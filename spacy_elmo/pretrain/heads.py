@@ -56,6 +56,8 @@ class SampledSoftmax(FullSoftmax):
         return ids.clamp_(0, self.weight.shape[0] - 1).to(self.weight.device)
 
     def forward(self, h: Tensor, targets: Tensor) -> Tensor:
+        """h `(N, P)`, targets `(N,)` -> NLL `(N,)`: against the sampled negatives in training,
+        the full softmax in eval mode."""
         if not self.training:
             return super().forward(h, targets)
         sampled = self.sample()
@@ -92,6 +94,7 @@ class AdaptiveSoftmax(nn.Module):
         self.softmax = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=4.0)
 
     def forward(self, h: Tensor, targets: Tensor) -> Tensor:
+        """h `(N, P)`, targets `(N,)` -> NLL `(N,)`."""
         return -self.softmax(h, targets).output
 
 
