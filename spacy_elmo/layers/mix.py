@@ -191,6 +191,30 @@ def set_sizes(model: Model, n_layers: int, width: int, source: str, paths: List[
     check_layers(model, paths)
 
 
+def check_encoder_width(model: Model, mixes: List[Model], component: str, paths: List[str]) -> None:
+    """Raise one line where, in `model` (the component `component`'s), a spaCy Tok2Vec (refs `embed`
+    and `encode`) embeds with an ElmoFeatures alone (one of `mixes`, at `paths`) whose output is not
+    as wide as its encoder, which reads `width` wide input."""
+    for node in model.walk():
+        if not (node.has_ref("embed") and node.has_ref("encode")):
+            continue
+        embed, encode = node.get_ref("embed"), node.get_ref("encode")
+        mix = embed if embed in mixes else (embed.layers or [None])[0]
+        width, wanted = embed.maybe_get_dim("nO"), encode.maybe_get_dim("nO")
+        if mix not in mixes or wanted is None:
+            continue
+        what = "its projection" if width else "the biLM's"
+        width = width or mix.get_dim("nO")  # no projection: the mix's width
+        if width != wanted:
+            fixes = " or ".join(f"--{path}.projection {wanted}" for path in paths)
+            raise ElmoConfigError(
+                f"'{component}' embeds with ElmoFeatures alone: its output width ({width}, {what}) "
+                f"is not the width its encoder reads ({wanted}): set projection = {wanted} in it"
+                + (f" ({fixes})" if fixes else "")
+                + ", or embed with spacy_elmo.ElmoMultiHashEmbed.v1"
+            )
+
+
 def check_layers(model: Model, paths: List[str]) -> None:
     """Raise one line naming `layers` (and its overrides in `paths`) where an index is not a layer
     of the biLM."""
@@ -247,6 +271,9 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
 
 
 def mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    """The paper's mix of each Doc's layers `(n_layers, n_tokens, width)` -> `(n_tokens, width)`:
+    `gamma * sum_j softmax(s)_j h_j`; its backprop adds the gradients of `s` (with its L2) and
+    `gamma` and passes none on (the layers are the frozen biLM's)."""
     ops, xp = model.ops, model.ops.xp
     if is_train:
         model.attrs["upstream"].read_in_training()

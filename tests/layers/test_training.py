@@ -161,6 +161,37 @@ def test_a_listened_to_elmo_that_keeps_only_the_mix_is_refused_at_initialize(fix
         nlp.initialize(lambda: tagged_examples(nlp, ud[0][:4]))
 
 
+def features_alone(fixture_dir, projection):
+    """A pipeline whose tagger embeds with ElmoFeatures alone (spaCy's Tok2Vec.v2, an encoder of
+    width 96)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    embed = {"@architectures": "spacy_elmo.ElmoFeatures.v2", "projection": projection}
+    encode = {
+        "@architectures": "spacy.MaxoutWindowEncoder.v2",
+        **{"width": 96, "depth": 1, "window_size": 1, "maxout_pieces": 2},
+    }
+    tok2vec = {"@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": encode}
+    nlp.add_pipe(
+        "tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}}
+    )
+    return nlp
+
+
+def test_elmo_features_alone_of_another_width_than_the_encoder_is_one_error(fixture_dir, ud):
+    """spaCy's encoders take `width` wide input: a mix of the biLM's width before one is named,
+    with its fix, at initialize (not thinc's 'Attempt to change dimension' from inside)."""
+    nlp = features_alone(fixture_dir, None)
+    with pytest.raises(
+        ElmoConfigError, match=r"'tagger'.*\(32, the biLM's\).*encoder.*96.*projection = 96"
+    ):
+        nlp.initialize(lambda: tagged_examples(nlp, ud[0][:4]))
+    nlp = features_alone(fixture_dir, 96)
+    nlp.initialize(lambda: tagged_examples(nlp, ud[0][:4]))
+    assert nlp("A test .")[0].tag_
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("frozen", [False, True])
 def test_spacy_train_with_shipped_config(fixture_dir, ud, tmp_path, frozen):
