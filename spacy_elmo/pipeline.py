@@ -19,7 +19,6 @@ import threading
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import srsly
 from spacy import util
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -40,14 +39,21 @@ from .component_settings import (
     fixed_mix,
 )
 from .doc_data import ElmoDocData, install_extensions, token_spans
-from .doc_windows import doc_layers, doc_windows, window_texts
+from .doc_windows import Plan, doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError, ElmoError
 from .feature_cache import FeatureCache
 from .files import write_atomic
-from .layers import MIX_NAME, Upstream, feature_paths, get_embedder, load_weights, set_sizes
+from .layers import (
+    MIX_NAME,
+    Upstream,
+    check_encoder_width,
+    feature_paths,
+    get_embedder,
+    load_weights,
+    set_sizes,
+)
 from .vector_hooks import HOOKS_STAY, set_vector_hooks
 from .weights.pipeline import model_file
-from .windows import Window, rule_sentences, windows_of  # noqa: F401 (imported from here too)
 from .workers import CARRY_IN_WORKER, warn_in_spacy_worker, worker_threads
 
 DEFAULT_MODEL_CONFIG = """
@@ -99,12 +105,6 @@ class Elmo(Pipe):
         self.caching = bool(cache_at_inference)  # turned on for training: `apply_training`
         self.own_pipeline, self.restored, self.training_read = OwnPipeline(nlp), False, False
         self.threads = check_threads(threads)
-        self.cfg = {
-            "store": store,
-            "keep_layers": keep_layers,
-            "use_sents": use_sents,
-            "max_length": max_length,
-        }
         self.listener_map: Dict[str, List[Model]] = {}
         install_extensions()
 
@@ -155,14 +155,16 @@ class Elmo(Pipe):
         self.mix_weights(bilm.num_output_layers)  # a mix of the wrong length is an error now
         if self.listener_map and not self.keep_layers:
             raise ElmoConfigError(
-                f"{self.name}: '{self.listening_components[0]}' mixes its layers, but it keeps only "
-                "the mix (keep_layers = false): set keep_layers = true"
+                f"{self.name}: '{self.listening_components[0]}' mixes its layers, but it keeps "
+                "only the mix (keep_layers = false): set keep_layers = true"
             )
         for component, mixes in self.listener_map.items():
             section = nlp.config["components"].get(component, {}) if nlp is not None else {}
             paths = feature_paths(section, f"components.{component}")
             for mix in mixes:
                 set_sizes(mix, bilm.num_output_layers, bilm.output_dim, self.sizes_source(), paths)
+            if nlp is not None and component in nlp.component_names:
+                check_encoder_width(nlp.get_pipe(component).model, mixes, component, paths)
         if nlp is not None:
             self.training_read = True
             apply_training(self, nlp)
@@ -233,7 +235,7 @@ class Elmo(Pipe):
                 self.get_error_handler()(self.name, self, docs, err)
             yield from docs
 
-    def windows(self, doc: Doc) -> Tuple[np.ndarray, List[Window]]:
+    def windows(self, doc: Doc) -> Plan:
         """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows
         over them."""
         return doc_windows(doc, self.use_sents, self.max_length)
@@ -297,34 +299,24 @@ class Elmo(Pipe):
     # ------------------------------------------------------------------ serialization
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         _ = self.bilm  # load the weights if they are not yet
-        serialize = {
-            "cfg": lambda: srsly.json_dumps(self.cfg),
-            "model": lambda: self.model.to_bytes(),
-        }
-        return util.to_bytes(serialize, exclude)
+        return util.to_bytes({"model": lambda: self.model.to_bytes()}, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        deserialize = {
-            "cfg": lambda b: None,
-            "model": lambda b: self._restored(self.model.from_bytes(b)),
-        }
-        util.from_bytes(bytes_data, deserialize, exclude)
+        util.from_bytes(
+            bytes_data, {"model": lambda b: self._restored(self.model.from_bytes(b))}, exclude
+        )
         self.cache.clear()
         return self
 
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
         """Write the biLM into the pipeline directory (`model`), so loading needs nothing else."""
         _ = self.bilm  # load the weights if they are not yet
-        serialize = {  # each file whole: an interrupted save leaves the one before as it was
-            "cfg": lambda p: write_atomic(p, srsly.json_dumps(self.cfg, indent=2)),
-            "model": lambda p: write_atomic(p, self.model.to_bytes()),
-        }
-        util.to_disk(path, serialize, exclude)
+        # whole: an interrupted save leaves the one before as it was; the settings are in the
+        # pipeline's config.cfg
+        util.to_disk(path, {"model": lambda p: write_atomic(p, self.model.to_bytes())}, exclude)
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        deserialize = {
-            "cfg": lambda p: None,
-            # read from the pipeline's directory only, as load_bilm reads it
+        deserialize = {  # read from the pipeline's directory only, as load_bilm reads it
             "model": lambda p: self._restored(
                 self.model.from_disk(model_file(p.parents[1], p.parent.name))
             ),

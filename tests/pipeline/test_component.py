@@ -14,7 +14,8 @@ from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_elmo import BiLM, BiLMOptions, ElmoFileError
-from spacy_elmo.pipeline import FeatureCache, Window, rule_sentences, windows_of
+from spacy_elmo.feature_cache import FeatureCache
+from spacy_elmo.windows import Window, rule_sentences, windows_of
 
 from ..helpers import FLOAT32_ATOL
 

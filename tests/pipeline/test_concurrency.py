@@ -171,7 +171,7 @@ def test_feature_cache_stays_consistent_under_threads():
     """Gets, puts and evictions from several threads: no lost entry, the byte count stays exact."""
     import sys
 
-    from spacy_elmo.pipeline import FeatureCache
+    from spacy_elmo.feature_cache import FeatureCache
 
     cache = FeatureCache(max_bytes=40 * 800)
     arrays = [np.full(100, k, dtype=np.float64) for k in range(200)]  # 800 bytes each

@@ -52,7 +52,11 @@ def test_to_disk_and_load_never_read_the_weights_path(nlp, tmp_path):
     for a, b in zip(expected, layers_of(loaded)):
         assert a.dtype == b.dtype == np.float32
         np.testing.assert_array_equal(a, b)
-    assert list((tmp_path / "pipeline" / "elmo").iterdir())
+    # the biLM only: the settings are in config.cfg; a settings file an earlier version wrote is
+    # left unread
+    assert [p.name for p in (tmp_path / "pipeline" / "elmo").iterdir()] == ["model"]
+    (tmp_path / "pipeline" / "elmo" / "cfg").write_text('{"keep_layers": false}')
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").keep_layers
 
 
 # loads the pipeline at argv[1] and saves it there again, dying (SIGKILL) as the biLM is serialized
