@@ -13,6 +13,7 @@ from spacy.language import Language
 from spacy.pipeline import Tok2Vec
 from thinc.api import Model
 
+from .bilm.mix import average_weights
 from .errors import ElmoConfigError, ElmoUnusedWarning
 from .layers import MIX_NAME
 
@@ -173,7 +174,7 @@ def fixed_mix(mix: Union[str, List[float]], n_layers: int) -> np.ndarray:
     """The fixed mix `mix` ("average", "top" or one weight per layer) of `n_layers` layers:
     `(n_layers,)` float32."""
     if mix == "average":
-        return np.full(n_layers, 1.0 / n_layers, dtype=np.float32)
+        return average_weights(n_layers)
     if mix == "top":
         return np.eye(n_layers, dtype=np.float32)[-1]
     if len(mix) != n_layers:

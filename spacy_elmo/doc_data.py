@@ -30,6 +30,7 @@ from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, Token
 
 from .bilm.finite import cast_finite
+from .bilm.mix import mix_layers
 from .errors import ElmoFileError
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
@@ -76,9 +77,7 @@ class ElmoDocData:
             if self.mixed is not None:
                 out = self.mixed
             else:
-                layers = self.layers.astype(np.float32, copy=False)
-                with np.errstate(over="ignore"):
-                    summed = np.tensordot(self.mix_weights, layers, axes=1)
+                summed = mix_layers(self.mix_weights, self.layers)
                 out = cast_finite(summed, self.layers.dtype, what)
             out.setflags(write=False)
             self._mix_cache = out

@@ -8,6 +8,7 @@ from ..errors import ElmoFileError
 from .chars import ByteIds, CharTable, batch_char_ids, word_char_ids, words_char_ids
 from .embedder import ElmoEmbedder
 from .lstm import LSTMState
+from .mix import average_layers, average_weights, mix_layers
 from .model import BiLM, BiLMOutput
 from .options import BiLMOptions
 from .policy import STATE_POLICIES, StatePolicy, StatePolicyName, check_state_policy
@@ -27,10 +28,13 @@ __all__ = [
     "STATE_POLICIES",
     "StatePolicy",
     "StatePolicyName",
+    "average_layers",
+    "average_weights",
     "batch_char_ids",
     "check_batch_size",
     "check_precision",
     "check_state_policy",
+    "mix_layers",
     "word_char_ids",
     "words_char_ids",
 ]

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..bilm import ElmoEmbedder
 from ..bilm.finite import NonFiniteError, cast_finite
+from ..bilm.mix import average_layers
 from ..bilm.runner import long_sentence
 from ..errors import ElmoConfigError
 from .h5writer import Pieces
@@ -38,7 +39,7 @@ def select_layer(layers: np.ndarray, layer: Union[str, int]) -> np.ndarray:
     if layer == "all":
         return layers
     if layer == "average":
-        return layers.mean(axis=0)
+        return average_layers(layers)  # as the component's mix "average" (doc._.elmo)
     return layers[-1 if layer == "top" else layer]
 
 

@@ -13,9 +13,10 @@ import h5py
 import numpy as np
 import pytest
 import spacy
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import load_bilm
+from spacy_elmo.bilm import average_layers
 
 from ..helpers import (
     ENV,
@@ -54,7 +55,7 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
     expected = load_bilm(weights).embed([line.split() for line in LINES])
     assert sorted(arrays, key=int) == [str(i) for i in range(len(LINES))]
     for i, full in enumerate(expected):
-        want = {"all": full, "top": full[-1], "average": full.mean(axis=0), "1": full[1]}[layer]
+        want = {"all": full, "top": full[-1], "average": average_layers(full), "1": full[1]}[layer]
         assert arrays[str(i)].dtype == np.float32
         np.testing.assert_array_equal(arrays[str(i)], want)
     assert arrays["1"].shape == ((3, 0, full.shape[-1]) if layer == "all" else (0, full.shape[-1]))
@@ -64,6 +65,24 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
         "Hello world": "2",
         "a b c d e f g h i j k l": "4",
     }
+
+
+def test_embed_average_is_the_components_average_mix(fixture_dir, tmp_path):
+    """`embed --layer average` and `doc._.elmo` (mix "average") of the same sentences are one
+    average of the same layers: the same bits (one function in the core computes both)."""
+    lines = LINES + ["Colorless green ideas sleep furiously !", "über x1 and dog ran far"]
+    lines = [line for line in lines if line]
+    text = write_lines(tmp_path / "in.txt", lines)
+    for layer in ("all", "average"):
+        args = ["embed", text, tmp_path / f"{layer}.hdf5", "-w", fixture_dir, "--whitespace"]
+        assert run_cli(*args, "--layer", layer, "--no-progress") == 0
+    layers, averages = (read_output(tmp_path / f"{x}.hdf5")[0] for x in ("all", "average"))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": "average"})
+    docs = nlp.pipe(Doc(nlp.vocab, words=line.split()) for line in lines)  # one batch, as embed's
+    for i, doc in enumerate(docs):
+        np.testing.assert_array_equal(doc._.elmo_layers, layers[str(i)])  # the same layers
+        np.testing.assert_array_equal(doc._.elmo, averages[str(i)])
 
 
 def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
