@@ -3,7 +3,9 @@
 Batches hold, for both directions at once:
 
 - `index` `(2, B, T)`: per direction, row and position, an index into `chars`, the character ids
-  `(U, 50)` of the `U` distinct token texts of the batch (the token encoder runs once per text);
+  `(U, width)` of the `U` distinct token texts of the batch (the token encoder runs once per text),
+  made by the model's own encoder (`BiLM.word_ids`: lowercased where it lowercases), so that
+  training feeds a token the ids the trained model gives it at inference;
 - `targets` `(2, B, T)`: output-vocabulary ids of the next token in reading order;
 - `mask` `(2, B, T)`: True on predicted positions (a prefix of each row).
 
@@ -18,14 +20,15 @@ from typing import Callable, List, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from ..bilm.chars import words_char_ids
 from .text import TokenizedFile
 from .vocab import BOS_ID, EOS_ID
 
+WordIds = Callable[[Sequence[str]], np.ndarray]  # token texts -> (n, width) ids: `BiLM.word_ids`
+
 
 class Batch(NamedTuple):
-    """Both directions of one step: `index`, `targets`, `mask` `(2, B, T)`; `chars` `(U, 50)`,
-    bilm-tf's ids (`MAX_CHARS`)."""
+    """Both directions of one step: `index`, `targets`, `mask` `(2, B, T)`; `chars` `(U, width)`,
+    the model's ids of the batch's token texts."""
 
     index: torch.Tensor
     chars: torch.Tensor
@@ -44,11 +47,12 @@ def make_batch(
     mask: np.ndarray,
     texts: Sequence[str],
     out_ids: np.ndarray,
+    word_ids: WordIds,
 ) -> Batch:
     """inputs, targets `(2, B, T)` text indices; mask `(2, B, T)` -> `Batch` (targets as output
-    ids)."""
+    ids; the texts' character ids from `word_ids`, the model's encoder)."""
     types, inverse = np.unique(inputs, return_inverse=True)
-    chars = torch.from_numpy(words_char_ids([texts[i] for i in types]))
+    chars = torch.from_numpy(word_ids([texts[i] for i in types]))
     return Batch(
         torch.from_numpy(inverse.reshape(inputs.shape).astype(np.int64)),
         chars,
@@ -65,6 +69,7 @@ def stream_batches(
     window: int,
     rank: int,
     world: int,
+    word_ids: WordIds,
 ) -> List[Callable[[], Batch]]:
     """bilm-tf's packed windows. Sentences (in `order`, each `<S> w.. </S>`) form one stream, cut
     into `world * rows` equal parts; this rank reads parts `rank * rows ...`. Window i of a part
@@ -81,7 +86,7 @@ def stream_batches(
     def batch(i: int) -> Batch:
         s = slice(i * window, (i + 1) * window)
         t = slice(i * window + 1, (i + 1) * window + 1)
-        return make_batch(both[:, :, s], both[:, :, t], mask, f.texts, out_ids)
+        return make_batch(both[:, :, s], both[:, :, t], mask, f.texts, out_ids, word_ids)
 
     return [lambda i=i: batch(i) for i in range((part - 1) // window)] if part > 0 else []
 
@@ -94,6 +99,7 @@ def sentence_batches(
     rank: int,
     world: int,
     rng: np.random.RandomState,
+    word_ids: WordIds,
 ) -> List[Callable[[], Batch]]:
     """One sentence per row. Sentences (in `order`) are sorted by length within pools of about 50
     batches and grouped under `world * batch_tokens` padded positions; batches are then shuffled and
@@ -127,6 +133,6 @@ def sentence_batches(
                 inputs[d, row, : len(s) + 1] = x[:-1]
                 targets[d, row, : len(s) + 1] = x[1:]
                 mask[d, row, : len(s) + 1] = True
-        return make_batch(inputs, targets, mask, f.texts, out_ids)
+        return make_batch(inputs, targets, mask, f.texts, out_ids, word_ids)
 
     return [lambda g=g: batch(g) for g in groups]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
 from ..errors import ElmoConfigError, ElmoFileError
-from .batches import Batch, make_batch, sentence_batches, stream_batches
+from .batches import Batch, WordIds, make_batch, sentence_batches, stream_batches
 from .text import (
     TokenizedFile,
     Tokenizer,
@@ -121,8 +121,11 @@ class TrainingCorpus:
         rank: int = 0,
         world: int = 1,
         max_epochs: Optional[int] = None,
+        *,
+        word_ids: WordIds,
     ) -> Iterator[Tuple[Position, Batch]]:
-        """Yield `(position after the batch, batch)` from `start` on, epoch after epoch."""
+        """Yield `(position after the batch, batch)` from `start` on, epoch after epoch; the
+        tokens' character ids from `word_ids`, the model's encoder (`BiLM.word_ids`)."""
         epoch, first_file, first_batch = start
         while max_epochs is None or epoch < max_epochs:
             n_batches = 0
@@ -133,11 +136,12 @@ class TrainingCorpus:
                 order = rng.permutation(len(f.sentences))
                 out_ids = vocab.lookup(f.texts, unk_token)
                 if scheme == "stream":
-                    makers = stream_batches(
-                        f, order, out_ids, batch_tokens // window, window, rank, world
-                    )
+                    rows = batch_tokens // window
+                    makers = stream_batches(f, order, out_ids, rows, window, rank, world, word_ids)
                 else:
-                    makers = sentence_batches(f, order, out_ids, batch_tokens, rank, world, rng)
+                    makers = sentence_batches(
+                        f, order, out_ids, batch_tokens, rank, world, rng, word_ids
+                    )
                 n_batches += len(makers)
                 for bi in range(first_batch, len(makers)):
                     nxt = (

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from ..bilm import BiLM, ElmoEmbedder, LSTMState, StatePolicy, batch_char_ids
+from ..bilm import BiLM, ElmoEmbedder, LSTMState, StatePolicy
 from .batches import Batch
 from .corpus import DevSet
 
@@ -35,7 +35,7 @@ class BiLanguageModel(nn.Module):
     def forward(
         self, batch: Batch, lstm_state: Optional[LSTMState] = None
     ) -> Tuple[Tensor, LSTMState]:
-        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, 50)`), `lstm_state` `h (L, 2, B,
+        """`batch` (index, targets, mask `(2, B, T)`; chars `(U, width)`), `lstm_state` `h (L, 2, B,
         P)`, `c (L, 2, B, D)` or None (zeros) -> NLL summed per direction `(2,)`, and the LSTM state
         at each row's last masked position (detached, to carry into the next window)."""
         _, B, T = batch.index.shape
@@ -81,7 +81,8 @@ def dev_nll(
 ) -> Tensor:
     """Summed NLL `(2,)` (forward, backward) of `dev` through `bilm.forward`, as at inference.
 
-    Each sentence is read as `<S> w_1 .. w_n </S>`; the forward LM predicts `w_1 .. w_n </S>`,
+    Each sentence is read as `<S> w_1 .. w_n </S>`, in the ids `bilm.char_ids` gives (the ones it
+    reads at inference); the forward LM predicts `w_1 .. w_n </S>`,
     the backward LM `w_n .. w_1 <S>` (n + 1 tokens each). Start states follow `policy`, as
     `ElmoEmbedder` applies it: "zero" or "warm" (the warm state of the weights as they are now)
     start every sentence from that state (batches sorted by length); "carry" reads the sentences in
@@ -111,9 +112,7 @@ def dev_nll(
     )
     for rows in batches:
         sents = [dev.sentences[i] for i in rows]
-        ids = torch.from_numpy(batch_char_ids(sents, bilm.options.max_characters_per_token)).to(
-            bilm.device
-        )
+        ids = torch.from_numpy(bilm.char_ids(sents)).to(bilm.device)  # the model's own ids
         B, T = ids.shape[:2]
         targets = np.zeros((B, T), dtype=np.int64)
         for row, i in enumerate(rows):

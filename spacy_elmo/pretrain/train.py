@@ -314,18 +314,18 @@ class Trainer:
 
     def _batches(self) -> Iterator[Tuple[Position, Batch]]:
         """This process's batches from where training stands (see `TrainingCorpus.batches`)."""
-        t = self.t
         return self.corpus.batches(
             self.progress.position,
-            t["seed"],
+            self.t["seed"],
             self.vocab,
             self.unk,
-            t["scheme"],
-            t["batch_tokens"],
-            t["window"],
+            self.t["scheme"],
+            self.t["batch_tokens"],
+            self.t["window"],
             self.rank,
             self.world,
-            t["max_epochs"],
+            self.t["max_epochs"],
+            word_ids=self.model.bilm.word_ids,  # the model's own ids of each token
         )
 
     def _everywhere(self, batch: Batch, late: bool, asked: bool) -> Tuple[Optional[int], bool]:

@@ -38,7 +38,10 @@ def test_the_objective_under_bfloat16_autocast_keeps_a_float32_cell_state(toy):
     corpus = TrainingCorpus(toy[0], make_tokenizer("whitespace"), 100)
     vocab = Vocab.build(corpus.counts, None)
     model = BiLanguageModel(BiLM(bilm_options(config)), FullSoftmax(16, len(vocab))).eval()
-    _, batch = next(corpus.batches((0, 0, 0), 0, vocab, None, "stream", 80, 10))
+    batches = corpus.batches(
+        (0, 0, 0), 0, vocab, None, "stream", 80, 10, word_ids=model.bilm.word_ids
+    )
+    _, batch = next(batches)
     exact, _ = model(batch)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low, state = model(batch)

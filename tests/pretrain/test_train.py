@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, load_bilm
-from spacy_elmo.bilm import batch_char_ids
+from spacy_elmo.bilm import batch_char_ids, words_char_ids
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
 from spacy_elmo.pretrain.config import bilm_options
 from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
@@ -119,7 +119,15 @@ def test_training_json_counts_the_epochs_begun(tmp_path, scheme):
     per_epoch = sum(
         1
         for _ in corpus.batches(
-            (0, 0, 0), 0, vocab, None, scheme, t["batch_tokens"], t["window"], max_epochs=1
+            (0, 0, 0),
+            0,
+            vocab,
+            None,
+            scheme,
+            t["batch_tokens"],
+            t["window"],
+            max_epochs=1,
+            word_ids=words_char_ids,
         )
     )
     assert per_epoch > 2
@@ -150,7 +158,8 @@ def test_files_of_a_small_corpus_are_mixed_in_every_batch(tmp_path, scheme):
     corpus = TrainingCorpus(files, make_tokenizer("whitespace"), 100)
     assert corpus.n_units == 1 and corpus.pool.n_tokens == corpus.n_tokens == 2 * 300 * 8
     vocab = Vocab.build(corpus.counts, None)
-    for _, (_, batch) in zip(range(3), corpus.batches((0, 0, 0), 0, vocab, None, scheme, 160, 8)):
+    batches = corpus.batches((0, 0, 0), 0, vocab, None, scheme, 160, 8, word_ids=words_char_ids)
+    for _, (_, batch) in zip(range(3), batches):
         words = {vocab.words[i][0] for i in batch.targets[batch.mask].tolist() if i > 2}
         assert words == {"a", "b"}
 
@@ -191,7 +200,8 @@ def test_training_objective_matches_inference(toy):
     corpus = TrainingCorpus(train_path, make_tokenizer("whitespace"), 100)
     vocab = Vocab.build(corpus.counts, None)
     model = BiLanguageModel(BiLM(bilm_options(config)), FullSoftmax(16, len(vocab))).eval()
-    _, batch = next(corpus.batches((0, 0, 0), 0, vocab, None, "sentences", 200, 10))
+    words = model.bilm.word_ids
+    _, batch = next(corpus.batches((0, 0, 0), 0, vocab, None, "sentences", 200, 10, word_ids=words))
     nll, _ = model(batch)
     f = corpus.unit(0)
     # the batch's sentences, recovered from its inputs
