@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Dict, Iterator, Tuple
 
 import spacy_elmo
 from spacy_elmo.bilm import embedder
@@ -102,11 +102,9 @@ LAYERS = {
     "pipeline": 8,
     "cli": 9, "__main__": 9, "__init__": 10,
 }  # fmt: skip
-# Siblings that must not import each other, and the imports allowed upward, with the reason.
+# Siblings that must not import each other, and the imports allowed upward, with the reason (none).
 SIBLINGS = {frozenset({"pretrain", "embed"})}
-UPWARD = {
-    ("weights.pipeline", "layers"): "a saved pipeline's biLM is read by the component's own loader"
-}
+UPWARD: Dict[Tuple[str, str], str] = {}
 
 
 def imported_parts(path: Path) -> Iterator[Tuple[str, str, int]]:

@@ -111,6 +111,17 @@ def test_names_moved_to_weights_still_work_from_bilm(name):
     assert name not in bilm.__all__
 
 
+def test_options_from_a_file_still_work_from_the_core(fixture_dir):
+    """`BiLMOptions.from_file` reads a file, which the core no longer does: it is
+    `spacy_elmo.weights.read_options`, and the old name still works with a DeprecationWarning."""
+    from spacy_elmo.bilm import BiLMOptions
+    from spacy_elmo.weights import read_options
+
+    with pytest.warns(DeprecationWarning, match="use spacy_elmo.weights.read_options"):
+        old = BiLMOptions.from_file(fixture_dir / "options.json")
+    assert old == read_options(fixture_dir / "options.json")
+
+
 def test_the_public_names_stay():
     from spacy_elmo.bilm import BiLM, BiLMOptions, ElmoEmbedder, batch_char_ids  # noqa: F401
 

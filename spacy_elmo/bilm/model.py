@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -201,6 +201,30 @@ class BiLM(OwnLocks, nn.Module):
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
+
+    def parameter_counts(self) -> Dict[str, int]:
+        """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer
+        per direction (`{part: count}`, the LSTM layers last)."""
+        counts: Dict[str, int] = {}
+        for name, p in self.named_parameters():
+            parts = name.split(".")
+            if parts[0] == "lstm":  # (2, ...): forward and backward stacked
+                for d, direction in enumerate(("forward", "backward")):
+                    key = f"LSTM layer {parts[2]} {direction}"
+                    counts[key] = counts.get(key, 0) + p[d].numel()
+                continue
+            if parts[1] == "highways":
+                key = f"highway {parts[2]}"
+            else:
+                key = {
+                    "char_embedding": "char embedding",
+                    "word_embedding": "word embedding",
+                    "convs": "char CNN",
+                }.get(parts[1], "projection")
+            counts[key] = counts.get(key, 0) + p.numel()
+        return dict(
+            sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection"))
+        )
 
     @torch.no_grad()
     def compute_warm_state(self, sentences: Optional[Sequence[Sequence[str]]] = None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
@@ -9,7 +11,6 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..errors import ElmoFileError
-from ..files import parse_json, read_regular
 from .chars import CHAR_SPECIALS, WORD_SPECIALS
 
 ACTIVATIONS = ("relu", "tanh")
@@ -22,17 +23,10 @@ MAX_CHARACTERS_PER_TOKEN = 1024
 # rows of a character or word table (ELMoForManyLangs: thousands to a few 100,000)
 MAX_TABLE_ROWS = 2**24
 MAX_PARAMETERS = 2**30
-MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 # Float options are used in float32: clips from its smallest normal to its largest value, and a
 # forget bias within +-100 (sigmoid saturates in float32 beyond +-17; the published models use 1).
 FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 MAX_FORGET_BIAS = 100.0
-
-
-def read_json(path: Path, what: str = "ELMo options file") -> Any:
-    """A small JSON file (an options file or `bilm.json`): not a regular file, too large, not UTF-8
-    or not JSON -> ElmoFileError."""
-    return parse_json(read_regular(path, what, MAX_JSON_BYTES), path, what)
 
 
 REQUIRED = object()  # the default of an option that an options file must give
@@ -303,7 +297,14 @@ class BiLMOptions:
 
     @classmethod
     def from_file(cls, path: Path) -> "BiLMOptions":
-        return cls.from_dict(read_json(Path(path)), source=str(path))
+        """Deprecated: `spacy_elmo.weights.read_options` (the core reads no files; imported only
+        when asked for)."""
+        warnings.warn(
+            "BiLMOptions.from_file is deprecated; use spacy_elmo.weights.read_options",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("spacy_elmo.weights").read_options(path)
 
     def to_dict(self) -> Dict[str, Any]:
         """The bilm-tf options layout (what `from_dict` reads back)."""

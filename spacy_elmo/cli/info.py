@@ -8,7 +8,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..bilm import BiLM
 from ..errors import ElmoUntrainedWarning
 from ..files import inside_dir, sha256_file
 from ..pretrain.outputs import HEAD_FILE
@@ -18,31 +17,6 @@ from ..weights.locate import describe_source
 from ..weights.untrained import untrained_note
 from .app import WEIGHTS_HELP, app, errors
 from .convert import EXTRA_FILES
-
-
-def parameter_counts(bilm: BiLM) -> dict[str, int]:
-    """Parameters per part: char embedding, char CNN, each highway, projection, each LSTM layer per
-    direction."""
-    counts: dict[str, int] = {}
-    for name, p in bilm.named_parameters():
-        parts = name.split(".")
-        if parts[0] == "lstm":  # (2, ...): forward and backward stacked
-            for d, direction in enumerate(("forward", "backward")):
-                key = f"LSTM layer {parts[2]} {direction}"
-                counts[key] = counts.get(key, 0) + p[d].numel()
-            continue
-        if parts[1] == "highways":
-            key = f"highway {parts[2]}"
-        else:
-            key = {
-                "char_embedding": "char embedding",
-                "word_embedding": "word embedding",
-                "convs": "char CNN",
-            }.get(parts[1], "projection")
-        counts[key] = counts.get(key, 0) + p.numel()
-    return dict(
-        sorted(counts.items(), key=lambda kv: (kv[0].startswith("LSTM"), kv[0] == "projection"))
-    )
 
 
 def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
@@ -73,7 +47,7 @@ def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
         "source": describe_source(model),
         "state_policy": bilm.state_policy.value,
         "parameters": sum(p.numel() for p in bilm.parameters()),
-        "parameters_by_part": parameter_counts(bilm.network),
+        "parameters_by_part": bilm.network.parameter_counts(),
         "softmax_parameters": softmax,
         "widths": {
             "char embedding": o.char_dim,

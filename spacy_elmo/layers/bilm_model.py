@@ -9,7 +9,8 @@ asks, runs under inference mode and returns no gradient. The biLM is built when 
 loaded, at their sizes, which must match the config's `options` (the bilm-tf options layout) where
 it sets them.
 Serialized through thinc with a safe format: msgpack holding the options JSON and a torch state dict
-read with `torch.load(..., weights_only=True)`.
+read with `torch.load(..., weights_only=True)`, which the weight files read (`weights.pipeline`:
+the file's framing, then the message, built into the network as every format's is).
 """
 
 from __future__ import annotations
@@ -35,12 +36,10 @@ from ..bilm import (
     check_precision,
 )
 from ..bilm.runner import check_cache_size
-from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
-from ..weights import bilm_from_state_dict, load_bilm, read_state_dict
-from .model_file import read_model_file
-
-SERIAL_FORMAT = "spacy_elmo.ElmoModel"
-SERIAL_VERSION = 1
+from ..errors import ElmoConfigError, ElmoFileError
+from ..weights import build, load_bilm
+from ..weights.pipeline import SERIAL_FORMAT, SERIAL_VERSION, naming_file, read_message
+from ..weights.pipeline_file import read_model_file
 
 
 class FrozenBiLM(nn.Module):
@@ -134,48 +133,15 @@ def serialize_bilm(module: FrozenBiLM) -> bytes:
 
 
 def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> FrozenBiLM:
-    """The inverse of `serialize_bilm`; what cannot be read raises ElmoFileError (`ElmoBiLMModel`
-    names the source)."""
-    msg = srsly.msgpack_loads(data)
-    if (
-        not isinstance(msg, dict)
-        or msg.get("format") != SERIAL_FORMAT
-        or msg.get("version") != SERIAL_VERSION
-    ):
-        raise ElmoFileError(f"not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
-    if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
-        raise ElmoFileError("the serialized model lacks its options or its weights")
-    try:
-        options = json.loads(msg["options"])
-    except json.JSONDecodeError as err:
-        raise ElmoFileError(f"its options are not valid JSON ({err})") from None
-    options = BiLMOptions.from_dict(options, source="options")
-    check_sizes(module.configured, options, "the serialized pipeline")
-    try:
-        policy = StatePolicy.parse(module.state or msg.get("state", "warm"))
-    except ElmoConfigError as err:
-        raise ElmoFileError(f"its state policy: {err}") from None
-    table = None
-    if options.char_table:
-        if not isinstance(msg.get("char_table"), str):
-            raise ElmoFileError("the serialized model lacks its character table")
-        table = CharTable.from_json(
-            msg["char_table"],
-            options.max_characters_per_token,
-            options.n_characters,
-            options.n_words,
-            "its character table",
-        )
-    state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
-    embedder = bilm_from_state_dict(
-        options,
-        state_dict,
+    """The inverse of `serialize_bilm`: the message read by the weight files (`read_message`, its
+    sizes checked against the configured ones first), the network built from it (`build`); what
+    cannot be read raises ElmoFileError (`ElmoBiLMModel` names the source)."""
+    model = read_message(
+        data,
         "weights",
-        policy,
-        module.token_cache_size,
-        table,
-        warm_state=msg.get("warm_state", True) is True,
+        lambda options: check_sizes(module.configured, options, "the serialized pipeline"),
     )
+    embedder = build(model, module.state, module.token_cache_size)
     module.set_embedder(embedder, "the serialized pipeline")
     return module.to(device)
 
@@ -216,15 +182,8 @@ class ElmoBiLMModel(Model):
         return self._read(data, str(path))
 
     def _read(self, data: bytes, source: str) -> "ElmoBiLMModel":
-        try:
+        with naming_file(source):
             super().from_bytes(data)
-        except (ElmoFileError, ElmoResourceError) as err:
-            raise type(err)(f"{source}: {err}") from None
-        except Exception as err:
-            raise ElmoFileError(
-                f"{source}: not a serialized ELMo model, truncated or corrupt? "
-                f"({type(err).__name__}: {err})"
-            ) from None
         return self
 
 
@@ -261,13 +220,3 @@ def load_weights(model: Model, path: Union[str, Path, Tuple[str, str]]) -> ElmoE
     )
     module.set_embedder(embedder, str(path))
     return module.embedder
-
-
-def read_component_bilm(
-    path: Union[str, Path], state: Optional[StatePolicy], cache_size: int
-) -> ElmoEmbedder:
-    """The biLM that an `elmo` component saved at `path` (`PIPELINE/NAME/model`, by `nlp.to_disk`),
-    read as `spacy.load` reads it; `state` None: the policy saved with it. For `load_bilm` of a
-    pipeline directory."""
-    model = bilm_layer(None, state, 64, cache_size).from_disk(path)
-    return frozen_bilm(model).embedder

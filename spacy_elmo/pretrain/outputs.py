@@ -32,7 +32,7 @@ from ..files import (
     write_atomic,
     write_errors,
 )
-from ..weights import export_hdf5, hub, load_bilm, locate, save_bilm
+from ..weights import export_hdf5, hub, load_bilm, locate, read_options, save_bilm
 from ..weights.own import DIGESTS, OWN_CONFIG, OWN_WEIGHTS, PRETRAIN_MODEL
 from . import checkpoint
 from .heads import build_head
@@ -259,7 +259,7 @@ def start_new_run(
 def recorded_options(output: Path) -> Optional[BiLMOptions]:
     """The biLM sizes a run in `output` started with; None for a run from before they were kept."""
     path = output / OPTIONS_RECORD
-    return BiLMOptions.from_file(path) if os.path.lexists(path) else None
+    return read_options(path) if os.path.lexists(path) else None
 
 
 def recorded_init(output: Path) -> Optional[Dict[str, Any]]:

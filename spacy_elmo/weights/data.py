@@ -22,7 +22,8 @@ class ModelFiles:
     `token_embedder.pkl`, then `encoder.pkl`, `char.dic` and `word.dic` as `others`) or "pipeline"
     (a saved spaCy pipeline: its `config.cfg`, then `NAME/model` of its `elmo` component);
     `published`: the name it was found under, with `verified` False while its files were placed by
-    hand and not yet recorded in the cache manifest."""
+    hand and not yet recorded in the cache manifest; `label`: what the commands and the embedder
+    call the biLM where its path would not say which it is (a saved pipeline's component)."""
 
     kind: str
     config: Path
@@ -30,6 +31,7 @@ class ModelFiles:
     published: Optional[str] = None
     verified: bool = True
     others: Tuple[Path, ...] = ()
+    label: Optional[str] = None
 
     @property
     def paths(self) -> List[Path]:

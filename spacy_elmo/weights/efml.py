@@ -23,11 +23,12 @@ import torch
 
 from ..bilm.chars import CharTable
 from ..bilm.lstm import gates_to_internal
-from ..bilm.options import BiLMOptions, read_json
+from ..bilm.options import BiLMOptions
 from ..errors import ElmoFileError
 from ..files import TEXT_ENCODING, excerpt, exists, inside_dir, read_regular
 from .checks import check_finite, check_float, check_stored
 from .data import ModelData, ModelFiles
+from .json_files import read_json
 from .memory import check_memory
 from .state_dict import read_state_dict
 

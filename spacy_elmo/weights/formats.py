@@ -5,9 +5,7 @@ A format is a module of its own that imports no other: `KIND` (its `ModelFiles.k
 `detect(directory)` (whether a directory is in this format), `held(directory)` (the names of the
 files that show a model of this format there, for writers), `model_files(directory)` (its files)
 and `read(files) -> ModelData` (what a network needs, see `data.py`; `load.build` makes the
-network). A new format is a module and a line here. `pipeline` (a saved spaCy pipeline) has no
-`read` yet: its biLM is thinc's serialization, which the component's own loader reads into an
-embedder (`pipeline.load_pipeline`).
+network). A new format is a module and a line here.
 """
 
 from __future__ import annotations

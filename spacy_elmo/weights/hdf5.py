@@ -19,12 +19,13 @@ import numpy as np
 import torch
 
 from ..bilm.lstm import gates_to_internal
-from ..bilm.options import BiLMOptions, read_json
+from ..bilm.options import BiLMOptions
 from ..errors import ElmoFileError
 from ..files import hdf5_dataset, inside_dir, regular_file, sha256_fd
 from .checks import check_finite
 from .data import ModelData, ModelFiles
 from .digests import check_same_save
+from .json_files import read_json
 from .memory import check_memory
 
 KIND = "hdf5"

@@ -18,7 +18,7 @@ from ..bilm.policy import StatePolicy, check_state_policy
 from ..bilm.precision import Precision, check_precision
 from ..bilm.runner import check_cache_size
 from ..errors import ElmoResourceError
-from . import hub, pipeline
+from . import hub
 from .checks import check_enough_bytes, check_matches, check_network_finite
 from .data import ModelData
 from .formats import format_of
@@ -59,12 +59,9 @@ def load_bilm(
     device = check_device(device)
     files = locate(path, verify=True)
     with _memory(files.weights):
-        if files.kind == pipeline.KIND:  # thinc's serialization, read by the component's own loader
-            embedder = pipeline.load_pipeline(
-                files.config.parent, files.weights.parent.name, state, cache_size
-            )
-        else:
-            embedder = build(format_of(files).read(files), state, cache_size)
+        embedder = build(format_of(files).read(files), state, cache_size)
+        if files.label:  # what the commands call it (a saved pipeline's component)
+            embedder.source = files.label
         embedder.to(device)
         if embedder.state_policy.warm_start:
             # computed now unless loaded (ElmoConfigError where it cannot be)

@@ -17,7 +17,7 @@ from typing import Tuple, Union
 
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import exists
-from . import hdf5, hub, pipeline
+from . import hdf5, hub
 from .data import ModelFiles
 from .formats import FORMATS
 
@@ -75,9 +75,6 @@ def _path(path: object) -> Path:
 
 
 def describe_source(path: ModelPath) -> ModelPath:
-    """What the commands call the biLM `path` names: for a saved spaCy pipeline, its `elmo`
-    component's (see `pipeline.describe`); else `path` itself."""
-    files = locate(path)
-    if files.kind != pipeline.KIND:
-        return path
-    return pipeline.describe(files.config.parent, files.weights.parent.name)
+    """What the commands call the biLM `path` names: its files' `label` where they have one (a saved
+    spaCy pipeline: its `elmo` component's); else `path` itself."""
+    return locate(path).label or path

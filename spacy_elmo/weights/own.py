@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import List
 
 from ..bilm.chars import CharTable
-from ..bilm.options import BiLMOptions, read_json
+from ..bilm.options import BiLMOptions
 from ..bilm.policy import check_state_policy
 from ..errors import ElmoFileError
 from ..files import TEXT_ENCODING, inside_dir, open_regular, read_regular, sha256_fd
 from .data import ModelData, ModelFiles
 from .digests import check_same_save, recorded
+from .json_files import MAX_TABLE_BYTES, read_json
 from .state_dict import archive_digest, read_state_dict
 
 KIND = "own"
@@ -30,8 +31,6 @@ OWN_CONFIG = "bilm.json"
 OWN_WEIGHTS = "weights.pt"
 OWN_TABLE = "char_table.json"
 PRETRAIN_MODEL = "model"  # where `python -m spacy_elmo pretrain OUT` saves the biLM: OUT/model
-# a character and a word table (a few MB for the published ELMoForManyLangs models)
-MAX_TABLE_BYTES = 256 << 20
 OWN_FORMAT = "spacy_elmo.bilm"
 OWN_VERSION = 1
 # bilm.json's records of the files saved with it (`digests.py`): their sha256, and the digest of

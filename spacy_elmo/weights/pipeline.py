@@ -1,9 +1,9 @@
 """A saved spaCy pipeline as weights: a directory written by `nlp.to_disk` (or `spacy train`'s
 `model-best`), `config.cfg` + `meta.json`, whose one `elmo` component keeps its biLM in `NAME/model`
-(thinc's serialization of `spacy_elmo.ElmoModel.v1`). `detect` reads nothing but the directory
-listing; `elmo_component` reads `config.cfg` with the standard library (no spaCy); `load_pipeline`
-reads the biLM with the component's own loader (`spacy_elmo.layers.bilm_model`, imported only when a
-pipeline is read).
+(thinc's serialization of `spacy_elmo.ElmoModel.v1`, read without thinc: `pipeline_file.py`).
+`detect` reads nothing but the directory listing; `elmo_component` reads `config.cfg` with the
+standard library (no spaCy); `read` reads the biLM's message (`read_message`, which the component's
+own `from_disk` / `from_bytes` use too) into `ModelData`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,26 @@ from __future__ import annotations
 import configparser
 import json
 import os
+from contextlib import contextmanager
+from io import BytesIO
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, Iterator, List, Optional
 
-from ..bilm.embedder import ElmoEmbedder
+import srsly
+
+from ..bilm.chars import CharTable
+from ..bilm.options import BiLMOptions
 from ..bilm.policy import StatePolicy
-from ..errors import ElmoFileError
+from ..errors import ElmoConfigError, ElmoFileError, ElmoResourceError
 from ..files import inside_dir, read_regular
-from .data import ModelFiles
+from .data import ModelData, ModelFiles
+from .pipeline_file import bilm_message, read_model_file
+from .state_dict import read_state_dict
 
 KIND = "pipeline"
+# the biLM's own message, which `spacy_elmo.layers.bilm_model.serialize_bilm` writes
+SERIAL_FORMAT = "spacy_elmo.ElmoModel"
+SERIAL_VERSION = 1
 
 PIPELINE_CONFIG, PIPELINE_META = "config.cfg", "meta.json"
 ELMO_FACTORY = "elmo"
@@ -90,8 +100,12 @@ def model_file(directory: Path, name: str) -> Path:
 def model_files(directory: Path) -> ModelFiles:
     """The files of a pipeline `detect` accepts: its `config.cfg`, then the biLM of its one `elmo`
     component."""
+    name = elmo_component(directory)
     return ModelFiles(
-        KIND, directory / PIPELINE_CONFIG, model_file(directory, elmo_component(directory))
+        KIND,
+        directory / PIPELINE_CONFIG,
+        model_file(directory, name),
+        label=describe(directory, name),
     )
 
 
@@ -100,12 +114,71 @@ def describe(directory: Path, name: str) -> str:
     return f"biLM of component {name!r} in {directory}"
 
 
-def load_pipeline(
-    directory: Path, name: str, state: Optional[StatePolicy], cache_size: int
-) -> ElmoEmbedder:
-    """The biLM of component `name`, read by the component's own loader (thinc's `from_disk`)."""
-    from ..layers.bilm_model import read_component_bilm  # thinc glue: imported only for a pipeline
+def read(model: ModelFiles) -> ModelData:
+    """The biLM of the pipeline's `elmo` component (`model.weights`, read from the pipeline's
+    directory): its file checked from its framing (`read_model_file`), then its message read as the
+    component reads it (`read_message`), whose errors name the file."""
+    path = str(model_file(model.config.parent, model.weights.parent.name))
+    data = read_model_file(path, "ELMo model of the pipeline", lambda options: None)
+    with naming_file(path):
+        return read_message(bilm_message(data), path)
 
-    embedder = read_component_bilm(model_file(directory, name), state, cache_size)
-    embedder.source = describe(directory, name)
-    return embedder
+
+def read_message(
+    data: bytes, source: str, accept: Optional[Callable[[BiLMOptions], None]] = None
+) -> ModelData:
+    """The biLM message that `serialize_bilm` wrote (msgpack: `format`, `version`, `options` JSON,
+    `state_dict` (torch.save's bytes), `state`, `warm_state`, `char_table` JSON where the options
+    have one) -> `ModelData` naming `source`; `accept(options)` raises where the options are not
+    wanted, before the rest is read. ElmoFileError otherwise, which does not name the file (see
+    `naming_file`)."""
+    msg = srsly.msgpack_loads(data)
+    if (
+        not isinstance(msg, dict)
+        or msg.get("format") != SERIAL_FORMAT
+        or msg.get("version") != SERIAL_VERSION
+    ):
+        raise ElmoFileError(f"not a serialized {SERIAL_FORMAT} v{SERIAL_VERSION} model")
+    if not isinstance(msg.get("options"), str) or not isinstance(msg.get("state_dict"), bytes):
+        raise ElmoFileError("the serialized model lacks its options or its weights")
+    try:
+        options = json.loads(msg["options"])
+    except json.JSONDecodeError as err:
+        raise ElmoFileError(f"its options are not valid JSON ({err})") from None
+    options = BiLMOptions.from_dict(options, source="options")
+    if accept is not None:
+        accept(options)
+    try:
+        policy = StatePolicy.parse(msg.get("state", "warm"))
+    except ElmoConfigError as err:
+        raise ElmoFileError(f"its state policy: {err}") from None
+    table = None
+    if options.char_table:
+        if not isinstance(msg.get("char_table"), str):
+            raise ElmoFileError("the serialized model lacks its character table")
+        table = CharTable.from_json(
+            msg["char_table"],
+            options.max_characters_per_token,
+            options.n_characters,
+            options.n_words,
+            "its character table",
+        )
+    state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
+    warm_state = msg.get("warm_state", True) is True
+    return ModelData(options, state_dict, source, policy, table, warm_state)
+
+
+@contextmanager
+def naming_file(source: str) -> Iterator[None]:
+    """What reading a biLM's message from `source` raises, as one error naming it: an ElmoFileError
+    or ElmoResourceError prefixed with `source`, anything else (thinc and msgpack raise many types
+    for corrupt data) an ElmoFileError."""
+    try:
+        yield
+    except (ElmoFileError, ElmoResourceError) as err:
+        raise type(err)(f"{source}: {err}") from None
+    except Exception as err:
+        raise ElmoFileError(
+            f"{source}: not a serialized ELMo model, truncated or corrupt? "
+            f"({type(err).__name__}: {err})"
+        ) from None

@@ -13,6 +13,7 @@ import pytest
 
 from spacy_elmo import ElmoResourceError, load_bilm
 from spacy_elmo.bilm import BiLMOptions
+from spacy_elmo.weights import read_options
 
 from ..helpers import refused
 from ..model_files import B_PROJ, W_0, fixture_options, hdf5_model, load_in_3gb
@@ -172,7 +173,7 @@ def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(
     shutil.copy(fixture_dir / "options.json", directory / "options.json")
     with h5py.File(directory / "weights.hdf5", "w") as f:
         for name, shape in hdf5_format.expected_shapes(
-            BiLMOptions.from_file(fixture_dir / "options.json")
+            read_options(fixture_dir / "options.json")
         ).items():
             f.create_dataset(
                 name, data=np.zeros(shape, dtype=np.float32), chunks=True, compression="gzip"

@@ -13,7 +13,7 @@ import torch
 
 from spacy_elmo import ElmoConfigError, ElmoFileError, export_hdf5, load_bilm, save_bilm
 from spacy_elmo.bilm import BiLMOptions
-from spacy_elmo.weights import hub
+from spacy_elmo.weights import hub, read_options
 from spacy_elmo.weights.hdf5_export import check_stem
 
 from ..efml_models import write_efml_model
@@ -253,7 +253,7 @@ def test_unsupported_options(fixture_dir, tmp_path, edit, message):
 
 
 def test_options_round_trip(fixture_dir):
-    opts = BiLMOptions.from_file(fixture_dir / "options.json")
+    opts = read_options(fixture_dir / "options.json")
     assert BiLMOptions.from_dict(opts.to_dict()) == opts
     assert opts.output_dim == 32 and opts.n_filters == 124
 

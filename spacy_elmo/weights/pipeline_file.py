@@ -3,7 +3,8 @@ before it is read whole. It is thinc's msgpack map (`nodes`, `attrs`, `params`, 
 shim is a msgpack `bin` holding `{config, state}`, whose `state` is a `bin` holding the biLM's own
 message (`options` JSON, `state_dict`: torch.save's bytes, ...). msgpack writes a `bin` as a
 length and the bytes as they are, so each message is walked where it lies in the file, reading
-headers and small values only."""
+headers and small values only (`read_model_file`); `bilm_message` then finds that message in the
+bytes read, as thinc does, without thinc."""
 
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from typing import Any, BinaryIO, Callable, Dict
 
 import srsly
 
-from ..bilm import BiLMOptions
-from ..bilm.options import MAX_JSON_BYTES, MAX_PARAMETERS
+from ..bilm.options import MAX_PARAMETERS, BiLMOptions
 from ..errors import ElmoFileError
 from ..files import open_regular, parse_json
-from ..weights.memory import check_memory
-from ..weights.own import MAX_TABLE_BYTES
+from .json_files import MAX_JSON_BYTES, MAX_TABLE_BYTES
+from .memory import check_memory
 
 # torch.save's zip framing around the tensors: entry headers, alignment, the pickled dict
 TORCH_FRAMING_BYTES = 1 << 20
@@ -179,3 +179,10 @@ def read_model_file(path: str, what: str, accept: Callable[[BiLMOptions], None])
         check_memory(LOAD_COPIES * size, path)
         f.seek(0)
         return f.read(size)
+
+
+def bilm_message(data: bytes) -> bytes:
+    """The biLM's own message in the bytes of a file `read_model_file` accepted: the `state` of the
+    one shim of thinc's map, where thinc's `from_bytes` finds it."""
+    shim = srsly.msgpack_loads(data)["shims"][0][0]
+    return srsly.msgpack_loads(shim)["state"]
