@@ -2,7 +2,9 @@
 which `.ci/run` checks, so lines measure code): no module over 400 lines, no function whose body
 (after its docstring) is over 60 lines, an `ElmoEmbedder` facade of at most 200 lines, the state
 policy compared by name only where it enters, test modules that import no other test module, and
-imports that point down the layers of ../shared/DESIGN.md."""
+imports that point down the layers of ../shared/DESIGN.md (read with `ast`: an import inside a
+function counts too), each layer clear of the libraries of the layers above it, the weight formats
+(one module each) clear of each other."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Dict, Iterator, Tuple
 
 import spacy_elmo
 from spacy_elmo.bilm import embedder
+from spacy_elmo.weights.formats import FORMATS
 
 PACKAGE = Path(spacy_elmo.__file__).parent
 TESTS = Path(__file__).parent
@@ -107,24 +110,44 @@ SIBLINGS = {frozenset({"pretrain", "embed"})}
 UPWARD: Dict[Tuple[str, str], str] = {}
 
 
+# Libraries a layer must not import (DESIGN.md: the core knows torch and numpy only; spaCy and thinc
+# begin with the glue, the command line's library with the command line).
+FORBIDDEN = {
+    "bilm": {"spacy", "thinc", "h5py", "srsly", "typer", "ray"},
+    "weights": {"spacy", "thinc", "typer", "ray"},
+    "pretrain": {"typer"},  # thinc's Config reads its config, as spaCy's do
+    "embed": {"thinc", "typer"},
+}
+
+
+def imports(path: Path) -> Iterator[Tuple[int, str]]:
+    """`(line, absolute name)` of every import in the module at `path`, inside functions too:
+    relative imports resolved; `from X import name` is `X.name` (which may be a module)."""
+    rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package = list(rel[:-1])  # of a package's __init__ too
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+
+
 def imported_parts(path: Path) -> Iterator[Tuple[str, str, int]]:
-    """`(importing module, imported top-level part of spacy_elmo, line)` of every import in `path`,
-    inside functions too."""
-    rel = path.relative_to(PACKAGE).with_suffix("")
-    module, package = ".".join(rel.parts), list(rel.parts[:-1])
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[: len(package) - node.level + 1]
-            target = base + (node.module.split(".") if node.module else [])
-            for part in target[:1] or [alias.name for alias in node.names]:
-                yield module, part, node.lineno
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = (
-                [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            )
-            for name in names:
-                if name and name.startswith("spacy_elmo."):
-                    yield module, name.split(".")[1], node.lineno
+    """`(importing module, imported top-level part of spacy_elmo, line)` of every import of the
+    package in `path`."""
+    module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    for line, name in imports(path):
+        parts = name.split(".")
+        if parts[0] == "spacy_elmo" and len(parts) > 1:
+            yield module, parts[1], line
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
 
 
 def test_imports_point_down():
@@ -142,3 +165,36 @@ def test_imports_point_down():
         p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()
     }
     assert set(LAYERS) == parts  # every part has its layer
+
+
+def test_each_layer_leaves_the_libraries_of_the_layers_above_alone():
+    wrong = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+        for part, libraries in FORBIDDEN.items()
+        for path in sorted((PACKAGE / part).rglob("*.py"))
+        for line, name in imports(path)
+        if name.split(".")[0] in libraries
+    ]
+    assert not wrong, wrong
+
+
+def test_weight_formats_do_not_import_each_other():
+    names = [fmt.__name__ for fmt in FORMATS]
+    assert len(names) >= 3 and all(within(n, "spacy_elmo.weights") for n in names)
+    others = [
+        f"{fmt.__name__}:{line} imports {name}"
+        for fmt in FORMATS
+        for line, name in imports(Path(fmt.__file__))
+        if any(within(name, other) for other in names if other != fmt.__name__)
+    ]
+    assert not others, others
+
+
+def test_the_import_reader_sees_relative_late_and_outside_imports():
+    """The checks above read what they should: relative imports resolved, imports inside functions
+    and of other libraries found."""
+    found = {name for _, name in imports(PACKAGE / "weights" / "efml.py")}
+    assert {"spacy_elmo.bilm.options.BiLMOptions", "spacy_elmo.weights.checks.check_float"} <= found
+    found = {name for _, name in imports(PACKAGE / "bilm" / "__init__.py")}
+    assert {"spacy_elmo.bilm.model.BiLM", "spacy_elmo.errors.ElmoFileError"} <= found
+    assert any(name.startswith("spacy.") for _, name in imports(PACKAGE / "pipeline.py"))
