@@ -1,7 +1,9 @@
-"""The `elmo` component's cache of biLM outputs per input sequence: an LRU bounded in bytes."""
+"""The `elmo` component's cache of biLM outputs per input sequence: an LRU bounded in bytes, keyed
+by a digest of each sequence (a fixed size, however long its token texts)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional, Sequence
@@ -9,6 +11,17 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence
 import numpy as np
 
 from .own_locks import OwnLocks
+
+
+def sequence_digest(seq: Sequence[str]) -> bytes:
+    """sha256 of token texts, each prefixed by its length in bytes: another sequence, however it
+    splits the same characters, has another digest."""
+    digest = hashlib.sha256()
+    for text in seq:
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.digest()
 
 
 class FeatureCache(OwnLocks):
@@ -59,10 +72,10 @@ class FeatureCache(OwnLocks):
         inputs: Sequence[List[str]],
         compute: Callable[[List[List[str]]], List[np.ndarray]],
     ) -> List[np.ndarray]:
-        """The arrays of `inputs` (token-text sequences), keyed by `(prefix, sequence)`: those
-        cached are read, the others computed together by `compute` (one array per sequence, each
-        distinct sequence once) and stored."""
-        keys = [(prefix, tuple(seq)) for seq in inputs]
+        """The arrays of `inputs` (token-text sequences), keyed by `(prefix, sequence_digest)`:
+        those cached are read, the others computed together by `compute` (one array per sequence,
+        each distinct sequence once) and stored."""
+        keys = [(prefix, sequence_digest(seq)) for seq in inputs]
         results = [self.get(key) for key in keys]
         todo: Dict[Hashable, List[int]] = {}
         for i, r in enumerate(results):

@@ -1,14 +1,17 @@
-"""What the tests share: paths and data, a load that must be refused, the project's configs resized
-for the fixture biLM, CoNLL-U sentences, Docs carrying random layers, tiny pretraining corpora and
-configs and quiet training, and the command line run in-process or as a child."""
+"""What the tests share: paths and data, a load that must be refused, the memory a call leaves
+held, the project's configs resized for the fixture biLM, CoNLL-U sentences, Docs carrying random
+layers, tiny pretraining corpora and configs and quiet training, and the command line run in-process
+or as a child."""
 
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import random
 import subprocess
+import tracemalloc
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,6 +67,20 @@ def refused(path, *fragments) -> str:
     message = str(err.value)
     assert "\n" not in message and all(f in message for f in fragments), message
     return message
+
+
+def held_after(run) -> int:
+    """Bytes that Python objects made while `run()` ran still hold after it returned (what it
+    returns dropped)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        run()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
 
 
 # ------------------------------------------------------------------------------------ spaCy configs

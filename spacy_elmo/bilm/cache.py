@@ -1,4 +1,5 @@
-"""An LRU cache of token-layer vectors keyed by token text.
+"""An LRU cache of token-layer vectors keyed by what a token's ids depend on (its text, or the cut
+of a long one: `BiLM.token_keys`, so no long text is kept).
 
 The token layer depends on a token's characters alone, so its vector can be reused for
 every occurrence of the word. Rows live in one preallocated table. Safe to share between
@@ -22,8 +23,8 @@ from ..own_locks import OwnLocks
 
 
 class TokenLayerCache(OwnLocks):
-    """Maps token texts to rows of a `(capacity, dim)` table; least recently used rows are
-    reused. Copies and pickles start empty, with a lock of their own."""
+    """Maps token keys (str or bytes) to rows of a `(capacity, dim)` table; least recently used
+    rows are reused. Copies and pickles start empty, with a lock of their own."""
 
     def __init__(self, capacity: int, dim: int):
         self.capacity, self.dim = int(capacity), dim

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache, partial
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -130,6 +130,18 @@ class ByteIds:
         """Token texts -> int64 `(n_words, width)`."""
         return words_char_ids(self.texts(words), self.max_chars)
 
+    def keys(self, words: Sequence[str]) -> List[Union[str, bytes]]:
+        """Token texts -> what their ids depend on (`_key` of each of `texts`), at most
+        `max_chars - 2` long: two words have the same ids exactly where their keys are equal."""
+        cut, max_chars = self.max_chars - 2, self.max_chars
+        return [w if len(w) <= cut else _key(w, max_chars) for w in self.texts(words)]
+
+    def key_ids(self, keys: Sequence[Union[str, bytes]]) -> np.ndarray:
+        """Keys (of `keys`) -> int64 `(n_keys, width)`, the ids of their words."""
+        if not keys:
+            return np.zeros((0, self.width), dtype=np.int64)
+        return np.stack([_word_ids(k, self.max_chars) for k in keys])
+
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded
         with 0."""
@@ -225,6 +237,22 @@ class CharTable:
                 raise TypeError(f"token texts must be str, got {type(w).__name__}: {w!r}")
             out[i] = self.token_ids(w)
         return out
+
+    def keys(self, words: Sequence[str]) -> List[str]:
+        """Token texts -> what their ids depend on, at most `max_chars - 1` characters: the text
+        cut as `token_ids` cuts it (one character more where the cut would read as a boundary
+        token); two words have the same ids exactly where their keys are equal."""
+        cut = self.max_chars - 2
+        out = []
+        for w in words:
+            if len(w) > cut and w not in self.boundary:
+                w = w[:cut] if w[:cut] not in self.boundary else w[: cut + 1]
+            out.append(w)
+        return out
+
+    def key_ids(self, keys: Sequence[str]) -> np.ndarray:
+        """Keys (of `keys`) -> int64 `(n_keys, width)`, the ids of their words."""
+        return self.words_ids(keys)
 
     def batch_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Sentences -> int64 `(n_sentences, max_len + 2, width)`, boundaries added, rows padded

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -148,12 +148,15 @@ class BiLM(OwnLocks, nn.Module):
         """The texts of the tokens around every sentence (`<S>`, `</S>`, or the model's own)."""
         return tuple(self.token_encoder.token_ids.boundary)
 
-    def token_texts(self, sentences: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
-        """Token lists -> the texts their ids are made from (`sentences` itself, or each token
-        lowercased where the options say `lowercase`): one key per token layer, for caches."""
-        if not self.options.lowercase:
-            return sentences
-        return [self.token_encoder.token_ids.texts(sent) for sent in sentences]
+    def token_keys(self, sentences: Sequence[Sequence[str]]) -> List[List[Union[str, bytes]]]:
+        """Token lists -> what each token's ids depend on (its text, lowercased where the options
+        say `lowercase`, cut where the ids cut it): one short key per token layer, for caches;
+        `key_ids` gives the ids."""
+        return [self.token_encoder.token_ids.keys(sent) for sent in sentences]
+
+    def key_ids(self, keys: Sequence[Union[str, bytes]]) -> np.ndarray:
+        """Keys (of `token_keys`) -> ids `(n, width)` for the token encoder."""
+        return self.token_encoder.token_ids.key_ids(keys)
 
     def char_ids(self, sentences: Sequence[Sequence[str]]) -> np.ndarray:
         """Token lists -> ids `(B, T + 2, width)` for `forward`, boundaries added."""

@@ -11,7 +11,7 @@ across them. Also here: the checks of what `embed` is given.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -156,9 +156,9 @@ class PackedRunner:
             )
         return chosen, self.precision_reason
 
-    def encode_words(self, words: List[str]) -> Tensor:
-        """Token texts -> token layer `(n, P)`; words grouped by length so short words convolve
-        less."""
+    def encode_words(self, words: List[Union[str, bytes]]) -> Tensor:
+        """Token keys (`network.token_keys`) -> token layer `(n, P)`; words grouped by length so
+        short words convolve less."""
         network, encoder = self.network, self.copies.token_encoder()
         device = network.device
         out = torch.empty(
@@ -169,13 +169,13 @@ class PackedRunner:
         order = sorted(range(len(words)), key=lambda i: len(words[i]))
         for start in range(0, len(words), ENCODER_CHUNK):
             chunk = order[start : start + ENCODER_CHUNK]
-            ids = network.word_ids([words[i] for i in chunk])
+            ids = network.key_ids([words[i] for i in chunk])
             vectors = encoder(torch.from_numpy(ids).to(device))
             out[torch.tensor(chunk, device=device)] = vectors.to(out.dtype)
         return out
 
-    def token_layers(self, words: List[str]) -> Tensor:
-        """Distinct token texts (as `network.token_texts` gives them) -> `(n, P)`, through the token
+    def token_layers(self, words: List[Union[str, bytes]]) -> Tensor:
+        """Distinct token keys (as `network.token_keys` gives them) -> `(n, P)`, through the token
         cache."""
         return self.token_cache.lookup(words, self.encode_words)
 
@@ -218,9 +218,9 @@ class PackedRunner:
         layers are checked (`check_output`)."""
         device = self.network.device
         lengths = np.array([len(s) for s in sentences])
-        # keyed by the texts the ids are made from: "The" and "the" of a lowercasing model are one
-        # word (one cache row, one prefix), never two that could differ
-        words, index = word_index(self.network.token_texts(sentences))  # index (B, T)
+        # keyed by what the ids are made from: "The" and "the" of a lowercasing model are one word
+        # (one cache row, one prefix), never two that could differ; a long token by its cut
+        words, index = word_index(self.network.token_keys(sentences))  # index (B, T)
         trees, nodes = direction_trees(index, lengths, device)
         real = nodes[0] >= 0  # (B, T)
         # sentence-major (sentences one after another, tokens in order) -> node of each direction

@@ -11,6 +11,10 @@ import torch
 from spacy_elmo import load_bilm
 from spacy_elmo.bilm.cache import TokenLayerCache
 
+from ..efml_models import write_efml_model
+from ..helpers import held_after
+from ..model_files import lowercasing_model
+
 
 class Interrupted:
     """Vectors whose rows cannot be read: the store stops where Ctrl-C could stop it, after the
@@ -82,3 +86,32 @@ def test_a_boundary_state_computed_before_a_clear_is_not_kept_after_it(fixture_d
     monkeypatch.setattr(runner.network, "step_boundaries", cleared_meanwhile)
     runner.boundary_state(bilm.state_policy)
     assert runner._after_boundary == {}
+
+
+@pytest.mark.parametrize("kind", ["bytes", "lowercase", "efml"])
+def test_distinct_huge_tokens_leave_no_long_text_in_the_token_cache(fixture_dir, tmp_path, kind):
+    """1,000 distinct 200 KB tokens (base64 blobs, minified lines) kept 190 MB after the call: the
+    cache was keyed on each full text, though the ids read its first max_chars - 2 bytes (ELMo's
+    tables: characters) only. Now keyed on those, the vectors as the uncached biLM gives them."""
+    path = {
+        "bytes": fixture_dir,
+        "lowercase": lambda: lowercasing_model(fixture_dir, tmp_path / "lower"),
+        "efml": lambda: write_efml_model(tmp_path / "de.model"),
+    }[kind]
+    path = path if kind == "bytes" else path()
+    bilm = load_bilm(path, state="zero")
+    bilm.embed([["warm", "up"]])
+
+    def embed_blobs():
+        bilm.embed([["%04d" % i + "É" * 50_000] for i in range(200)])  # 100 KB of utf-8 each
+
+    held = held_after(embed_blobs)
+    assert len(bilm.token_cache.slots) == 204  # <S>, </S>, warm, up and the blobs
+    assert held < 2**20, f"{held:,} bytes held after the call"
+    same_start = [["x" * 48 + "É" * 1000, "x" * 48 + "É" * 2000, "É" * 40 + "a", "É" * 40 + "b"]]
+    cached = bilm.embed(same_start)[0]
+    plain = load_bilm(path, state="zero", cache_size=0).embed(same_start)[0]
+    np.testing.assert_array_equal(cached, plain)
+    np.testing.assert_array_equal(cached[0, 0], cached[0, 1])  # token layer: the same 48 bytes
+    # 41 characters, 81 bytes: one cut in bytes, two tokens in characters
+    assert np.array_equal(cached[0, 2], cached[0, 3]) == (kind != "efml")

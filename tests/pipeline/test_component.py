@@ -17,7 +17,7 @@ from spacy_elmo import BiLM, BiLMOptions, ElmoFileError
 from spacy_elmo.feature_cache import FeatureCache
 from spacy_elmo.windows import Window, rule_sentences, windows_of
 
-from ..helpers import FLOAT32_ATOL
+from ..helpers import FLOAT32_ATOL, held_after
 
 # also run on MKL's compatible path and torch's default kernels (.ci/run)
 pytestmark = pytest.mark.numeric
@@ -220,6 +220,29 @@ def test_feature_cache_is_bounded_lru():
         cache.put(("a", i), np.zeros(50, dtype=np.float32))  # 200 bytes each
     assert cache.nbytes <= 1000 and len(cache) == 5
     assert cache.get(("a", 9)) is not None and cache.get(("a", 0)) is None
+
+
+def test_the_feature_cache_holds_no_long_token_texts_beyond_its_bound():
+    """`cache_mb` counted the arrays only, and each was keyed on its sentence's full token texts:
+    100 sentences holding a 100 KB token kept 10 MB under a 64 KB bound. Keyed on a digest now."""
+    cache = FeatureCache(max_bytes=2**16)
+
+    def fill():
+        for i in range(100):
+            sentence = ["%04d" % i + "x" * 100_000, "."]
+            cache.through("prefix", [sentence], lambda seqs: [np.zeros((3, 2, 4), np.float32)])
+
+    held = held_after(fill)
+    assert len(cache) == 100 and cache.nbytes == 100 * 96
+    assert held < 2**16, f"{held:,} bytes held"
+    for same, sentence in [
+        (True, ["0000" + "x" * 100_000, "."]),
+        (False, ["0000" + "x" * 100_001, "."]),  # one character more
+        (False, ["0000" + "x" * 100_000 + ".", ""]),  # the same characters in other tokens
+        (False, ["0000" + "x" * 100_000, ".", ""]),
+    ]:
+        found = cache.through("prefix", [sentence], lambda seqs: [np.ones(1)])[0]
+        assert (found.sum() == 0) == same
 
 
 def test_inference_is_not_answered_from_the_cache(nlp, fixture_dir, tmp_path):
