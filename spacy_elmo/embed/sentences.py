@@ -4,6 +4,7 @@ checked) and read lazily."""
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import zlib
@@ -77,26 +78,22 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
     Only \\n ends a line; a last line without it counts too (one more than `wc -l`). Text
     is checked to be UTF-8 here, before any work: ElmoFileError names the line and byte offset."""
     digest, size, lines, last = hashlib.sha256(), 0, 0, b"\n"
-    rest, rest_at = b"", 0  # the bytes after the last \n so far, and their offset in the file
+    utf8 = codecs.getincrementaldecoder("utf-8")()  # keeps a character cut between blocks
     docbin = path.suffix == ".spacy"
     with open_regular(path, "input") as f:
         then = identity(os.fstat(f.fileno()))
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+            if not docbin:
+                _check_utf8(path, utf8, block, size, lines)
+                lines += block.count(b"\n")
             size += len(block)
             last = block[-1:]
-            if docbin:
-                continue
-            buf = rest + block
-            cut = buf.rfind(b"\n") + 1
-            _check_utf8(path, buf[:cut], rest_at, lines)
-            lines += buf.count(b"\n", 0, cut)
-            rest, rest_at = buf[cut:], rest_at + cut
         check_unchanged(path, then)
     if docbin:  # every Doc read here, before any work: a file that cannot be read leaves nothing
         lines = sum(1 for _ in _docbin_sentences(path, _docbin(path, max_docbin_bytes, then)))
     else:
-        _check_utf8(path, rest, rest_at, lines)
+        _check_utf8(path, utf8, b"", size, lines)
         lines += last != b"\n"
     return {
         "input": str(path.resolve()),
@@ -107,12 +104,18 @@ def scan_input(path: Path, max_docbin_bytes: int = DEFAULT_MAX_DOCBIN_BYTES) -> 
     }
 
 
-def _check_utf8(path: Path, chunk: bytes, at: int, lines_before: int) -> None:
+def _check_utf8(
+    path: Path, utf8: codecs.IncrementalDecoder, block: bytes, at: int, lines: int
+) -> None:
+    """Feed `block` (at byte `at` of the file, after `lines` \\n) to the decoder `utf8`, the end of
+    the file where `block` is empty; ElmoFileError naming the line and byte of invalid UTF-8."""
+    held = utf8.getstate()[0]  # a character's first bytes, from the block before: no \n
     try:
-        chunk.decode("utf-8")
+        utf8.decode(block, final=not block)
     except UnicodeDecodeError as err:
+        start = max(err.start - len(held), 0)  # in `block`
         raise _bad_utf8(
-            path, lines_before + chunk.count(b"\n", 0, err.start) + 1, at + err.start, err
+            path, lines + block.count(b"\n", 0, start) + 1, at + err.start - len(held), err
         ) from None
 
 
