@@ -43,8 +43,8 @@ def embed_cli(
     lang: Annotated[
         str,
         typer.Option(
-            help="tokenize text with this spaCy language's tokenizer (a .spacy DocBin's Docs "
-            "keep their tokens)"
+            help="tokenize text with this spaCy language's tokenizer, keeping `<S>`, `</S>` and "
+            "`<unk>` whole as pretrain does (a .spacy DocBin's Docs keep their tokens)"
         ),
     ] = "en",
     whitespace: Annotated[

@@ -27,6 +27,7 @@ from ..bilm import ElmoEmbedder
 from ..dir_lock import held_by, locked
 from ..errors import ElmoConfigError, ElmoFileError, ElmoResumeError
 from ..files import is_temporary, regular_file
+from ..tokenizer import blank, spacy_name
 from ..weights import load_bilm
 from .compute import embed_blocks, parse_layer
 from .h5writer import RESUME_RETRY, HDF5Output, write_error
@@ -103,8 +104,6 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
     """Load the biLM and scan the input of a run of `options` (checked: `EmbedOptions.check`): the
     embedder and the Job, whose settings are recorded with the output (and must match when a run
     continues)."""
-    import spacy
-
     o = options
     regular_file(o.input_path, "input")  # read twice (scanned, then embedded): no pipe
     bilm = load_bilm(o.weights, state=o.state, precision=o.precision, device=o.device)
@@ -119,7 +118,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         )
     docbin = o.input_path.suffix == ".spacy"
     try:
-        nlp = None if o.whitespace and not docbin else spacy.blank(o.lang)
+        nlp = None if o.whitespace and not docbin else blank(o.lang)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
     scanned = scan_input(o.input_path, o.max_docbin_bytes)
@@ -139,7 +138,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         dtype=o.dtype,
         compression=o.compression,
         shards=o.shards,
-        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else f"spacy:{o.lang}",
+        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else spacy_name(o.lang),
     )
     writer = HDF5Output(None if o.compression == "none" else o.compression)
     return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen, input_identity=identity)

@@ -32,6 +32,7 @@ import ray.exceptions
 import torch
 
 from ..errors import ElmoConfigError, ElmoError, ElmoFileError, ElmoResourceError
+from ..tokenizer import blank
 from ..weights import load_bilm
 from .compute import bound_kernel_cache
 from .job import Job, record_complete, start_sharded, write_shard
@@ -54,12 +55,10 @@ class ShardWriter:
         ranges: list[tuple[int, int]],
         threads: int,
     ):
-        import spacy
-
         bound_kernel_cache()
         torch.set_num_threads(threads)
         self.ranges, self.tokens, self.error = ranges, 0, ""
-        self.job = replace(job, nlp=spacy.blank(lang) if lang else None, on_line=self._count)
+        self.job = replace(job, nlp=blank(lang) if lang else None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
             # "cuda": the GPU Ray gave this actor

@@ -20,6 +20,7 @@ import numpy as np
 from ..bilm.chars import BOS_TOKEN, EOS_TOKEN
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import TEXT_ENCODING, open_regular, regular_file, sha256_file
+from ..tokenizer import blank, kept_whole
 
 Tokenizer = Callable[[Iterable[str]], Iterator[List[str]]]
 GZIP_MAGIC = b"\x1f\x8b"
@@ -115,12 +116,12 @@ def _first_bad_utf8(path: Path, gz: bool) -> ElmoFileError:
 def make_tokenizer(
     kind: str, lang: str = "en", lowercase: bool = False, unk_token: Optional[str] = None
 ) -> Tokenizer:
-    """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`,
-    which keeps `<S>`, `</S>` and the corpus's `unk_token` whole (spaCy splits `<unk>` in three).
-    `lowercase`: each token lowercased after tokenizing the text as written (as the `elmo`
-    component's tokens reach a biLM that lowercases), those three kept as written."""
-    specials = (BOS_TOKEN, EOS_TOKEN, *([unk_token] if unk_token else []))
-    keep = frozenset(specials)
+    """Lines -> token lists: whitespace splitting, or the tokenizer of the spaCy language `lang`
+    that `embed` uses too (`tokenizer.blank`), which keeps `<S>`, `</S>` and the corpus's
+    `unk_token` whole (spaCy splits `<unk>` in three). `lowercase`: each token lowercased after
+    tokenizing the text as written (as the `elmo` component's tokens reach a biLM that
+    lowercases), those three kept as written."""
+    keep = frozenset(kept_whole(unk_token))
 
     def cased(tokens: List[str]) -> List[str]:
         return [t if t in keep else t.lower() for t in tokens] if lowercase else tokens
@@ -132,15 +133,10 @@ def make_tokenizer(
                 yield cased(line.split())
 
         return tokenize
-    import spacy
-    from spacy.symbols import ORTH
-
     try:
-        tokenizer = spacy.blank(lang).tokenizer
+        tokenizer = blank(lang, unk_token).tokenizer
     except Exception as err:  # spaCy raises ImportError / ValueError for unknown languages
         raise ElmoConfigError(f"no spaCy tokenizer for language {lang!r} ({err})") from None
-    for special in specials:
-        tokenizer.add_special_case(special, [{ORTH: special}])
 
     def tokenize(lines: Iterable[str]) -> Iterator[List[str]]:
         for doc in tokenizer.pipe((line.strip() for line in lines), batch_size=1000):

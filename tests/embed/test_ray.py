@@ -133,6 +133,19 @@ def test_pools_give_the_arrays_of_bilm_embed_and_the_files_of_shards(
     ]
 
 
+@pytest.mark.timeout(300)
+def test_actors_tokenize_as_pretrain_and_the_single_process_path_do(
+    local_ray, fixture_dir, tmp_path
+):
+    """Each actor made a plain spacy.blank(lang), which splits `<unk>` and `<S>` in three; now the
+    tokenizer `pretrain` and the single-process path use (spacy_elmo.tokenizer)."""
+    text = tmp_path / "in.txt"
+    text.write_text("the <unk> sat on <S> the mat .\n" * 8, encoding="utf-8")
+    embed_with_ray_run(text, tmp_path / "ray", str(fixture_dir), workers=1, lang="en")
+    with open_embeddings(tmp_path / "ray") as got:
+        assert [a.shape[1] for a in got] == [8] * 8
+
+
 def die_on_first_try_at_shard_1():
     """An actor's setup hook: the first attempt at shard 1 is killed (SIGKILL) halfway through
     its lines, its temporary file open; the marker file `$DIE_AT` says it happened (with
