@@ -40,8 +40,9 @@ def pretrain_cli(
     train: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="training text, one sentence per line: a file or a directory, optionally gzipped "
-            "(sets paths.train); repeat it, or list more paths after OUTPUT_DIR"
+            help="training text, one sentence per line (only \\n ends a line, as in embed): a file "
+            "or a directory, optionally gzipped (sets paths.train); repeat it, or list more paths "
+            "after OUTPUT_DIR"
         ),
     ] = None,
     dev: Annotated[
@@ -98,7 +99,8 @@ def pretrain_cli(
     ] = True,
     show_config: Annotated[bool, typer.Option(help="print the resolved config and exit")] = False,
 ):
-    """Train an ELMo biLM from raw text, one sentence per line.
+    """Train an ELMo biLM from raw text, one sentence per line (only \\n ends a line, as in
+    `embed`: a lone \\r does not).
 
     Config overrides in spaCy's style follow the options: any `--section.key value` of the config,
     e.g. `--training.max_steps 100 --vocab.size 10000 --softmax.type full`. Data parallel: `torchrun

@@ -1,8 +1,8 @@
 """Corpus text: the files of a corpus, their lines, the tokenizers, and each file tokenized once.
 
-A corpus is a file or a directory of files (optionally gzipped), one sentence per line. Each file
-is tokenized once into `TokenizedFile`: its distinct token texts, their counts, and every sentence
-as an array of indices into them.
+A corpus is a file or a directory of files (optionally gzipped), one sentence per line (only \\n
+ends a line, as in `embed`). Each file is tokenized once into `TokenizedFile`: its distinct token
+texts, their counts, and every sentence as an array of indices into them.
 """
 
 from __future__ import annotations
@@ -77,16 +77,17 @@ def corpus_sha256(path, what: str) -> Dict[str, str]:
 
 def read_lines(path: Path) -> Iterator[str]:
     """The lines of a corpus file (UTF-8, gzipped where it starts as gzip does, whatever its
-    name)."""
+    name), each with its \\n: only \\n ends a line, as in `embed` (a \\r, U+2028 or NEL stays in its
+    line; the \\r of \\r\\n is whitespace to either tokenizer)."""
     gz = False
     try:
         with open_regular(path, "corpus file") as raw:
             gz = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC  # never the start of UTF-8 text
             raw.seek(0)
             text = (
-                gzip.open(raw, "rt", encoding=TEXT_ENCODING)
+                gzip.open(raw, "rt", encoding=TEXT_ENCODING, newline="\n")
                 if gz
-                else io.TextIOWrapper(raw, TEXT_ENCODING)
+                else io.TextIOWrapper(raw, TEXT_ENCODING, newline="\n")
             )
             with text:
                 yield from text

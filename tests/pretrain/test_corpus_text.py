@@ -7,6 +7,7 @@ import gzip
 import pytest
 
 from spacy_elmo import ElmoFileError
+from spacy_elmo.embed.sentences import read_sentences
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.corpus import (
     UNK_ID,
@@ -14,8 +15,11 @@ from spacy_elmo.pretrain.corpus import (
     corpus_files,
     corpus_tokenizer,
     load_dev,
+    make_tokenizer,
     read_lines,
+    tokenize_file,
 )
+from spacy_elmo.tokenizer import blank
 
 from ..helpers import one_error_line, override_args, run_pretrain, toy_sentences, write_corpus
 
@@ -130,3 +134,23 @@ def test_lowercasing_keeps_the_boundaries_and_the_unk_token_as_written(tokenizer
     ]
     cased = list(corpus_tokenizer({**corpus, "lowercase": False})(line for line in lines))
     assert cased[1] == ["The", "<UNK>", "."]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("tokenizer", ["whitespace", "spacy"])
+def test_only_a_newline_ends_a_line_as_in_embed(tmp_path, gz, tokenizer):
+    """pretrain read through universal newlines, which end a line at a lone \\r too (gzipped text
+    alike); embed ends one at \\n only: a line with a \\r in it was two sentences to pretrain and
+    one to embed. Now both read the same sentences, the \\r of \\r\\n in no token."""
+    raw = b"one two\rthree four\r\nfive\xe2\x80\xa8six \xc2\x85 seven\nlast\rline\r\n"
+    path = tmp_path / ("corpus.gz" if gz else "corpus.txt")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(raw)
+    f = tokenize_file(path, make_tokenizer(tokenizer, "en"), 100)
+    pretrain = [[f.texts[i] for i in s] for s in f.sentences]
+    embed = [
+        t for _, t in read_sentences(plain, None if tokenizer == "whitespace" else blank("en"))
+    ]
+    assert len(pretrain) == 3 and pretrain == embed
+    assert not any("\r" in t for s in pretrain for t in s), pretrain
