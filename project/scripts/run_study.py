@@ -63,6 +63,10 @@ SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret", "elmo-tuned"]
 SYSTEMS_SAMPLE = ["base", "elmo", "elmo-tuned"]
 # `elmo` and `base` come from main and sample
 SYSTEMS_PLACEMENT = [s for s in PLACED if s != "elmo"]
+# a run record that is not there
+NOT_TRAINED = "not trained"
+# the runs (of `Study.runs`) -> the project.yml command that trains them
+TRAINED_BY = {"main": "train", "sample": "sample-efficiency", "placement": "placement"}
 # training step -> the runs it trains
 STEPS = {
     "train": "main",
@@ -108,25 +112,39 @@ class Study(TunedRuns):
         return record.get("bilm_fingerprint") != self.bilm_info[2]
 
     def stale(self, record_path: Path, task: Task) -> bool:
-        """Whether a run record is missing, is of other data than the task's (another --ner-data),
-        was made from other inputs than the run's now (its config, training subset or dev split
-        changed; records made before runs recorded their inputs are trusted), is an ELMo run made
-        with another biLM than the current one, or is a run of the tuned biLM made with another
-        tuning than the current one of its training set (or with none now)."""
+        """Whether a run record is missing or out of date (`why_stale` says why)."""
+        return self.why_stale(record_path, task) is not None
+
+    def why_stale(self, record_path: Path, task: Task) -> Optional[str]:
+        """Why a run record is stale, or None where it is not: it is missing (NOT_TRAINED), is of
+        other data than the task's (another --ner-data), was made from other inputs than the run's
+        now (its config, training subset or dev split changed; records made before runs recorded
+        their inputs are trusted), is an ELMo run made with another biLM than the current one, or
+        is a run of the tuned biLM made with another tuning than the current one of its training
+        set (or with none now)."""
         if not record_path.exists():
-            return True
+            return NOT_TRAINED
         record = json.loads(record_path.read_text(encoding="utf-8"))
         if record.get("data") != task.data:
-            return True
+            return f"made on other data ({record.get('data')})"
         inputs = record.get("inputs")
         if inputs is not None:
-            if inputs != self.inputs(task, record["system"], record["fraction"], record["seed"]):
-                return True
+            now = self.inputs(task, record["system"], record["fraction"], record["seed"])
+            if inputs != now:
+                changed = sorted(
+                    k for k in inputs.keys() | now.keys() if inputs.get(k) != now.get(k)
+                )
+                return f"made from other inputs ({', '.join(changed)} changed since)"
         if record["system"] not in ELMO_SYSTEMS:
-            return False
+            return None
         if self.other_bilm(record):
-            return True
-        return record["system"] in TUNED_SYSTEMS and self.other_tuning(record, task)
+            return (
+                f"made with another biLM (fingerprint {str(record.get('bilm_fingerprint'))[:12]}, "
+                f"the current biLM's {self.bilm_info[2][:12]}, {self.bilm})"
+            )
+        if record["system"] in TUNED_SYSTEMS and self.other_tuning(record, task):
+            return "made with another tuning of the biLM than the current one of its training set"
+        return None
 
     def digest(self, path: Path) -> str:
         """The sha256 of a file, computed once per size and modification time."""
@@ -351,14 +369,23 @@ class Study(TunedRuns):
 
     def evaluate_step(self) -> None:
         """Test scores, speed and size of every trained run whose metrics are missing or record
-        another training of it (its train.json: the run was trained again)."""
+        another training of it (its train.json: the run was trained again); a trained run that is
+        stale (made with another biLM than --bilm, say) is named, and left to its training step."""
         runs_dir = self.metrics / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
-        runs = [r for which in STEPS.values() for r in self.runs(which)]
-        for task, system, fraction, seed in runs + self.tuned_placed()[0]:
+        runs = [(which, r) for which in STEPS.values() for r in self.runs(which)]
+        runs += [("placement", r) for r in self.tuned_placed()[0]]
+        for which, (task, system, fraction, seed) in runs:
             out = self.run_dir(task, system, fraction, seed)
-            target = runs_dir / f"{self.run_id(task, system, fraction, seed)}.json"
-            if self.stale(out / "train.json", task):
+            run_id = self.run_id(task, system, fraction, seed)
+            target = runs_dir / f"{run_id}.json"
+            reason = self.why_stale(out / "train.json", task)
+            if reason is not None:
+                if reason != NOT_TRAINED:
+                    print(
+                        f"{run_id}: not evaluated: {reason}; the {TRAINED_BY[which]} step "
+                        "trains it again (with the same --vars)"
+                    )
                 continue
             record = json.loads((out / "train.json").read_text(encoding="utf-8"))
             if not self.stale(target, task) and evaluated(target, record):
