@@ -63,6 +63,8 @@ SYSTEMS_MAIN = ["base", "elmo", "spacy-pretrain", "floret", "elmo-tuned"]
 SYSTEMS_SAMPLE = ["base", "elmo", "elmo-tuned"]
 # `elmo` and `base` come from main and sample
 SYSTEMS_PLACEMENT = [s for s in PLACED if s != "elmo"]
+# the modules that turn a data file into a split (a split records their sha256)
+CONVERTERS = (convert_data, corpora)
 # a run record that is not there
 NOT_TRAINED = "not trained"
 # the runs (of `Study.runs`) -> the project.yml command that trains them
@@ -170,7 +172,7 @@ class Study(TunedRuns):
         """What the corpus step makes a split from: the data file's sha256, the subset's fraction,
         seed and size limit, and the converters' sha256."""
         limit = self.scale.train_sentences if split == "train" else self.scale.eval_sentences
-        converters = (Path(convert_data.__file__), Path(corpora.__file__))
+        converters = [Path(module.__file__) for module in CONVERTERS]
         return {
             "source_sha256": self.digest(self.assets / task.files[split]),
             "fraction": fraction,

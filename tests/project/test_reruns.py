@@ -3,10 +3,13 @@ scripts read, and the scripts compare each record with what it was made from, sa
 redo or skip a run."""
 
 import json
+from pathlib import Path
 
+import pytest
 from weasel.util import load_project_config
 
-from project.scripts.run_study import Study
+from project.scripts import run_study
+from project.scripts.run_study import CONVERTERS, Study
 from project.scripts.study import SCALES, TASKS
 
 from ..helpers import REPO
@@ -69,3 +72,24 @@ def test_a_stale_runs_reason_is_given(tmp_path, fixture_dir):
     assert "other data" in study.why_stale(record, TASKS["pos"])
     record.write_text(json.dumps({"task": "pos", "data": TASKS["pos"].data, "system": "base"}))
     assert study.why_stale(record, TASKS["pos"]) is None
+
+
+def covered(path, deps):
+    """Whether one of a step's deps is `path` or a directory above it."""
+    return any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
+
+
+@pytest.mark.parametrize("ner_data", ["uner", "conll2003"])
+def test_the_corpus_step_depends_on_every_file_it_converts_and_on_its_converters(ner_data):
+    """New NER data (either data set) or an edited converter reruns the step, which converts
+    again what was made from them (the splits record the same files)."""
+    corpus = commands(ner_data=ner_data)["corpus"]
+    [script] = corpus["script"]
+    deps = corpus["deps"]
+    for task in Study(SCALES["full"], None, ner_data).tasks:
+        for name in task.files.values():
+            assert covered(f"project/assets/{name}", deps), (name, deps)
+    for module in (*CONVERTERS, run_study):
+        path = Path(module.__file__).relative_to(REPO).as_posix()
+        assert covered(path, deps), (path, deps)
+    assert "-m project.scripts.run_study corpus " in script
