@@ -1,17 +1,20 @@
 """The two baselines that read the biLM's pretraining text (the `baselines` step): `spacy pretrain`
 of the tok2vec and floret vectors. baselines.json in the scale's metrics directory keeps the cost of
 each. Each baseline is done once its record (pretrain.json, floret.json) is written, last; a
-directory without it (a step stopped midway) is removed and the baseline redone."""
+directory without it (a step stopped midway) is removed and the baseline redone, and so is one whose
+record says it was made from other text or settings than the step's now (saying which)."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+from .fetch_assets import sha256_file
 from .study import ASSETS, CONFIGS, LM_TEXT, Scale, run, shown
 
 
@@ -22,7 +25,8 @@ def pretrain_baselines(
     `training`/baselines; their costs recorded in `metrics`/baselines.json."""
     out = training / "baselines"
     out.mkdir(parents=True, exist_ok=True)
-    jsonl = raw_text_jsonl(scale, training / "text", out / "raw_text.jsonl")
+    texts = [scale.slice_text(ASSETS / "lm" / name, training / "text") for name in LM_TEXT]
+    jsonl = raw_text_jsonl(texts, out / "raw_text.jsonl")
     record = metrics / "baselines.json"
     costs = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
     if systems is None or "spacy-pretrain" in systems:
@@ -37,26 +41,38 @@ def pretrain_baselines(
     record.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def raw_text_jsonl(scale: Scale, text_dir: Path, jsonl: Path) -> Path:
-    """The pretraining text (the scale's slice of it) as `spacy pretrain` reads it: one
-    `{"text": ...}` line per non-blank line, whitespace normalized; written once."""
-    texts = [scale.slice_text(ASSETS / "lm" / name, text_dir) for name in LM_TEXT]
-    if not jsonl.exists():
-        with open(jsonl.with_suffix(".part"), "w", encoding="utf-8") as f:
-            for path in texts:
-                with open(path, encoding="utf-8") as src:
-                    for line in src:
-                        if line.split():
-                            f.write(json.dumps({"text": " ".join(line.split())}) + "\n")
-        jsonl.with_suffix(".part").replace(jsonl)
+def raw_text_jsonl(texts: List[Path], jsonl: Path) -> Path:
+    """The pretraining text (the scale's slice of it: `texts`) as `spacy pretrain` reads it: one
+    `{"text": ...}` line per non-blank line, whitespace normalized; written again where the text
+    changed."""
+    part = jsonl.with_suffix(".part")
+    with open(part, "w", encoding="utf-8") as f:
+        for path in texts:
+            with open(path, encoding="utf-8") as src:
+                for line in src:
+                    if line.split():
+                        f.write(json.dumps({"text": " ".join(line.split())}) + "\n")
+    if jsonl.is_file() and filecmp.cmp(part, jsonl, shallow=False):
+        part.unlink()
+    else:
+        if jsonl.exists():
+            print(f"{shown(jsonl)}: the pretraining text changed: written again")
+        part.replace(jsonl)
     return jsonl
 
 
-def fresh(out: Path, record: Path) -> bool:
-    """Whether the baseline in `out` is still to do: its record is missing. What a stopped step
-    left there is removed."""
+def fresh(out: Path, record: Path, made_from: Dict) -> bool:
+    """Whether the baseline in `out` is still to do: its record is missing, or says it was made
+    from other text or settings than `made_from` (a record from before baselines recorded them is
+    trusted). What a stopped step or another baseline left there is removed."""
     if record.is_file():
-        return False
+        recorded = json.loads(record.read_text(encoding="utf-8")).get("made_from")
+        if recorded is None or recorded == made_from:
+            return False
+        changed = sorted(
+            k for k in recorded.keys() | made_from.keys() if recorded.get(k) != made_from.get(k)
+        )
+        print(f"{shown(out)} was made from another {', '.join(changed)}: made again")
     if out.exists():
         shutil.rmtree(out)
     return True
@@ -71,13 +87,11 @@ def write_record(path: Path, record: dict) -> None:
 
 def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
     """The tok2vec pretrained by `spacy pretrain` in `out` (model-last.bin), then pretrain.json."""
-    if not fresh(out, out / "pretrain.json"):
+    settings = {k: v for k, v in scale.baseline_overrides.items() if k.startswith("pretraining.")}
+    made_from = {"text_sha256": sha256_file(jsonl), "settings": settings}
+    if not fresh(out, out / "pretrain.json", made_from):
         return
-    overrides = [
-        f"--{k}={json.dumps(v)}"
-        for k, v in scale.baseline_overrides.items()
-        if k.startswith("pretraining.")
-    ]
+    overrides = [f"--{k}={json.dumps(v)}" for k, v in settings.items()]
     start = time.perf_counter()
     run(
         [
@@ -92,14 +106,18 @@ def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
             *overrides,
         ]
     )
-    record = {"seconds": time.perf_counter() - start, "text": shown(jsonl)}
+    record = {"seconds": time.perf_counter() - start, "text": shown(jsonl), "made_from": made_from}
     write_record(out / "pretrain.json", record)
 
 
 def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
     """floret vectors trained on the text, as spaCy vectors in `out`/vectors, then floret.json."""
     vectors = out / "vectors"
-    if not fresh(out, out / "floret.json"):
+    epochs = scale.baseline_overrides.get("pretraining.max_epochs", 1) * 2
+    bucket = scale.baseline_overrides.get("floret.bucket", 50000)  # rows of the vector table
+    settings = {"epochs": epochs, "bucket": bucket, "dim": 100}
+    made_from = {"text_sha256": sha256_file(jsonl), "settings": settings}
+    if not fresh(out, out / "floret.json", made_from):
         return
     import floret
 
@@ -108,8 +126,6 @@ def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
     with open(jsonl, encoding="utf-8") as src, open(text, "w", encoding="utf-8") as dst:
         for line in src:
             dst.write(json.loads(line)["text"] + "\n")
-    epochs = scale.baseline_overrides.get("pretraining.max_epochs", 1) * 2
-    bucket = scale.baseline_overrides.get("floret.bucket", 50000)  # rows of the vector table
     start = time.perf_counter()
     model = floret.train_unsupervised(
         str(text),
@@ -120,7 +136,7 @@ def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
         minn=3,
         maxn=5,
         minCount=2,
-        dim=100,
+        dim=settings["dim"],
         epoch=epochs,
         thread=threads,
     )
@@ -140,4 +156,5 @@ def floret_vectors(scale: Scale, jsonl: Path, out: Path, threads: int) -> None:
             "floret",
         ]
     )
-    write_record(out / "floret.json", {"seconds": seconds, "dim": 100, "epochs": epochs})
+    record = {"seconds": seconds, "dim": settings["dim"], "epochs": epochs, "made_from": made_from}
+    write_record(out / "floret.json", record)

@@ -14,19 +14,26 @@ follow. An interrupted run continues from its checkpoint.
 Writes project/training/<scale>/bilm/model (the biLM the later steps use) and bilm.json in the
 scale's metrics directory (project/metrics for the full study): the biLM's path, sha256 and, when
 trained here, its training record (config, seed, corpus sha256s, time, dev perplexity). With
---weights nothing is trained: bilm.json points at the given weights.
+--weights nothing is trained: bilm.json points at the given weights. A biLM already trained is
+kept where it was trained as asked (settings, budget and training text); where it was trained
+otherwise the step stops, naming what changed: it never trains one again unasked (remove its
+directory to do so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import List
+
+from thinc.api import Config
 
 from spacy_elmo.weights.hub import sha256_file
 
-from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, errors, metrics_dir
+from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, errors, metrics_dir, shown
 
 LM = ASSETS / "lm"
 DEV_TEXT = "wikitext2.valid.txt"
@@ -48,6 +55,57 @@ def record_given_weights(weights: str, record_path: Path) -> None:
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
     print(f"using the given biLM {weights}; nothing to train")
+
+
+def trained_otherwise(config: Config, bilm_dir: Path) -> List[str]:
+    """How the biLM trained in `bilm_dir` (its config.cfg and corpus.json) differs from the one
+    `config` asks for: each setting, budget included (not those that only say when to report or
+    checkpoint), and each training file whose sha256 differs."""
+    from spacy_elmo.pretrain.outputs import (
+        CONFIG_FILE,
+        CORPUS_RECORD,
+        DEFAULTS_BEFORE,
+        RESUMABLE_CHANGES,
+        resolved_paths,
+    )
+    from spacy_elmo.pretrain.text import corpus_sha256
+
+    saved = Config().from_disk(bilm_dir / CONFIG_FILE, interpolate=False)
+    budget = {"max_steps", "max_epochs", "max_minutes"}
+    changes = []
+    for section in ("corpus", "vocab", "model", "softmax", "training"):
+        for key, value in config[section].items():
+            if section == "training" and key in RESUMABLE_CHANGES - budget:
+                continue
+            old = saved.get(section, {}).get(key, DEFAULTS_BEFORE.get((section, key)))
+            if section == "corpus" and key in ("train", "dev"):
+                old, value = resolved_paths(old), resolved_paths(value)
+            if old != value:
+                changes.append(f"{section}.{key} was {old!r}, now {value!r}")
+    recorded = json.loads((bilm_dir / CORPUS_RECORD).read_text(encoding="utf-8"))
+    recorded = {os.path.realpath(k): v for k, v in recorded.items()}
+    now = {
+        os.path.realpath(k): v for k, v in corpus_sha256(config["corpus"]["train"], "train").items()
+    }
+    for name in sorted(recorded.keys() | now.keys()):
+        if recorded.get(name) != now.get(name):
+            what = "is new" if name not in recorded else "is gone" if name not in now else "changed"
+            changes.append(f"the training text {shown(name)} {what}")
+    return changes
+
+
+def check_trained(config: Config, bilm_dir: Path) -> None:
+    """SystemExit naming what changed where the biLM in `bilm_dir` was trained otherwise than
+    `config` asks: it is kept, never trained again unasked."""
+    changes = trained_otherwise(config, bilm_dir)
+    if changes:
+        raise SystemExit(
+            f"error: the biLM in {shown(bilm_dir)} was trained otherwise than this step asks: "
+            f"{'; '.join(changes)}. It is kept (the ELMo runs, the tunings and the probe read it, "
+            "and a biLM trained again does not come out bit for bit the same): to train one as "
+            f"asked, remove {shown(bilm_dir)} (or move it away) and run the step again; to keep "
+            "it, run the step with the settings and text it was trained with"
+        )
 
 
 @errors()
@@ -93,11 +151,11 @@ def main() -> None:
     }
     config = load_config(None, values)
     bilm_dir = out / "bilm"
-    trained = (bilm_dir / "model" / "training.json").is_file()
-    resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file() and not trained
     if (bilm_dir / "model" / "training.json").is_file():
-        print(f"{bilm_dir / 'model'} is already trained")
+        check_trained(config, bilm_dir)
+        print(f"{shown(bilm_dir / 'model')} is already trained with these settings and text")
     else:
+        resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file()
         train(config, bilm_dir, resume=resume, log=lambda msg: print(msg, file=sys.stderr))
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(bilm_record(bilm_dir / "model"), indent=2), encoding="utf-8")

@@ -1,13 +1,15 @@
 """The `baselines` step's two baselines at smoke scale: each is done once its record is written
-(its last file), and a directory that a killed step left without it is redone."""
+(its last file), and a directory that a killed step left without it is redone, as is one made from
+other text or settings."""
 
 import gzip
+import hashlib
 import json
 from itertools import islice
 
 import pytest
 
-from project.scripts.baselines import floret_vectors, spacy_pretrain
+from project.scripts.baselines import floret_vectors, raw_text_jsonl, spacy_pretrain
 from project.scripts.study import SCALES
 
 from ..helpers import data_path
@@ -54,3 +56,41 @@ def test_spacy_pretrain_cut_off_after_model_last_is_redone(jsonl, tmp_path):
     stamp = (out / "pretrain.json").stat().st_mtime_ns
     spacy_pretrain(SCALES["smoke"], jsonl, out)
     assert (out / "pretrain.json").stat().st_mtime_ns == stamp
+
+
+def test_the_raw_text_is_written_again_where_the_text_changed(tmp_path, capsys):
+    """raw_text.jsonl follows the pretraining text: unchanged text leaves it as it is, new text
+    (a new release of the raw text, say) writes it again and says so."""
+    texts = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    texts[0].write_text("The cat  sat .\n\nA dog ran .\n")
+    texts[1].write_text("News text .\n")
+    jsonl = raw_text_jsonl(texts, tmp_path / "raw_text.jsonl")
+    lines = [json.loads(line)["text"] for line in jsonl.read_text().splitlines()]
+    assert lines == ["The cat sat .", "A dog ran .", "News text ."]
+    stamp = jsonl.stat().st_mtime_ns
+    raw_text_jsonl(texts, jsonl)
+    assert jsonl.stat().st_mtime_ns == stamp and "changed" not in capsys.readouterr().out
+    texts[0].write_text("THE cat sat .\n")
+    raw_text_jsonl(texts, jsonl)
+    assert json.loads(jsonl.read_text().splitlines()[0])["text"] == "THE cat sat ."
+    assert "the pretraining text changed: written again" in capsys.readouterr().out
+
+
+def test_a_baseline_made_from_other_text_is_made_again(jsonl, tmp_path, capsys):
+    """The floret vectors record the sha256 of the text they were trained on: on other text they
+    are trained again (and the step says why), on the same text they are kept."""
+    out = tmp_path / "floret"
+    floret_vectors(SCALES["smoke"], jsonl, out, threads=1)
+    vectors = (out / "vectors" / "vocab" / "vectors").read_bytes()
+    other = tmp_path / "other.jsonl"
+    lines = jsonl.read_text().splitlines()
+    other.write_text("\n".join(lines[len(lines) // 2 :]) + "\n")
+    capsys.readouterr()
+    floret_vectors(SCALES["smoke"], other, out, threads=1)
+    assert "was made from another text_sha256: made again" in capsys.readouterr().out
+    assert (out / "vectors" / "vocab" / "vectors").read_bytes() != vectors
+    record = json.loads((out / "floret.json").read_text())
+    assert record["made_from"]["text_sha256"] == hashlib.sha256(other.read_bytes()).hexdigest()
+    stamp = (out / "floret.json").stat().st_mtime_ns
+    floret_vectors(SCALES["smoke"], other, out, threads=1)
+    assert (out / "floret.json").stat().st_mtime_ns == stamp

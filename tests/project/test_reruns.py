@@ -2,17 +2,24 @@
 scripts read, and the scripts compare each record with what it was made from, saying why they
 redo or skip a run."""
 
+import gzip
 import json
+import os
+import subprocess
+import sys
+from itertools import islice
 from pathlib import Path
 
 import pytest
 from weasel.util import load_project_config
 
 from project.scripts import run_study
+from project.scripts.pretrain_bilm import check_trained, trained_otherwise
 from project.scripts.run_study import CONVERTERS, Study
 from project.scripts.study import SCALES, TASKS
 
-from ..helpers import REPO
+from ..helpers import REPO, data_path, quiet_train, tiny_config, toy_sentences, write_corpus
+from .project_copy import copy_project
 
 
 def commands(**variables):
@@ -93,3 +100,91 @@ def test_the_corpus_step_depends_on_every_file_it_converts_and_on_its_converters
         path = Path(module.__file__).relative_to(REPO).as_posix()
         assert covered(path, deps), (path, deps)
     assert "-m project.scripts.run_study corpus " in script
+
+
+def test_a_bilm_trained_otherwise_than_asked_is_kept_and_the_step_names_what_changed(tmp_path):
+    """The pretrain step finds a trained biLM: of the settings, budget and text asked for, it is
+    used; trained with another budget or on other text, the step stops naming the change (and how
+    to train one as asked) rather than take it as "already trained"."""
+    train_file = write_corpus(tmp_path / "text" / "train.txt", toy_sentences(60))
+    dev_file = write_corpus(tmp_path / "text" / "dev.txt", toy_sentences(10, seed=1))
+    bilm_dir = tmp_path / "bilm"
+    quiet_train(tiny_config(train_file, dev_file), bilm_dir)
+    assert trained_otherwise(tiny_config(train_file, dev_file), bilm_dir) == []
+    # when to report is not what the biLM was made from
+    assert (
+        trained_otherwise(tiny_config(train_file, dev_file, training__eval_every=5), bilm_dir) == []
+    )
+    longer = tiny_config(train_file, dev_file, training__max_steps=40)
+    assert trained_otherwise(longer, bilm_dir) == ["training.max_steps was 20, now 40"]
+    write_corpus(train_file, toy_sentences(60, seed=2))
+    [change] = trained_otherwise(tiny_config(train_file, dev_file), bilm_dir)
+    assert change == f"the training text {train_file} changed"
+    with pytest.raises(SystemExit) as stop:
+        check_trained(longer, bilm_dir)
+    message = str(stop.value)
+    assert message.startswith(f"error: the biLM in {bilm_dir} was trained otherwise"), message
+    assert "training.max_steps was 20, now 40" in message and "text" in message
+    assert f"remove {bilm_dir}" in message and "\n" not in message
+
+
+LM_SOURCES = {
+    "wikitext2.train.txt": "wikitext2/train.txt.gz",
+    "wikitext2.valid.txt": "wikitext2/valid.txt.gz",
+    "1b_benchmark.dev.tokens": "lm1b_heldout/news.en.heldout-00010-of-00050.gz",
+    "1b_benchmark.test.tokens": "lm1b_heldout/news.en.heldout-00012-of-00050.gz",
+}
+
+
+def small_lm_assets(project, lines=120):
+    """project/assets/lm in a project copy: the first lines of each raw text (the smoke scale
+    reads 100 of them)."""
+    lm = project / "project" / "assets" / "lm"
+    lm.mkdir(parents=True)
+    for name, source in LM_SOURCES.items():
+        with gzip.open(data_path(*source.split("/")), "rt", encoding="utf-8") as src:
+            (lm / name).write_text("".join(islice(src, lines)), encoding="utf-8")
+    return lm
+
+
+def pretrain_step(project, *args):
+    """`python -m project.scripts.pretrain_bilm --scale smoke ARGS` in the project copy."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "project.scripts.pretrain_bilm",
+            "--scale",
+            "smoke",
+            "--threads",
+            "1",
+            *args,
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_pretrain_step_stops_where_its_bilm_was_trained_with_another_budget(tmp_path):
+    """As the step runs it: the second run asks for more steps than the biLM was trained for and
+    stops with one error line naming that, and bilm.json still names the biLM trained."""
+    copy_project(tmp_path)
+    small_lm_assets(tmp_path)
+    first = pretrain_step(tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    record = tmp_path / "project" / "training" / "smoke" / "metrics" / "bilm.json"
+    trained = record.read_text()
+    again = pretrain_step(tmp_path)
+    assert again.returncode == 0 and "already trained" in again.stdout, again.stderr[-2000:]
+    longer = pretrain_step(tmp_path, "--training.max_steps", "25")
+    assert longer.returncode == 1, longer.stdout + longer.stderr[-2000:]
+    assert longer.stderr.startswith("error: the biLM in project/training/smoke/bilm was trained")
+    assert "training.max_steps was 20, now 25" in longer.stderr, longer.stderr
+    assert record.read_text() == trained
