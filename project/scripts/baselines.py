@@ -85,10 +85,17 @@ def write_record(path: Path, record: dict) -> None:
     part.replace(path)
 
 
-def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
-    """The tok2vec pretrained by `spacy pretrain` in `out` (model-last.bin), then pretrain.json."""
+def spacy_pretrain(
+    scale: Scale, jsonl: Path, out: Path, config: Path = CONFIGS / "pretrain_tok2vec.cfg"
+) -> None:
+    """The tok2vec pretrained by `spacy pretrain` with `config` in `out` (model-last.bin), then
+    pretrain.json."""
     settings = {k: v for k, v in scale.baseline_overrides.items() if k.startswith("pretraining.")}
-    made_from = {"text_sha256": sha256_file(jsonl), "settings": settings}
+    made_from = {
+        "text_sha256": sha256_file(jsonl),
+        "settings": settings,
+        "config_sha256": sha256_file(config),
+    }
     if not fresh(out, out / "pretrain.json", made_from):
         return
     overrides = [f"--{k}={json.dumps(v)}" for k, v in settings.items()]
@@ -99,7 +106,7 @@ def spacy_pretrain(scale: Scale, jsonl: Path, out: Path) -> None:
             "-m",
             "spacy",
             "pretrain",
-            str(CONFIGS / "pretrain_tok2vec.cfg"),
+            str(config),
             str(out),
             "--paths.raw_text",
             str(jsonl),

@@ -15,12 +15,14 @@ tuned on the run's own training set); the `placement` step's systems put ELMo el
 trains the tuned biLM there too (`elmo-tuned-output`, say). At fractions below 1 the seed also draws
 the training subset, so each seed sees a different random subset. The runs of the two NER data
 sets are kept side by side (the summary gives each its rows); a run of any ELMo system made with
-another biLM is redone, and so is a run of the tuned biLM made with another tuning.
+another biLM is redone, and so is a run of the tuned biLM made with another tuning, and a run
+of `spacy-pretrain` or `floret` made with other baseline weights or vectors than those there now.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -121,9 +123,10 @@ class Study(TunedRuns):
         """Why a run record is stale, or None where it is not: it is missing (NOT_TRAINED), is of
         other data than the task's (another --ner-data), was made from other inputs than the run's
         now (its config, training subset or dev split changed; records made before runs recorded
-        their inputs are trusted), is an ELMo run made with another biLM than the current one, or
-        is a run of the tuned biLM made with another tuning than the current one of its training
-        set (or with none now)."""
+        their inputs are trusted), is a baseline's run made with another baseline artefact than
+        the one there now (records from before runs recorded it are trusted), is an ELMo run made
+        with another biLM than the current one, or is a run of the tuned biLM made with another
+        tuning than the current one of its training set (or with none now)."""
         if not record_path.exists():
             return NOT_TRAINED
         record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -137,6 +140,9 @@ class Study(TunedRuns):
                     k for k in inputs.keys() | now.keys() if inputs.get(k) != now.get(k)
                 )
                 return f"made from other inputs ({', '.join(changed)} changed since)"
+        if "baseline" in record and record["baseline"] != self.baseline_of(record["system"]):
+            [path] = record["baseline"]
+            return f"made with another baseline than {path} now (the baselines step made it again)"
         if record["system"] not in ELMO_SYSTEMS:
             return None
         if self.other_bilm(record):
@@ -167,6 +173,21 @@ class Study(TunedRuns):
         if system == "spacy-pretrain":
             files.append(CONFIGS / "pretrain_tok2vec.cfg")
         return {shown(path): self.digest(path) for path in files}
+
+    def baseline_of(self, system: str) -> Optional[Dict[str, Optional[str]]]:
+        """The baseline artefact a run of `system` starts from, by its path in the project -> its
+        sha256 (None where it is missing): the tok2vec weights of `spacy pretrain`, or the floret
+        vectors (the sha256 of their files' names and sha256); None for the other systems."""
+        baselines = self.training / "baselines"
+        if system == "spacy-pretrain":
+            path = baselines / "tok2vec" / "model-last.bin"
+            return {shown(path): self.digest(path) if path.is_file() else None}
+        if system == "floret":
+            path = baselines / "floret" / "vectors"
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+            listing = "".join(f"{p.relative_to(path)} {self.digest(p)}\n" for p in files)
+            return {shown(path): sha256_text(listing) if files else None}
+        return None
 
     def made_from(self, task: Task, split: str, fraction: float, seed: int) -> Dict:
         """What the corpus step makes a split from: the data file's sha256, the subset's fraction,
@@ -315,6 +336,7 @@ class Study(TunedRuns):
             else None
         )
         inputs = self.inputs(task, system, fraction, seed)
+        baseline = self.baseline_of(system)
         config = self.config_of(task, system)
         if system == "spacy-pretrain":
             config = with_pretraining_section(config, out)
@@ -363,6 +385,8 @@ class Study(TunedRuns):
             "machine": machine_line(),
             "inputs": inputs,
         }
+        if baseline is not None:
+            record["baseline"] = baseline
         if system in ELMO_SYSTEMS:
             record["bilm_fingerprint"] = self.bilm_info[2]
         if tuned is not None:
@@ -421,6 +445,10 @@ def with_pretraining_section(config: Path, out: Path) -> Path:
     target = out / f"{config.stem}+pretraining.cfg"
     merged.to_disk(target)
     return target
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def count_docs(path: Path) -> int:

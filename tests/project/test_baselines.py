@@ -10,7 +10,7 @@ from itertools import islice
 import pytest
 
 from project.scripts.baselines import floret_vectors, raw_text_jsonl, spacy_pretrain
-from project.scripts.study import SCALES
+from project.scripts.study import CONFIGS, SCALES
 
 from ..helpers import data_path
 
@@ -94,3 +94,22 @@ def test_a_baseline_made_from_other_text_is_made_again(jsonl, tmp_path, capsys):
     stamp = (out / "floret.json").stat().st_mtime_ns
     floret_vectors(SCALES["smoke"], other, out, threads=1)
     assert (out / "floret.json").stat().st_mtime_ns == stamp
+
+
+def test_spacy_pretrain_with_another_config_is_made_again(jsonl, tmp_path, capsys):
+    """An edited pretrain_tok2vec.cfg (its dropout here) pretrains the tok2vec again: the weights
+    are not kept from the earlier config while the runs record the new one's sha256."""
+    config = tmp_path / "pretrain_tok2vec.cfg"
+    config.write_text((CONFIGS / "pretrain_tok2vec.cfg").read_text())
+    out = tmp_path / "tok2vec"
+    spacy_pretrain(SCALES["smoke"], jsonl, out, config)
+    weights = (out / "model-last.bin").read_bytes()
+    text = config.read_text()
+    assert "\ndropout = 0.2\n" in text
+    config.write_text(text.replace("\ndropout = 0.2\n", "\ndropout = 0.5\n"))
+    capsys.readouterr()
+    spacy_pretrain(SCALES["smoke"], jsonl, out, config)
+    assert "was made from another config_sha256: made again" in capsys.readouterr().out
+    assert (out / "model-last.bin").read_bytes() != weights
+    record = json.loads((out / "pretrain.json").read_text())
+    assert record["made_from"]["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()

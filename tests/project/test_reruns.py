@@ -15,8 +15,8 @@ from weasel.util import load_project_config
 
 from project.scripts import run_study
 from project.scripts.pretrain_bilm import check_trained, trained_otherwise
-from project.scripts.run_study import CONVERTERS, Study
-from project.scripts.study import SCALES, TASKS
+from project.scripts.run_study import CONVERTERS, SYSTEMS_MAIN, Study
+from project.scripts.study import CONFIGS, SCALES, TASKS, shown
 
 from ..helpers import REPO, data_path, quiet_train, tiny_config, toy_sentences, write_corpus
 from .project_copy import copy_project
@@ -188,3 +188,44 @@ def test_the_pretrain_step_stops_where_its_bilm_was_trained_with_another_budget(
     assert longer.stderr.startswith("error: the biLM in project/training/smoke/bilm was trained")
     assert "training.max_steps was 20, now 25" in longer.stderr, longer.stderr
     assert record.read_text() == trained
+
+
+def test_the_train_step_depends_on_every_config_its_runs_read():
+    """An edited pretrain_tok2vec.cfg (whose [pretraining] the spacy-pretrain runs train with, and
+    whose sha256 they record) reruns the step as the task configs do."""
+    deps = commands()["train"]["deps"]
+    study = Study(SCALES["full"], None, "uner")
+    configs = {study.config_of(task, system) for task in study.tasks for system in SYSTEMS_MAIN}
+    for path in [*sorted(configs), CONFIGS / "pretrain_tok2vec.cfg"]:
+        assert covered(shown(path), deps), (shown(path), deps)
+
+
+@pytest.mark.parametrize("system", ["floret", "spacy-pretrain"])
+def test_a_baseline_run_made_with_other_baseline_weights_is_stale(tmp_path, system):
+    """A run of a baseline records the sha256 of the vectors or weights it started from: after the
+    baselines step made them again, the run is stale (and says why); a record from before runs
+    recorded them is trusted."""
+    study = Study(SCALES["smoke"], None, "uner", tasks=["pos"])
+    study.training = tmp_path / "training"
+    baselines = study.training / "baselines"
+    artefact = {
+        "floret": baselines / "floret" / "vectors" / "vocab" / "vectors",
+        "spacy-pretrain": baselines / "tok2vec" / "model-last.bin",
+    }[system]
+    artefact.parent.mkdir(parents=True)
+    artefact.write_bytes(b"first")
+    record = {"task": "pos", "data": TASKS["pos"].data, "system": system, "fraction": 1.0}
+    path = tmp_path / "train.json"
+    shown_path = shown(artefact if system == "spacy-pretrain" else artefact.parent.parent)
+    path.write_text(json.dumps({**record, "baseline": {shown_path: "0" * 64}}))
+    reason = study.why_stale(path, TASKS["pos"])
+    assert (
+        reason
+        == f"made with another baseline than {shown_path} now (the baselines step made it again)"
+    )
+    path.write_text(json.dumps({**record, "baseline": study.baseline_of(system)}))
+    assert not study.stale(path, TASKS["pos"])
+    artefact.write_bytes(b"made again")
+    assert study.stale(path, TASKS["pos"])
+    path.write_text(json.dumps(record))
+    assert not study.stale(path, TASKS["pos"])
