@@ -2,6 +2,7 @@
 scripts read, and the scripts compare each record with what it was made from, saying why they
 redo or skip a run."""
 
+import ast
 import gzip
 import json
 import os
@@ -229,3 +230,28 @@ def test_a_baseline_run_made_with_other_baseline_weights_is_stale(tmp_path, syst
     assert study.stale(path, TASKS["pos"])
     path.write_text(json.dumps(record))
     assert not study.stale(path, TASKS["pos"])
+
+
+def imported_scripts(name, seen=None):
+    """project/scripts/<name>.py and the scripts it imports (`from .module import ...`), all the
+    way down."""
+    seen = set() if seen is None else seen
+    path = REPO / "project" / "scripts" / f"{name}.py"
+    seen.add(path.relative_to(REPO).as_posix())
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            if f"project/scripts/{node.module}.py" not in seen:
+                imported_scripts(node.module, seen)
+    return seen
+
+
+def test_the_summary_depends_on_every_record_and_script_it_is_rendered_from():
+    """summary.md is rendered from the runs' metrics and bilm.json, baselines.json, probe.json and
+    tuned.json, by summarize.py and the scripts it imports: a change to any of them renders it
+    again."""
+    summary = commands(metrics_dir="project/metrics")["summary"]
+    deps = summary["deps"]
+    records = ["runs", "bilm.json", "baselines.json", "probe.json", "tuned.json"]
+    for path in [*(f"project/metrics/{name}" for name in records), *imported_scripts("summarize")]:
+        assert covered(path, deps), (path, deps)
+    assert summary["script"] == ["python -m project.scripts.summarize --scale full"]
