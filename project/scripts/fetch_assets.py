@@ -75,11 +75,23 @@ def copy_local(sources: List[Path], target: Path) -> None:
                 raise SystemExit(f"error: cannot read {source}: {err}") from None
 
 
-def download(url: str, target: Path) -> None:
-    print(f"downloading {url}", file=sys.stderr)
+def download(url: str, target: Path, missing: Optional[List[Path]] = None) -> None:
+    """Download `url` to `target`; `missing`: the asset's local files that data_dir lacks, which an
+    error names (data_dir is set, and lacks them) rather than ask to set data_dir."""
+    if missing:
+        print(f"{', '.join(map(str, missing))} not found: downloading {url}", file=sys.stderr)
+    else:
+        print(f"downloading {url}", file=sys.stderr)
     try:
         urllib.request.urlretrieve(url, target)
     except (OSError, ValueError) as err:
+        if missing:
+            raise SystemExit(
+                f"error: {', '.join(map(str, missing))} not found (the local file of "
+                f"{target.parent.name}/{target.name.removesuffix('.part')} in data_dir), and "
+                f"cannot download {url} ({err}): put the file there, under the name that "
+                "project/assets.json gives it (`local`)"
+            ) from None
         raise SystemExit(
             f"error: cannot download {url} ({err}); without a network, set data_dir "
             "(--vars.data_dir or $SPACY_ELMO_DATA) to a directory holding the files "
@@ -92,9 +104,12 @@ def in_place(asset: dict, out_dir: Path) -> bool:
     return target.is_file() and sha256_file(target) == asset["sha256"]
 
 
-def fetch(asset: dict, sources: Optional[List[Path]], out_dir: Path) -> str:
-    """Place one asset from its local sources, else its URL; returns how ("local", "download").
-    A file whose sha256 differs is refused and nothing is left behind."""
+def fetch(
+    asset: dict, sources: Optional[List[Path]], out_dir: Path, data_dir: Optional[Path] = None
+) -> str:
+    """Place one asset from its local sources, else its URL (naming its files that `data_dir`
+    lacks where the download fails); returns how ("local", "download"). A file whose sha256
+    differs is refused and nothing is left behind."""
     target = out_dir / asset["dest"]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".part")
@@ -102,7 +117,7 @@ def fetch(asset: dict, sources: Optional[List[Path]], out_dir: Path) -> str:
         if sources is not None:
             copy_local(sources, tmp)
         else:
-            download(asset["url"], tmp)
+            download(asset["url"], tmp, missing_local(asset, data_dir))
         digest = sha256_file(tmp)
         if digest != asset["sha256"]:
             origin = ", ".join(map(str, sources)) if sources is not None else asset["url"]
@@ -114,6 +129,14 @@ def fetch(asset: dict, sources: Optional[List[Path]], out_dir: Path) -> str:
     finally:
         tmp.unlink(missing_ok=True)
     return "local" if sources is not None else "download"
+
+
+def missing_local(asset: dict, data_dir: Optional[Path]) -> List[Path]:
+    """The asset's `local` files that data_dir lacks (none where data_dir is not set)."""
+    if data_dir is None:
+        return []
+    local = asset["local"] if isinstance(asset["local"], list) else [asset["local"]]
+    return [data_dir / name for name in local if not (data_dir / name).is_file()]
 
 
 def check_dirs(data_dir: Optional[Path], conll_dir: Optional[Path], ner_data: str) -> None:
@@ -190,7 +213,7 @@ def main(argv=None) -> None:
             raise SystemExit(unavailable(asset, args.conll_dir))
         plan.append((asset, sources))
     for asset, sources in plan:
-        print(f"{fetch(asset, sources, args.out):8s} {asset['dest']}")
+        print(f"{fetch(asset, sources, args.out, args.data_dir):8s} {asset['dest']}")
 
 
 if __name__ == "__main__":

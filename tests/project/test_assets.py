@@ -245,3 +245,24 @@ def test_unset_data_dir_reads_the_data_beside_the_repository(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "copying from" in done.stdout and any((tmp_path / "ud").iterdir())
+
+
+def test_a_file_missing_from_the_data_directory_is_named_when_it_cannot_be_downloaded(
+    tmp_path, server
+):
+    """data_dir set but lacking one file, which cannot be downloaded either: the error names the
+    file missing from data_dir (not "set data_dir", which is set)."""
+    project = served_project(tmp_path, server, CONTENTS)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for name in ("ud_train.conllu", "lm_text.txt"):
+        (data_dir / name).write_bytes((server[0] / name).read_bytes())
+    (server[0] / "uner_train.iob2").unlink()
+    log = failure(
+        spacy_project("run", "assets", ".", cwd=project, env=environment(data_dir), check=False)
+    )
+    assert (
+        f"error: {data_dir / 'uner_train.iob2'} not found (the local file of uner/train.iob2" in log
+    )
+    assert f"cannot download {server[1]}/uner_train.iob2 (HTTP Error 404" in log
+    assert "set data_dir" not in log
