@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from spacy_elmo.files import write_atomic
+
 from .fetch_assets import sha256_file
 from .study import ASSETS, CONFIGS, LM_TEXT, Scale, run, shown
 
@@ -38,7 +40,7 @@ def pretrain_baselines(
         floret_vectors(scale, jsonl, out / "floret", threads)
         costs["floret"] = json.loads((out / "floret" / "floret.json").read_text(encoding="utf-8"))
     metrics.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(costs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomic(record, json.dumps(costs, indent=2, sort_keys=True) + "\n")
 
 
 def raw_text_jsonl(texts: List[Path], jsonl: Path) -> Path:

@@ -21,6 +21,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import torch
 
+from spacy_elmo.files import write_atomic
+
 from .run_study import Study
 from .study import SCALES, read_json, shown, tunable_model
 
@@ -168,7 +170,7 @@ def probe_step(study: Study) -> None:
             **probe_bilm(load_bilm(str(tuned_path)), tokens, "tuned biLM"),
         }
     study.metrics.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomic(target, json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(f"wrote {shown(target)}")
 
 

@@ -31,6 +31,7 @@ from typing import List
 
 from thinc.api import Config
 
+from spacy_elmo.files import write_atomic
 from spacy_elmo.weights.hub import sha256_file
 
 from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, errors, metrics_dir, shown
@@ -53,7 +54,7 @@ def record_given_weights(weights: str, record_path: Path) -> None:
         else {},
     }
     record_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    write_atomic(record_path, json.dumps(record, indent=2))
     print(f"using the given biLM {weights}; nothing to train")
 
 
@@ -158,7 +159,7 @@ def main() -> None:
         resume = (bilm_dir / "checkpoint" / "checkpoint.json").is_file()
         train(config, bilm_dir, resume=resume, log=lambda msg: print(msg, file=sys.stderr))
     record_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(bilm_record(bilm_dir / "model"), indent=2), encoding="utf-8")
+    write_atomic(record_path, json.dumps(bilm_record(bilm_dir / "model"), indent=2))
     print(f"wrote {record_path}")
 
 

@@ -109,11 +109,20 @@ class Metrics(NamedTuple):
     left_out: List[str]  # ELMo runs by kind (and the probes) made with an earlier biLM or tuning
 
 
+def read_record(path: Path, redo: str) -> Dict:
+    """The JSON record in `path`; SystemExit naming it where it is not whole JSON (a write cut
+    short), and `redo`: what writes it again."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise SystemExit(
+            f"error: {path} is not whole JSON ({err}): a write cut short? {redo}"
+        ) from None
+
+
 def load(metrics: Path) -> Metrics:
-    named = [
-        (p.stem, json.loads(p.read_text(encoding="utf-8")))
-        for p in sorted((metrics / "runs").glob("*.json"))
-    ]
+    evaluate = "run the evaluate step again, which evaluates the run again and writes it whole"
+    named = [(p.stem, read_record(p, evaluate)) for p in sorted((metrics / "runs").glob("*.json"))]
     if not named:
         raise SystemExit(
             f"error: no run metrics in {metrics / 'runs'}; run the train and evaluate steps first"
@@ -121,7 +130,7 @@ def load(metrics: Path) -> Metrics:
 
     def optional(name: str) -> Dict:
         path = metrics / name
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        return read_record(path, "run the step that writes it again") if path.exists() else {}
 
     bilm, probe = optional("bilm.json"), optional("probe.json")
     tuned = optional("tuned.json").get("records", [])

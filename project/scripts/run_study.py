@@ -129,7 +129,10 @@ class Study(TunedRuns):
         tuning than the current one of its training set (or with none now)."""
         if not record_path.exists():
             return NOT_TRAINED
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+        except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+            return f"{shown(record_path)} is not whole JSON ({err}): a write cut short"
         if record.get("data") != task.data:
             return f"made on other data ({record.get('data')})"
         inputs = record.get("inputs")
@@ -298,7 +301,10 @@ class Study(TunedRuns):
 
     def train_runs(self, which: str, runs: List[Tuple[Task, str, float, int]]) -> List[str]:
         """Train those of `runs` that are not done; the ids of those another process holds."""
-        todo = [r for r in runs if self.stale(self.run_dir(*r) / "train.json", r[0])]
+        reasons = {
+            self.run_id(*r): self.why_stale(self.run_dir(*r) / "train.json", r[0]) for r in runs
+        }
+        todo = [r for r in runs if reasons[self.run_id(*r)] is not None]
         todo = self.runnable(todo)
         if any(system in ELMO_SYSTEMS for _, system, _, _ in todo):
             # the biLM loaded now: one that does not load stops the step before any run
@@ -318,7 +324,8 @@ class Study(TunedRuns):
                 if not self.stale(out / "train.json", task):
                     print(f"[{i}/{len(todo)}] {run_id}: done by another process", flush=True)
                     continue
-                print(f"[{i}/{len(todo)}] training {run_id}", flush=True)
+                again = "" if reasons[run_id] == NOT_TRAINED else f" again ({reasons[run_id]})"
+                print(f"[{i}/{len(todo)}] training {run_id}{again}", flush=True)
                 if out.exists():  # unfinished, or made on other data or with an earlier biLM
                     shutil.rmtree(out)
                 self.train_one(task, system, fraction, seed)
@@ -391,7 +398,7 @@ class Study(TunedRuns):
             record["bilm_fingerprint"] = self.bilm_info[2]
         if tuned is not None:
             record["tuned_bilm"], record["tuned_bilm_fingerprint"] = shown(tuned[0]), tuned[1]
-        (out / "train.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+        write_atomic(out / "train.json", json.dumps(record, indent=2))
 
     def evaluate_step(self) -> None:
         """Test scores, speed and size of every trained run whose metrics are missing or record
@@ -414,10 +421,13 @@ class Study(TunedRuns):
                     )
                 continue
             record = json.loads((out / "train.json").read_text(encoding="utf-8"))
-            if not self.stale(target, task) and evaluated(target, record):
+            done = self.why_stale(target, task)
+            if done is None and evaluated(target, record):
                 continue
+            if done is not None and done != NOT_TRAINED:
+                print(f"{shown(target)}: evaluated again ({done})")
             record.update(evaluate(out / "model-best", self.split(task, "test"), task.metric))
-            target.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            write_atomic(target, json.dumps(record, indent=2, sort_keys=True) + "\n")
             print(
                 f"{target.relative_to(ROOT)}: test {task.metric} {record['test'][task.metric]:.4f}"
             )

@@ -6,6 +6,7 @@ import ast
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from itertools import islice
@@ -18,6 +19,7 @@ from project.scripts import run_study
 from project.scripts.pretrain_bilm import check_trained, trained_otherwise
 from project.scripts.run_study import CONVERTERS, SYSTEMS_MAIN, Study
 from project.scripts.study import CONFIGS, SCALES, TASKS, shown
+from project.scripts.summarize import main as summarize_main
 
 from ..helpers import REPO, data_path, quiet_train, tiny_config, toy_sentences, write_corpus
 from .project_copy import copy_project
@@ -255,3 +257,31 @@ def test_the_summary_depends_on_every_record_and_script_it_is_rendered_from():
     for path in [*(f"project/metrics/{name}" for name in records), *imported_scripts("summarize")]:
         assert covered(path, deps), (path, deps)
     assert summary["script"] == ["python -m project.scripts.summarize --scale full"]
+
+
+def test_a_torn_run_record_is_stale_and_says_so(tmp_path, capsys):
+    """A train.json cut short (a kill during a write, before records were written whole) is stale:
+    the reason names it, and evaluate names the run it leaves to the train step, which trains it
+    again (rather than stop on a bare JSONDecodeError naming no file)."""
+    study = Study(SCALES["smoke"], None, "uner", tasks=["pos"])
+    study.training, study.metrics = tmp_path / "training", tmp_path / "metrics"
+    record = study.run_dir(TASKS["pos"], "base", 1.0, 0) / "train.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"task": "pos", "data": "UD Eng')
+    reason = study.why_stale(record, TASKS["pos"])
+    assert reason.startswith(f"{record} is not whole JSON (") and "cut short" in reason, reason
+    study.evaluate_step()
+    out = capsys.readouterr().out
+    assert f"pos-base-f1-s0: not evaluated: {reason}; the train step trains it again" in out
+
+
+def test_a_torn_metrics_record_stops_the_summary_with_one_error_naming_it(tmp_path):
+    metrics = tmp_path / "metrics"
+    shutil.copytree(REPO / "project" / "metrics", metrics)
+    torn = metrics / "runs" / "pos-base-f1-s0.json"
+    torn.write_bytes(torn.read_bytes()[:200])
+    with pytest.raises(SystemExit) as stop:
+        summarize_main(["--metrics", str(metrics), "--out", str(tmp_path / "out")])
+    message = str(stop.value)
+    assert message.startswith(f"error: {torn} is not whole JSON (") and "\n" not in message
+    assert "run the evaluate step again" in message
