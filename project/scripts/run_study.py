@@ -143,8 +143,11 @@ class Study(TunedRuns):
                     k for k in inputs.keys() | now.keys() if inputs.get(k) != now.get(k)
                 )
                 return f"made from other inputs ({', '.join(changed)} changed since)"
-        if "baseline" in record and record["baseline"] != self.baseline_of(record["system"]):
-            [path] = record["baseline"]
+        baseline = self.baseline_of(record["system"])
+        if "baseline" in record and record["baseline"] != baseline:
+            [(path, now)] = baseline.items()
+            if now is None:
+                return f"its baseline {path} is missing: {run_first('baselines')}"
             return f"made with another baseline than {path} now (the baselines step made it again)"
         if record["system"] not in ELMO_SYSTEMS:
             return None

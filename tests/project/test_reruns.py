@@ -285,3 +285,23 @@ def test_a_torn_metrics_record_stops_the_summary_with_one_error_naming_it(tmp_pa
     message = str(stop.value)
     assert message.startswith(f"error: {torn} is not whole JSON (") and "\n" not in message
     assert "run the evaluate step again" in message
+
+
+def test_the_baselines_step_outputs_what_the_baseline_runs_start_from(tmp_path):
+    """Weasel runs the baselines step again where the weights or vectors the runs start from are
+    gone or changed (its outputs), and the runs then find the baseline missing or made again."""
+    outputs = commands(scale="smoke")["baselines"]["outputs"]
+    study = Study(SCALES["smoke"], None, "uner")
+    for system in ("spacy-pretrain", "floret"):
+        [(path, digest)] = study.baseline_of(system).items()
+        assert covered(path, outputs), (path, outputs)
+    study.training = tmp_path
+    record = tmp_path / "train.json"
+    [(path, _)] = study.baseline_of("floret").items()
+    record.write_text(
+        json.dumps({"data": TASKS["pos"].data, "system": "floret", "baseline": {path: "0"}})
+    )
+    assert study.why_stale(record, TASKS["pos"]) == (
+        f"its baseline {path} is missing: run the baselines step first, "
+        "`python -m spacy project run baselines` (with the same --vars)"
+    )
