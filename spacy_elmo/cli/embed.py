@@ -44,7 +44,8 @@ def embed_cli(
         str,
         typer.Option(
             help="tokenize text with this spaCy language's tokenizer, keeping `<S>`, `</S>` and "
-            "`<unk>` whole as pretrain does (a .spacy DocBin's Docs keep their tokens)"
+            "`<unk>` (pretrain's default corpus.unk_token) whole, as pretrain does (a .spacy "
+            "DocBin's Docs keep their tokens)"
         ),
     ] = "en",
     whitespace: Annotated[
