@@ -1,7 +1,7 @@
 """One step of the packed LSTM at the original size, by part, in float32, int8 and bfloat16 (where
 its time goes).
 
-    python bench/bench_lstm_step.py [--rows 256] [--threads 1]
+    python bench/bench_lstm_step.py [--rows 256] [--threads 1] [--fused | --element-wise-only]
 
 The operations `ProjectedLSTMLayer.forward_packed` runs for one step of one direction, timed apart:
 the hidden product added to the step's input product, the element-wise gates and cell update
@@ -27,7 +27,7 @@ import statistics
 import time
 
 import torch
-from common import machine
+from common import machine, matmul_gflops
 
 from spacy_elmo.bilm.int8 import Int8Product
 from spacy_elmo.bilm.lstm import ProjectedLSTMLayer
@@ -80,6 +80,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--fused", action="store_true", help="also time a torch.compile'd step")
+    parser.add_argument(
+        "--element-wise-only",
+        action="store_true",
+        help="time the layer's own element-wise step alone (with the copy of its input, timed "
+        "apart): for comparing checkouts (PYTHONPATH) and kernels (ATEN_CPU_CAPABILITY)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     R, P, D = args.rows, 512, 4096
@@ -94,6 +100,14 @@ def main() -> None:
         """The layer's own element-wise step (its projection left out: a view)."""
         return layer.cell(xw.clone(), c, lambda m: m[:, :P], in_place=True)
 
+    if args.element_wise_only:
+        step = {"element_wise": ms(gates), "copy_of_the_input_product": ms(lambda: xw.clone())}
+        kernels = torch.backends.cpu.get_cpu_capability()
+        rate = matmul_gflops()
+        print(
+            json.dumps({"rows": R, "ms": step, "aten_kernels": kernels, "matmul_gflop_per_s": rate})
+        )
+        return
     int8_hidden = Int8Product(w_hidden, bound=3.0)
     int8_proj = Int8Product(w_proj, bound=1.0)
     out = torch.empty(R, P)
