@@ -31,8 +31,7 @@ from typing import List
 
 from thinc.api import Config
 
-from spacy_elmo.files import write_atomic
-from spacy_elmo.weights.hub import sha256_file
+from spacy_elmo.files import sha256_file, write_atomic
 
 from .study import ASSETS, LM_TEXT, ROOT, SCALES, bilm_record, errors, metrics_dir, shown
 

@@ -29,8 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from spacy_elmo.files import write_atomic
-from spacy_elmo.weights.hub import sha256_file
+from spacy_elmo.files import sha256_file, write_atomic
 
 from .run_study import Study
 from .study import (

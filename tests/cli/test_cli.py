@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from spacy_elmo import load_bilm, save_bilm
-from spacy_elmo.weights import hub
+from spacy_elmo.files import sha256_file
 
 from ..helpers import ENV, REPO, SENTS, full_disk_in_torch_save, one_error_line, run_cli, tmpfs
 from ..model_files import lowercasing_model
@@ -59,7 +59,7 @@ def test_info_table_and_softmax(fixture_dir, tmp_path, capsys):
         and "softmax (lm_head.pt)" in out
         and "170" in out
     )
-    assert hub.sha256_file(tmp_path / "weights.pt") in out
+    assert sha256_file(tmp_path / "weights.pt") in out
 
 
 @pytest.mark.parametrize("name", ["char_table.json", "vocab.txt"])
@@ -78,7 +78,7 @@ def test_info_refuses_a_file_symlinked_outside_the_model_directory(
     out, err = capsys.readouterr()
     line = one_error_line(err)
     assert f"{model / name}: refused" in line and "outside the model directory" in line, line
-    assert hub.sha256_file(outside) not in out + err
+    assert sha256_file(outside) not in out + err
     (model / name).unlink()
     (model / name).symlink_to(model / "bilm.json")  # inside: hashed
     assert run_cli("info", model, "--json") == 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spacy_elmo import ElmoFileError, ElmoResourceError
-from spacy_elmo.weights.hub import sha256_file
+from spacy_elmo.files import sha256_file
 
 from ..helpers import (
     REPO,
