@@ -118,7 +118,7 @@ def read(model: ModelFiles) -> ModelData:
     """The biLM of the pipeline's `elmo` component (`model.weights`, read from the pipeline's
     directory): its file checked from its framing (`read_model_file`), then its message read as the
     component reads it (`read_message`), whose errors name the file."""
-    path = str(model_file(model.config.parent, model.weights.parent.name))
+    path = str(model.weights)  # `model_file`'s: inside the pipeline's directory
     data = read_model_file(path, "ELMo model of the pipeline", lambda options: None)
     with naming_file(path):
         return read_message(bilm_message(data), path)

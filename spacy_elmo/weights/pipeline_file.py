@@ -183,6 +183,28 @@ def read_model_file(path: str, what: str, accept: Callable[[BiLMOptions], None])
 
 def bilm_message(data: bytes) -> bytes:
     """The biLM's own message in the bytes of a file `read_model_file` accepted: the `state` of the
-    one shim of thinc's map, where thinc's `from_bytes` finds it."""
-    shim = srsly.msgpack_loads(data)["shims"][0][0]
-    return srsly.msgpack_loads(shim)["state"]
+    one shim of thinc's map, where thinc's `from_bytes` finds it, the map checked as it checks it
+    for the biLM's layer (one node, with its attributes and parameters, and one shim holding
+    `config` and `state`); ValueError where it is not so."""
+    msg = srsly.msgpack_loads(data)
+    nodes, shims = msg.get("nodes"), msg.get("shims")
+    if not (
+        isinstance(nodes, list)
+        and len(nodes) == 1
+        and isinstance(nodes[0], dict)
+        and all(isinstance(msg.get(k), list) and len(msg[k]) == 1 for k in ("attrs", "params"))
+        and isinstance(shims, list)
+        and len(shims) == 1
+        and isinstance(shims[0], list)
+        and len(shims[0]) == 1
+        and isinstance(shims[0][0], bytes)
+    ):
+        raise ValueError("not thinc's serialization of one layer with one shim")
+    shim = srsly.msgpack_loads(shims[0][0])
+    if (
+        not isinstance(shim, dict)
+        or "config" not in shim
+        or not isinstance(shim.get("state"), bytes)
+    ):
+        raise ValueError("its shim holds no config and state")
+    return shim["state"]

@@ -5,10 +5,13 @@ biLM and say which; a pipeline with no or two `elmo` components is one error (is
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import spacy
+import srsly
 
 from spacy_elmo import ElmoFileError, load_bilm
 
@@ -108,3 +111,60 @@ def test_a_pipeline_without_one_elmo_component_is_one_error(fixture_dir, tmp_pat
         )
     with pytest.raises(ElmoFileError):
         load_bilm(tmp_path / "pipe")
+
+
+def reframed(pipeline_dir, tmp_path, change) -> Path:
+    """A copy of the pipeline whose `elmo/model` has thinc's framing changed by `change(msg)`."""
+    copy = tmp_path / "reframed"
+    shutil.copytree(pipeline_dir, copy)
+    model = copy / "elmo" / "model"
+    msg = srsly.msgpack_loads(model.read_bytes())
+    change(msg)
+    model.write_bytes(srsly.msgpack_dumps(msg))
+    return copy
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda msg: msg["shims"][0].append(msg["shims"][0][0]),  # two shims
+        lambda msg: msg.pop("nodes"),  # no nodes (another thinc)
+        lambda msg: msg["nodes"].append(dict(msg["nodes"][0], index=1)),  # two nodes
+        lambda msg: msg["shims"][0].clear(),  # no shim: no biLM
+    ],
+    ids=["two-shims", "no-nodes", "two-nodes", "no-shim"],
+)
+def test_a_model_file_spacy_cannot_load_is_refused_wherever_weights_are_read(
+    pipeline_dir, tmp_path, capsys, change
+):
+    """thinc's framing is checked as spacy.load checks it: `load_bilm`, `info` and `convert` do not
+    certify a pipeline spaCy refuses."""
+    broken = reframed(pipeline_dir, tmp_path, change)
+    with pytest.raises(ElmoFileError, match="elmo/model: not a serialized ELMo model"):
+        spacy.load(broken)
+    with pytest.raises(ElmoFileError, match="elmo/model: not a serialized ELMo model"):
+        load_bilm(broken)
+    assert run_cli("info", broken) == 1
+    assert "elmo/model: not a serialized ELMo model" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_component_named_with_a_slash_reads_its_own_file(pipeline_dir, tmp_path):
+    """`load_bilm` reads the file of the component the config names, as spacy.load does, not one of
+    another path's last part."""
+    copy = tmp_path / "slash"
+    shutil.copytree(pipeline_dir, copy)
+    (copy / "x").mkdir()
+    shutil.move(copy / "elmo", copy / "x" / "elmo")
+    config = (copy / "config.cfg").read_text(encoding="utf-8")
+    (copy / "config.cfg").write_text(
+        config.replace("[components.elmo", "[components.x/elmo").replace(
+            '"sentencizer","elmo"', '"sentencizer","x/elmo"'
+        ),
+        encoding="utf-8",
+    )
+    (copy / "elmo").mkdir()  # another biLM where the last part of the name would lead
+    (copy / "elmo" / "model").write_bytes(b"not this one")
+    bilm = load_bilm(copy)
+    assert "component 'x/elmo'" in bilm.source
+    for a, b in zip(bilm.embed(SENTS), load_bilm(pipeline_dir).embed(SENTS)):
+        np.testing.assert_array_equal(a, b)
