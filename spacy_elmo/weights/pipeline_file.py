@@ -102,13 +102,16 @@ class _Walk:
         return Blob(start, count, kind)
 
 
-def _walk(f: BinaryIO, start: int, end: int, key: str, exact: bool = True) -> Dict[str, Any]:
-    """The msgpack map at `start` of `f`, which must hold `key` and (`exact`) end at `end`."""
+def _walk(
+    f: BinaryIO, start: int, end: int, key: str, exact: bool = True, also: str = ""
+) -> Dict[str, Any]:
+    """The msgpack map at `start` of `f`, which must hold `key` (and `also`) and (`exact`) end at
+    `end`."""
     f.seek(start)
     walk = _Walk(f, end)
     value = walk.value()
-    if not isinstance(value, dict) or key not in value:
-        raise ValueError(f"at byte {start:,}: not a map holding '{key}'")
+    if not isinstance(value, dict) or key not in value or (also and also not in value):
+        raise ValueError(f"at byte {start:,}: not a map holding '{key}'{also and f' and {also!r}'}")
     if exact and f.tell() != end:
         raise ValueError(f"the message at byte {start:,} ends at {f.tell():,}, not at {end:,}")
     return value
@@ -152,8 +155,8 @@ def read_model_file(path: str, what: str, accept: Callable[[BiLMOptions], None])
                 "not written by nlp.to_disk)"
             )
         try:
-            shim = outer["shims"][0][0]
-            state = _walk(f, shim.start, shim.start + shim.size, "state")["state"]
+            shim = _one_shim(outer)
+            state = _walk(f, shim.start, shim.start + shim.size, "state", also="config")["state"]
             msg = _walk(f, state.start, state.start + state.size, "state_dict")
             weights, table = msg["state_dict"], msg.get("char_table", "")
             text = _text(f, msg.get("options"))
@@ -181,30 +184,28 @@ def read_model_file(path: str, what: str, accept: Callable[[BiLMOptions], None])
         return f.read(size)
 
 
-def bilm_message(data: bytes) -> bytes:
-    """The biLM's own message in the bytes of a file `read_model_file` accepted: the `state` of the
-    one shim of thinc's map, where thinc's `from_bytes` finds it, the map checked as it checks it
-    for the biLM's layer (one node, with its attributes and parameters, and one shim holding
-    `config` and `state`); ValueError where it is not so."""
-    msg = srsly.msgpack_loads(data)
-    nodes, shims = msg.get("nodes"), msg.get("shims")
+def _one_shim(outer: Dict[str, Any]) -> Blob:
+    """The one shim of thinc's map `outer`, checked as thinc's `from_bytes` checks the map for the
+    biLM's layer: one node, with its attributes and parameters, and one shim; ValueError else."""
+    nodes, shims = outer.get("nodes"), outer.get("shims")
     if not (
         isinstance(nodes, list)
         and len(nodes) == 1
         and isinstance(nodes[0], dict)
-        and all(isinstance(msg.get(k), list) and len(msg[k]) == 1 for k in ("attrs", "params"))
+        and all(isinstance(outer.get(k), list) and len(outer[k]) == 1 for k in ("attrs", "params"))
         and isinstance(shims, list)
         and len(shims) == 1
         and isinstance(shims[0], list)
         and len(shims[0]) == 1
-        and isinstance(shims[0][0], bytes)
+        and isinstance(shims[0][0], Blob)
+        and shims[0][0].kind == "bin"
     ):
         raise ValueError("not thinc's serialization of one layer with one shim")
-    shim = srsly.msgpack_loads(shims[0][0])
-    if (
-        not isinstance(shim, dict)
-        or "config" not in shim
-        or not isinstance(shim.get("state"), bytes)
-    ):
-        raise ValueError("its shim holds no config and state")
-    return shim["state"]
+    return shims[0][0]
+
+
+def bilm_message(data: bytes) -> bytes:
+    """The biLM's own message in the bytes of a file `read_model_file` accepted: the `state` of the
+    one shim of thinc's map, where thinc's `from_bytes` finds it."""
+    shim = srsly.msgpack_loads(data)["shims"][0][0]
+    return srsly.msgpack_loads(shim)["state"]
