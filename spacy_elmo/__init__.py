@@ -2,7 +2,6 @@
 
 from .about import __version__
 from .bilm import BiLM, BiLMOptions, ElmoEmbedder
-from .doc_data import install_extensions
 from .embed import open_embeddings
 from .errors import (
     ElmoConfigError,
@@ -13,6 +12,7 @@ from .errors import (
     ElmoUntrainedWarning,
     ElmoUnusedWarning,
 )
+from .extensions import install_extensions
 from .vector_hooks import set_vector_hooks
 from .weights import export_hdf5, load_bilm, save_bilm
 

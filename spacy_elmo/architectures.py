@@ -28,8 +28,8 @@ from thinc.layers.concatenate import init as concatenate_init
 from thinc.types import Floats2d
 
 from .bilm import BiLMOptions, Precision, StatePolicyName
-from .doc_data import install_extensions
 from .errors import ElmoConfigError
+from .extensions import install_extensions
 from .layers import bilm_layer, elmo_mix, fixed_dropout
 
 

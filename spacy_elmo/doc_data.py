@@ -1,32 +1,35 @@
-"""The ELMo data stored on each Doc, the named getters behind `doc._.elmo` and friends, and the
-vector hooks.
+"""The ELMo data stored on each Doc (the getters behind `doc._.elmo` and friends read it:
+`extensions`).
 
 One `ElmoDocData` per Doc, in `doc._.elmo_data`. It holds either all biLM layers
 `(n_layers + 1, n_tokens, 2 * projection_dim)` or only their fixed mix `(n_tokens, 2 *
 projection_dim)`, as float32 or float16 (`doc._.elmo`, `token._.elmo` and `span._.elmo` give that
 dtype; `doc._.elmo_layers` gives float32); whitespace tokens hold zero vectors. It also holds the
-character span of each token it was computed for, so it follows the Doc through `doc.retokenize()`
-(`merge_entities`, `merge_noun_chunks`, ...): when the Doc's tokens are no longer those, the data is
-realigned from the tokens it was computed for (the same vectors however often the Doc was read in
-between), by one rule: a merged token gets the mean of its parts' vectors (its whitespace parts left
-out), each piece of a split token gets the vector of the token it came from, a new whitespace token
-zeros. Data that fits no rule (another text, or data stored without its tokens' spans) is an error,
-never a shifted vector. Means are summed in float64, and a mix beyond the stored dtype's range is an
-error, never an infinity. Stored data read back is
-checked (types, shapes, finite values) against the Doc. The data object is registered with
-srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)` and `nlp.pipe(n_process=2)`
-carry it: the mix only, unless `save_layers` (the layers are `n_layers + 1` times its size).
-The getters are module-level functions, so extensions pickle.
+character span and text hash (spaCy's `ORTH`) of each token it was computed for, so it follows the
+Doc through `doc.retokenize()` (`merge_entities`, `merge_noun_chunks`, ...): when the Doc's tokens
+are no longer those, the data is realigned from the tokens it was computed for (the same vectors
+however often the Doc was read in between), by one rule: a merged token gets the mean of its parts'
+vectors (its whitespace parts left out), each piece of a split token gets the vector of the token it
+came from, a new whitespace token zeros. Data that fits no rule (another text, even one with the
+same token offsets, or data stored without its tokens' spans) is an error, never a shifted vector.
+Means are summed in float64, and a mix beyond the stored dtype's range is an error, never an
+infinity. Stored data read back is checked (types, shapes, finite values) against the Doc. The
+data object is registered with srsly's msgpack, so `Doc.to_bytes`, `DocBin(store_user_data=True)`
+and `nlp.pipe(n_process=2)` carry it: the mix only, unless `save_layers` (the layers are
+`n_layers + 1` times its size).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+import weakref
+from dataclasses import dataclass, field, fields
 from typing import List, Optional, Union
 
 import numpy as np
 import srsly
-from spacy.attrs import IDX, LENGTH
+from spacy.attrs import IDX, LENGTH, ORTH
+from spacy.strings import get_string_id
 from spacy.tokens import Doc, Span, Token
 
 from .bilm.finite import cast_finite
@@ -44,22 +47,48 @@ def token_spans(doc: Union[Doc, Span]) -> np.ndarray:
     return spans
 
 
+def token_orths(doc: Union[Doc, Span]) -> np.ndarray:
+    """uint64 `(n_tokens,)`: each token's text hash (spaCy's `ORTH`)."""
+    return doc.to_array([ORTH]).astype(np.uint64).reshape(len(doc))
+
+
 @dataclass
 class ElmoDocData:
     """`layers` `(n_layers + 1, n_tokens, width)` or None; `mixed` `(n_tokens, width)` or None (one
     is set at least; with both, `mixed` is their mix); `mix_weights` `(n_layers + 1,)` float32: the
     weights of the fixed mix that `doc._.elmo` reports. `spans` int32 `(n_tokens, 2)`: the tokens'
     character spans it was computed for (None in data stored before they were kept: it fits no
-    Doc). `save_layers`: whether a stored Doc keeps `layers` (else only the mix is written)."""
+    Doc). `save_layers`: whether a stored Doc keeps `layers` (else only the mix is written).
+    `orths` uint64 `(n_tokens,)`: the tokens' text hashes (None in data stored before they were
+    kept: checked by its spans only). Its arrays are read-only, in copies too."""
 
     layers: Optional[np.ndarray]
     mixed: Optional[np.ndarray]
     mix_weights: np.ndarray
     spans: Optional[np.ndarray] = None
     save_layers: bool = field(default=False, compare=False)
-    _mix_cache: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    orths: Optional[np.ndarray] = None
+    _mix_cache: Optional[np.ndarray] = field(default=None, init=False, repr=False, compare=False)
     # the data realigned to the Doc's current tokens (`elmo_data`), made from this data
-    _realigned: Optional["ElmoDocData"] = field(default=None, repr=False, compare=False)
+    _realigned: Optional["ElmoDocData"] = field(default=None, init=False, repr=False, compare=False)
+    # the Doc whose text was found to be the one this data was computed for
+    _text_checked: Optional[weakref.ref] = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for value in (self.layers, self.mixed, self.mix_weights, self.spans, self.orths):
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+
+    def __deepcopy__(self, memo) -> "ElmoDocData":
+        """A copy of the stored data (read-only, as this; caches start empty)."""
+        return ElmoDocData(
+            **{f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self) if f.init}
+        )
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_text_checked": None}
 
     @property
     def n_tokens(self) -> int:
@@ -87,27 +116,57 @@ class ElmoDocData:
         """Whether the data was computed for exactly `doc`'s tokens."""
         if self.n_tokens != len(doc) or self.spans is None:
             return False
-        return np.array_equal(self.spans, token_spans(doc))
+        fits = np.array_equal(self.spans, token_spans(doc)) and (
+            self.orths is None or np.array_equal(self.orths, token_orths(doc))
+        )
+        if fits:
+            self._text_checked = weakref.ref(doc)
+        return fits
+
+    def fits_text(self, doc: Doc) -> bool:
+        """Whether `doc.text` holds, at each token span, the text this data was computed for
+        (O(len(doc)) once per Doc; True where the texts' hashes were not kept)."""
+        checked = self._text_checked
+        return (checked is not None and checked() is doc) or self._holds_texts(doc, doc.text)
+
+    def _holds_texts(self, doc: Doc, text: str) -> bool:
+        """`fits_text` of `doc`, its text `text` (spaCy builds `doc.text` anew on each read)."""
+        spans = self.spans
+        if len(spans) and len(text) < spans[-1, 1]:
+            return False
+        if self.orths is not None and any(
+            get_string_id(text[a:b]) != orth
+            for (a, b), orth in zip(spans.tolist(), self.orths.tolist())
+        ):
+            return False
+        self._text_checked = weakref.ref(doc)
+        return True
 
     def fits_token(self, token: Token) -> bool:
         """Whether row `token.i` was computed for `token` (O(1))."""
         if self.n_tokens != len(token.doc) or self.spans is None:
             return False
-        return self.spans[token.i, 0] == token.idx and self.spans[token.i, 1] == token.idx + len(
-            token
+        i = token.i
+        return (
+            self.spans[i, 0] == token.idx
+            and self.spans[i, 1] == token.idx + len(token)
+            and (self.orths is None or self.orths[i] == token.orth)
         )
 
     def fits_span(self, span: Span) -> bool:
         """Whether the rows of `span` were computed for its tokens (O(len(span)))."""
         if self.n_tokens != len(span.doc) or self.spans is None:
             return False
-        return np.array_equal(self.spans[span.start : span.end], token_spans(span))
+        rows = slice(span.start, span.end)
+        return np.array_equal(self.spans[rows], token_spans(span)) and (
+            self.orths is None or np.array_equal(self.orths[rows], token_orths(span))
+        )
 
     def fitted(self, part: Union[Token, Span]) -> Optional["ElmoDocData"]:
         """This data, or its copy realigned last, where it was computed for the tokens of `part` (a
         Token: O(1); a Span: O(len(span))); None where neither is (`elmo_data` realigns)."""
         check = self.fits_token if isinstance(part, Token) else self.fits_span
-        if check(part):
+        if check(part) and self.fits_text(part.doc):
             return self
         realigned = self._realigned
         return realigned if realigned is not None and realigned.fitted(part) else None
@@ -123,7 +182,7 @@ class ElmoDocData:
                 "made without `spans`), so it cannot be checked against this Doc"
             )
         new, old, text = token_spans(doc), self.spans, doc.text
-        if len(text) < (old[-1, 1] if len(old) else 0):
+        if not self._holds_texts(doc, text):
             raise ValueError("it was computed for another text")
         # first old token ending after the start
         first = np.searchsorted(old[:, 1], new[:, 0], side="right")
@@ -141,12 +200,14 @@ class ElmoDocData:
         ]
         # the mix of a new token is the mean of its parts' mixes, as a stored Doc read back gets it
         self._realigned = ElmoDocData(
-            layers=None if self.layers is None else _row_means(self.layers, rows),
-            mixed=_row_means(self.mix(), rows),
+            layers=None if self.layers is None else row_means(self.layers, rows),
+            mixed=row_means(self.mix(), rows),
             mix_weights=self.mix_weights,
             spans=new,
             save_layers=self.save_layers,
+            orths=token_orths(doc),
         )
+        self._realigned._text_checked = weakref.ref(doc)
         return self._realigned
 
     @staticmethod
@@ -158,15 +219,14 @@ class ElmoDocData:
 
     def to_dict(self) -> dict:
         """What a stored Doc keeps: the layers where `save_layers`, else the mix."""
-        spans = self.spans
-        if self.save_layers or self.layers is None:
-            return {
-                "layers": self.layers,
-                "mixed": self.mixed,
-                "weights": self.mix_weights,
-                "spans": spans,
-            }
-        return {"layers": None, "mixed": self.mix(), "weights": self.mix_weights, "spans": spans}
+        kept = self.save_layers or self.layers is None
+        return {
+            "layers": self.layers if kept else None,
+            "mixed": self.mixed if kept else self.mix(),
+            "weights": self.mix_weights,
+            "spans": self.spans,
+            "orths": self.orths,
+        }
 
     @classmethod
     def from_dict(cls, msg: dict) -> "ElmoDocData":
@@ -194,19 +254,31 @@ class ElmoDocData:
         spans = msg.get("spans")
         if spans is not None:
             spans = np.asarray(spans)
-            if spans.dtype.kind not in "iu" or spans.shape != (n_tokens, 2):
-                raise ValueError(f"'spans' must be {n_tokens} integer (start, end) pairs")
+            if (
+                spans.dtype.kind not in "iu"
+                or spans.shape != (n_tokens, 2)
+                or (spans.size and not (0 <= spans.min() and spans.max() < 2**31))
+            ):
+                raise ValueError(
+                    f"'spans' must be {n_tokens} integer (start, end) pairs within int32's range"
+                )
             spans = spans.astype(np.int32)
+        orths = msg.get("orths")
+        if orths is not None:
+            orths = np.asarray(orths)
+            if orths.dtype != np.uint64 or orths.shape != (n_tokens,):
+                raise ValueError(f"'orths' must be {n_tokens} uint64 text hashes")
         return cls(
             layers=layers,
             mixed=mixed,
             mix_weights=weights.astype(np.float32),
             spans=spans,
             save_layers=layers is not None,
+            orths=orths,
         )
 
 
-def _row_means(array: np.ndarray, rows: List[List[int]]) -> np.ndarray:
+def row_means(array: np.ndarray, rows: List[List[int]]) -> np.ndarray:
     """`array` `(..., n_old, width)` -> `(..., len(rows), width)` in its dtype: the mean of each
     list of old rows, summed in float64 (a float32 sum can overflow where the mean does not), zeros
     for an empty list."""
@@ -219,16 +291,24 @@ def _row_means(array: np.ndarray, rows: List[List[int]]) -> np.ndarray:
 
 
 def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
-    """`value` where it is None or a finite float array of `ndim` dimensions; else ValueError."""
+    """`value` where it is None or a finite float16 or float32 array of `ndim` dimensions (the
+    weights: any float); else ValueError."""
     if value is None:
         return None
-    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.ndim != ndim:
+    kinds = ("float16", "float32") if name != "weights" else None
+    if (
+        not isinstance(value, np.ndarray)
+        or value.dtype.kind != "f"
+        or value.ndim != ndim
+        or (kinds and value.dtype.name not in kinds)
+    ):
         kind = (
             f"{value.dtype} array of shape {value.shape}"
             if isinstance(value, np.ndarray)
             else type(value).__name__
         )
-        raise ValueError(f"'{name}' must be a {ndim}-d float array, got a {kind}")
+        what = " or ".join(kinds or ("float",))
+        raise ValueError(f"'{name}' must be a {ndim}-d {what} array, got a {kind}")
     if not np.isfinite(value).all():
         raise ValueError(f"'{name}' holds non-finite values (NaN or infinity)")
     return value
@@ -277,65 +357,3 @@ def deserialize_elmo_data(obj, chain=None):
     if isinstance(obj, dict) and MSGPACK_KEY in obj:
         return ElmoDocData.from_dict(obj[MSGPACK_KEY])
     return obj if chain is None else chain(obj)
-
-
-# ---------------------------------------------------------------------- getters
-def get_doc_elmo(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo`: `(n_tokens, width)`, the fixed mix, in the dtype `elmo` stored (`store`); None
-    before `elmo` ran."""
-    data = elmo_data(doc)
-    return None if data is None else data.mix()
-
-
-def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
-    """`doc._.elmo_layers`: float32 `(n_layers + 1, n_tokens, width)`; None where only the mix is
-    kept."""
-    data = elmo_data(doc)
-    if data is None or data.layers is None:
-        return None
-    return data.layers.astype(np.float32, copy=False)
-
-
-def span_mix(span: Span) -> Optional[np.ndarray]:
-    """The fixed mix of the span's Doc `(n_tokens, width)`, its rows checked for the span's tokens
-    only (the whole Doc is realigned where they do not fit); None before `elmo` ran."""
-    data = stored_data(span.doc)
-    if data is None:
-        return None
-    return (data.fitted(span) or elmo_data(span.doc)).mix()
-
-
-def get_token_elmo(token: Token) -> Optional[np.ndarray]:
-    """`token._.elmo`: `(width,)`, in the stored dtype."""
-    data = stored_data(token.doc)
-    if data is None:
-        return None
-    return (data.fitted(token) or elmo_data(token.doc)).mix()[token.i]
-
-
-def get_span_elmo(span: Span) -> Optional[np.ndarray]:
-    """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's non-whitespace
-    tokens (the rule of a merged token; zeros where it has none)."""
-    mix = span_mix(span)
-    return None if mix is None else mean_vector(mix, span.doc, span.start, span.end)
-
-
-def mean_vector(mix: np.ndarray, doc: Doc, start: int, end: int) -> np.ndarray:
-    """The mean `(width,)` of `mix`'s rows of the non-whitespace tokens in `doc[start:end]`, in its
-    dtype (summed in float64)."""
-    rows = [i for i in range(start, end) if not doc[i].is_space]
-    return _row_means(mix, [rows])[0]
-
-
-def install_extensions() -> None:
-    """Register the extensions (idempotent; keeps what is already registered)."""
-    if not Doc.has_extension("elmo_data"):
-        Doc.set_extension("elmo_data", default=None)
-    for cls, name, getter in (
-        (Doc, "elmo", get_doc_elmo),
-        (Doc, "elmo_layers", get_doc_elmo_layers),
-        (Token, "elmo", get_token_elmo),
-        (Span, "elmo", get_span_elmo),
-    ):
-        if not cls.has_extension(name):
-            cls.set_extension(name, getter=getter)

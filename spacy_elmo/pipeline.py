@@ -38,9 +38,10 @@ from .component_settings import (
     check_settings,
     fixed_mix,
 )
-from .doc_data import ElmoDocData, install_extensions, token_spans
+from .doc_data import ElmoDocData, token_orths, token_spans
 from .doc_windows import Plan, doc_layers, doc_windows, window_texts
 from .errors import ElmoConfigError, ElmoError
+from .extensions import install_extensions
 from .feature_cache import FeatureCache
 from .files import write_atomic
 from .layers import (
@@ -260,11 +261,12 @@ class Elmo(Pipe):
             layers = doc_layers(
                 doc, plan, outs, bilm.num_output_layers, bilm.output_dim, self.dtype
             )
-            data = ElmoDocData(layers, None, mix_weights, token_spans(doc), self.save_layers)
+            spans, orths = token_spans(doc), token_orths(doc)
+            data = ElmoDocData(layers, None, mix_weights, spans, self.save_layers, orths)
             if not self.keep_layers or self.dtype != np.float32:  # a float16 mix can overflow
                 mixed = data.mix(self.stored_what)
                 if not self.keep_layers:
-                    data = ElmoDocData(None, mixed, mix_weights, data.spans, self.save_layers)
+                    data = ElmoDocData(None, mixed, mix_weights, spans, self.save_layers, orths)
             out.append(data)
         return out
 

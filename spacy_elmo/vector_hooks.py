@@ -1,40 +1,51 @@
 """ELMo behind spaCy's vector hooks (the component's `vector_hooks` setting): `token.vector`,
-`span.vector`, `doc.vector` and `.similarity()` read `doc._.elmo` (see `doc_data`)."""
+`span.vector`, `doc.vector` and `.similarity()` read `doc._.elmo` (see `doc_data`). The vectors are
+float32, as spaCy's are (a `store: float16` Doc's widened: spaCy sums their squares for
+`vector_norm` in their own type, past float16's range from a norm of 256)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
+from spacy.errors import Warnings
 from spacy.tokens import Doc, Span, Token
 
-from .doc_data import get_doc_elmo, get_span_elmo, get_token_elmo, mean_vector
 from .errors import ElmoError
+from .extensions import get_doc_elmo, get_span_elmo, get_token_elmo, mean_vector
 
 
 def _norm(v: np.ndarray) -> float:
     return float(np.sqrt((v * v).sum()))
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    # float16 sums overflow
-    a, b = (
-        a.astype(np.float32, copy=False),
-        b.astype(np.float32, copy=False),
-    )
-    na, nb = _norm(a), _norm(b)
-    return float((a * b).sum() / (na * nb)) if na and nb else 0.0
+def similarity_hook(a, b) -> float:
+    """Cosine similarity of the ELMo vectors of two Docs, Spans or Tokens (summed in float64):
+    0.0 with spaCy's warning W008 where the other has no vector; an ElmoError where its vectors
+    are of another width, or where either has the hooks but no ELMo data."""
+    va, vb = a.vector.astype(np.float64), np.asarray(b.vector, dtype=np.float64)
+    if not b.has_vector:
+        warnings.warn(Warnings.W008.format(obj=type(a).__name__), stacklevel=3)
+        return 0.0
+    if va.shape != vb.shape:
+        raise ElmoError(
+            f"similarity of {va.shape[-1]}-wide ELMo vectors with {vb.shape[-1]}-wide vectors "
+            "(another pipeline's, or static vectors): compare vectors of one kind"
+        )
+    na, nb = _norm(va), _norm(vb)
+    return float((va * vb).sum() / (na * nb)) if na and nb else 0.0
 
 
 def _hooked(vector: Optional[np.ndarray], doc: Doc) -> np.ndarray:
-    """`vector`; an ElmoError where the Doc has the hooks but no ELMo data."""
+    """`vector` as float32; an ElmoError where the Doc has the hooks but no ELMo data."""
     if vector is None:
         raise ElmoError(
             f"this Doc ({len(doc)} tokens) has ELMo's vector hooks but no ELMo data: spaCy's "
             "Span.as_doc() copies a Doc's hooks, not its extensions. Read span._.elmo on the "
             "original Doc, or run the pipeline on the new Doc's text"
         )
-    return vector
+    return vector.astype(np.float32, copy=False)
 
 
 def doc_vector_hook(doc: Doc) -> np.ndarray:
@@ -53,11 +64,6 @@ def token_vector_hook(token: Token) -> np.ndarray:
 def has_vector_hook(obj) -> bool:
     """Whether the Doc of `obj` (a Doc, Span or Token) holds ELMo data."""
     return (obj if isinstance(obj, Doc) else obj.doc)._.elmo_data is not None
-
-
-def similarity_hook(a, b) -> float:
-    """Cosine similarity of the ELMo vectors of two Docs, Spans or Tokens."""
-    return _cosine(a.vector, b.vector)
 
 
 HOOKS_STAY = (

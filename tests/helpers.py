@@ -28,7 +28,8 @@ from thinc.api import Config
 
 from spacy_elmo import ElmoFileError, load_bilm
 from spacy_elmo.cli import main
-from spacy_elmo.doc_data import ElmoDocData, install_extensions, token_spans
+from spacy_elmo.doc_data import ElmoDocData, token_spans
+from spacy_elmo.extensions import install_extensions
 from spacy_elmo.pretrain import load_config, train
 
 REPO = Path(__file__).resolve().parent.parent

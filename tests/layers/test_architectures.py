@@ -11,7 +11,8 @@ from thinc.api import Config, set_dropout_rate
 
 from spacy_elmo import ElmoConfigError
 from spacy_elmo.architectures import ElmoFeatures, ElmoMultiHashEmbed
-from spacy_elmo.doc_data import ElmoDocData, install_extensions
+from spacy_elmo.doc_data import ElmoDocData
+from spacy_elmo.extensions import install_extensions
 from spacy_elmo.layers import learned_mix, set_sizes
 from spacy_elmo.layers.dropout import DROPOUT_NAME
 

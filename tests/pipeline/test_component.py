@@ -13,7 +13,8 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_elmo import BiLM, BiLMOptions, ElmoFileError
+from spacy_elmo import BiLM, BiLMOptions, ElmoError, ElmoFileError
+from spacy_elmo.doc_data import ElmoDocData
 from spacy_elmo.feature_cache import FeatureCache
 from spacy_elmo.windows import Window, rule_sentences, windows_of
 
@@ -235,6 +236,8 @@ def test_the_feature_cache_holds_no_long_token_texts_beyond_its_bound():
     held = held_after(fill)
     assert len(cache) == 100 and cache.nbytes == 100 * 96
     assert held < 2**16, f"{held:,} bytes held"
+    # the README: "each keyed by a 32-byte digest of its sentence's tokens"
+    assert {(prefix, len(digest)) for prefix, digest in cache.entries} == {("prefix", 32)}
     for same, sentence in [
         (True, ["0000" + "x" * 100_000, "."]),
         (False, ["0000" + "x" * 100_001, "."]),  # one character more
@@ -300,6 +303,36 @@ def test_vector_hooks(fixture_dir):
     assert a.similarity(b) == pytest.approx(cos, abs=1e-5)
     assert doc.has_vector and doc[0].has_vector
     assert doc[0:3].similarity(doc[5:8]) > 0
+
+
+def test_vector_norms_of_float16_vectors_are_finite(fixture_dir):
+    """spaCy squared the float16 hook vector itself for `vector_norm`: a norm over 256 (its
+    squares past float16's 65504) came back infinite."""
+    nlp = spacy.blank("en")
+    config = {"weights": str(fixture_dir), "vector_hooks": True, "store": "float16"}
+    nlp.add_pipe("elmo", config=config)
+    doc = nlp("The cat sat .")
+    data = doc._.elmo_data
+    doc._.elmo_data = ElmoDocData(
+        np.full_like(data.layers, 100), None, data.mix_weights, data.spans, orths=data.orths
+    )
+    expected = 100 * np.sqrt(doc._.elmo.shape[1])
+    for part in (doc[1], doc[0:2], doc):
+        assert part.vector_norm == pytest.approx(expected, rel=1e-6)
+
+
+def test_similarity_with_other_vectors_is_one_error_or_zero_with_spacys_warning(fixture_dir):
+    """Against vectors of another width, similarity was numpy's broadcasting error; against a
+    Doc without vectors, 0.0 without spaCy's warning."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "vector_hooks": True})
+    doc = nlp("The cat sat .")
+    other = spacy.blank("en")
+    other.vocab.set_vector("cat", np.ones(5, "f"))
+    with pytest.raises(ElmoError, match="32-wide ELMo vectors .* 5-wide vectors"):
+        doc.similarity(other("a cat"))
+    with pytest.warns(UserWarning, match="W008"):
+        assert doc[1].similarity(spacy.blank("en")("no vectors")) == 0.0
 
 
 def test_memory_zone_keeps_memory_flat(fixture_dir):

@@ -3,6 +3,9 @@ splits) realigns it by the documented rule, and stored data read back is checked
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 import spacy
@@ -108,6 +111,58 @@ def test_data_of_another_text_is_one_error(nlp):
         _ = other._.elmo
 
 
+@pytest.mark.parametrize("retokenize", [False, True])
+def test_data_of_another_text_with_the_same_token_offsets_is_one_error(nlp, retokenize):
+    """Data copied onto a Doc of another text whose tokens have the same character offsets was
+    read as that Doc's: 'dog' got the vector of 'cat', silently."""
+    doc = nlp("The cat sat .")
+    other = nlp.make_doc("The dog ran .")
+    assert np.array_equal(doc_data.token_spans(doc), doc_data.token_spans(other))
+    other.user_data.update(doc.user_data)
+    if retokenize:
+        with other.retokenize() as retokenizer:
+            retokenizer.merge(other[0:2])
+    reads = [  # "The" first: its own span and text are those it was computed for
+        lambda: other[0]._.elmo,
+        lambda: other[0:1]._.elmo,
+        lambda: other[1]._.elmo,
+        lambda: other._.elmo,
+    ]
+    for read in reads:
+        with pytest.raises(ElmoError, match="does not fit this Doc.*another text"):
+            read()
+    assert doc[1]._.elmo.shape == (doc._.elmo.shape[1],)  # the Doc it was computed for reads it
+
+
+def test_stored_data_keeps_each_tokens_text_hash_and_a_wrong_one_is_an_error(nlp):
+    doc = read_back(nlp, stored(nlp, lambda d: d))
+    assert np.array_equal(doc._.elmo_data.orths, doc.to_array("ORTH"))
+
+    def two_hashes(d):
+        return ElmoDocData(d.layers, None, d.mix_weights, d.spans, True, orths=d.orths[:2])
+
+    with pytest.raises(ElmoError, match="'orths' must be 6"):
+        read_back(nlp, stored(nlp, two_hashes))
+
+
+def test_a_doc_whose_tokens_were_read_pickles_and_deep_copies(nlp):
+    """The data remembers (weakly) the Doc whose text it checked: copies and pickles forget it."""
+    doc = nlp(TEXT)
+    expected = doc[1]._.elmo.copy()
+    for back in (pickle.loads(pickle.dumps(doc)), copy.deepcopy(doc), doc.copy()):
+        np.testing.assert_array_equal(back[1]._.elmo, expected)
+        np.testing.assert_array_equal(back._.elmo, doc._.elmo)
+
+
+def test_a_copied_doc_keeps_its_elmo_data_read_only(nlp):
+    """`doc.copy()` deep-copies the user data: the copy's arrays came back writeable, so an
+    in-place edit of `doc._.elmo` changed every later read of the copy's vectors."""
+    copied = nlp(TEXT).copy()
+    for read in (lambda: copied._.elmo, lambda: copied._.elmo_layers, lambda: copied[1]._.elmo):
+        with pytest.raises(ValueError, match="read-only"):
+            read()[..., 0] += 1
+
+
 # ---------------------------------------------------------------------- stored data read back
 def stored(nlp, edit) -> bytes:
     doc = nlp("The cat sat on mats .")
@@ -166,7 +221,17 @@ def two_rows(data):
                 mix_weights=d.mix_weights,
                 save_layers=True,
             ),
-            "'layers' must be a 3-d float array, got a int32",
+            "'layers' must be a 3-d float16 or float32 array, got a int32",
+        ),
+        (  # wrapped into int32 before
+            lambda d: ElmoDocData(
+                d.layers, None, d.mix_weights, d.spans.astype(np.int64) + 2**40, True
+            ),
+            "'spans' must be 6 .* pairs within",
+        ),
+        (  # read back as float64 vectors before
+            lambda d: ElmoDocData(None, d.mix().astype(np.float64), d.mix_weights, d.spans),
+            "'mixed' must be a 2-d float16 or float32 array, got a float64",
         ),
     ],
 )
