@@ -4,18 +4,17 @@ the softmax head."""
 from __future__ import annotations
 
 import os
-import warnings
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 from thinc.api import Config
 
 from ..bilm import BiLM, BiLMOptions
 from ..bilm.chars import MAX_CHARS
-from ..errors import ElmoConfigError, ElmoUntrainedWarning
+from ..errors import ElmoConfigError
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
 from . import checkpoint
@@ -30,23 +29,23 @@ def training_vocab(
     counts: Counter,
     *,
     resumed_run: Optional[Path],
-    init_dir: Optional[Path],
+    start: Optional[Start],
     log: Callable[[str], None],
 ) -> Vocab:
-    """The output vocabulary: the resumed run's, the `--init-from` model's (where its softmax is
-    saved beside it; a `vocab.size` it does not have is warned of), or the `vocab.size` most
-    frequent words of the training corpus's `counts`."""
+    """The output vocabulary: the resumed run's, the `--init-from` model's (`start`, where its
+    softmax is saved beside it; a `vocab.size` it does not have is warned of), or the `vocab.size`
+    most frequent words of the training corpus's `counts`."""
     if resumed_run is not None:
         return Vocab.from_disk(resumed_run / VOCAB_FILE)
     size, unk = config["vocab"]["size"], config["corpus"]["unk_token"]
-    if init_dir and (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
-        vocab = Vocab.from_disk(init_dir / VOCAB_FILE)
-        log(f"vocabulary and softmax from {init_dir}")
+    if start is not None and start.softmax is not None:
+        vocab = start.softmax.vocab
+        log(f"vocabulary and softmax from {start.directory}")
         n_words = len(vocab) - len(SPECIALS)
         if size not in (None, n_words, default_vocab_size()):
             log(
                 f"warning: vocab.size = {size} is not used: training goes on with the vocabulary "
-                f"and softmax of {init_dir} ({n_words} words)"
+                f"and softmax of {start.directory} ({n_words} words)"
             )
         return vocab
     vocab = Vocab.build(counts, size, unk, shrink=size == default_vocab_size())
@@ -59,19 +58,31 @@ def training_vocab(
     return vocab
 
 
+class Softmax(NamedTuple):
+    """A softmax saved beside a model (`pretrain`'s): its weights, file and output vocabulary."""
+
+    path: Path
+    state: Dict[str, torch.Tensor]
+    vocab: Vocab
+
+
 class Start(NamedTuple):
-    """The biLM that `--init-from` names: its directory, its sizes and the record of it that the
-    run keeps."""
+    """The biLM that `--init-from` names, as the run read it (once: a model saved over it meanwhile
+    changes nothing): its directory, sizes, weights, the softmax saved beside it (None: none) and
+    the record of it that the run keeps."""
 
     directory: Path
     options: BiLMOptions
-    record: Dict[str, Any]  # init_from (as given), directory, fingerprint
+    weights: Dict[str, torch.Tensor]  # the biLM's state dict
+    softmax: Optional[Softmax]
+    record: Dict[str, Any]  # init_from (as given), directory, fingerprint (of `weights`)
 
 
 def starting_bilm(init_dir: Path, init_from: str) -> Start:
     """The biLM in `init_dir` (`--init-from init_from`), checked to be one that pretrain can
-    train, with its record: where it is and its fingerprint before training. Read to check it
-    only: `initial_bilm` loads it again after the run's seed."""
+    train, with its softmax and vocabulary where both are saved beside it and its record: where it
+    is and its fingerprint before training. `initial_bilm` builds the network to train from it
+    after the run's seed."""
     bilm = load_bilm(init_dir).network
     if bilm.options.char_table:
         raise ElmoConfigError(
@@ -89,7 +100,11 @@ def starting_bilm(init_dir: Path, init_from: str) -> Start:
         "directory": os.path.abspath(init_dir),
         "fingerprint": bilm.fingerprint(),
     }
-    return Start(init_dir, bilm.options, record)
+    softmax = None
+    if (init_dir / VOCAB_FILE).is_file() and (init_dir / HEAD_FILE).is_file():
+        vocab = Vocab.from_disk(init_dir / VOCAB_FILE)
+        softmax = Softmax(init_dir / HEAD_FILE, saved_head(init_dir / HEAD_FILE), vocab)
+    return Start(init_dir, bilm.options, bilm.state_dict(), softmax, record)
 
 
 def config_to_train(
@@ -114,23 +129,23 @@ def initial_bilm(
     config: Config, start: Optional[Start], resumed: Optional[BiLMOptions] = None
 ) -> BiLM:
     """The biLM to train: a resumed run's (of its recorded sizes `resumed`; its checkpoint holds the
-    weights), the one `--init-from` names (`start`), or a new one as the config's `model` section
-    says, initialized from torch's random generator. Either way the network is built from that
-    generator (after the run's seed), and training's dropout draws from it next. It reads its
+    weights), the one `--init-from` names (`start`: its weights, as `starting_bilm` read them), or a
+    new one as the config's `model` section says, initialized from torch's random generator. Either
+    way the network is built from that generator (after the run's seed), and training's dropout
+    draws from it next. It reads its
     tokens lowercased where `corpus.lowercase` says."""
     lowercase = config["corpus"]["lowercase"]  # the text it is trained on
     if resumed is not None:
         return BiLM(replace(resumed, lowercase=lowercase))
     if start is None:
         return BiLM(bilm_options(config))
-    with warnings.catch_warnings():  # `starting_bilm` said it, where it is untrained
-        warnings.simplefilter("ignore", ElmoUntrainedWarning)
-        bilm = load_bilm(start.directory).network
-    if bilm.options.lowercase != lowercase:  # the same weights, reading the other case
-        weights = bilm.state_dict()
-        bilm = BiLM(replace(bilm.options, lowercase=lowercase))
-        bilm.load_state_dict(weights)
-    bilm.options.extra.pop(UNTRAINED_KEY, None)  # `init-random`'s label: trained from here on
+    if start.options.lowercase != lowercase:
+        # the generator's draws as when the model was loaded here, then rebuilt in the other case
+        BiLM(start.options)
+    # `init-random`'s label is left out: trained from here on
+    extra = {k: v for k, v in start.options.extra.items() if k != UNTRAINED_KEY}
+    bilm = BiLM(replace(start.options, lowercase=lowercase, extra=extra))
+    bilm.load_state_dict(start.weights)
     return bilm
 
 
@@ -139,13 +154,15 @@ def initial_head(
     bilm: BiLM,
     vocab_size: int,
     rng: torch.Generator,
-    init_dir: Optional[Path],
+    init: Union[Start, Path, None],
     log: Callable[[str], None],
 ) -> torch.nn.Module:
     """The softmax head that the config's `softmax` section says, over `vocab_size` words of
-    `bilm`'s top layer, drawing its samples from `rng`; its weights from `init_dir` where one is
-    saved there. Adaptive cutoffs at or above `vocab_size` are left out, with a warning to `log`
-    (the built-in ones meet a vocabulary shrunk to a small corpus); none left is an error."""
+    `bilm`'s top layer, drawing its samples from `rng`; its weights those saved beside the model a
+    run starts from (`init`: as `starting_bilm` read it, or the directory that a resumed run
+    names) where there are some. Adaptive cutoffs at or above `vocab_size` are left out, with a
+    warning to `log` (the built-in ones meet a vocabulary shrunk to a small corpus); none left is
+    an error."""
     cutoffs = list(softmax["adaptive_cutoffs"])
     beyond = [c for c in cutoffs if c >= vocab_size]
     if softmax["type"] == "adaptive" and beyond and len(beyond) < len(cutoffs):
@@ -166,15 +183,24 @@ def initial_head(
         )
     except ValueError as err:
         raise ElmoConfigError(str(err)) from None
-    if init_dir and (init_dir / HEAD_FILE).is_file():
-        load_head(head, init_dir / HEAD_FILE, softmax["type"])
+    if isinstance(init, Start):
+        if init.softmax is not None:
+            load_head(head, init.softmax.path, init.softmax.state, softmax["type"])
+    elif init is not None and (init / HEAD_FILE).is_file():
+        load_head(head, init / HEAD_FILE, saved_head(init / HEAD_FILE), softmax["type"])
     return head
 
 
-def load_head(head: torch.nn.Module, path: Path, softmax_type: str) -> None:
-    """Load the softmax weights saved at `path` into `head`, which must be of their type and sizes;
-    an ElmoConfigError says which differs."""
-    state = checkpoint.torch_load(path, what="softmax weights")
+def saved_head(path: Path) -> Dict[str, torch.Tensor]:
+    """The softmax weights saved at `path` (a state dict, read without unpickling)."""
+    return checkpoint.torch_load(path, what="softmax weights")
+
+
+def load_head(
+    head: torch.nn.Module, path: Path, state: Dict[str, torch.Tensor], softmax_type: str
+) -> None:
+    """Load the softmax weights `state`, saved at `path`, into `head`, which must be of their type
+    and sizes; an ElmoConfigError says which differs."""
     saved = {k: tuple(getattr(v, "shape", ())) for k, v in state.items()}
     wanted = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     if saved == wanted:

@@ -119,7 +119,7 @@ class Trainer:
             config,
             self.corpus.counts,
             resumed_run=self.output if resume else None,
-            init_dir=init_dir,
+            start=start,
             log=self.log,
         )
         self.dev: Optional[DevSet] = None
@@ -130,7 +130,7 @@ class Trainer:
         bilm = initial_bilm(config, start, recorded_options(self.output) if resume else None)
         self.head_rng = torch.Generator().manual_seed(t["seed"] + 1 + self.rank)
         head = initial_head(
-            config["softmax"], bilm, len(self.vocab), self.head_rng, init_dir, self.log
+            config["softmax"], bilm, len(self.vocab), self.head_rng, start or init_dir, self.log
         )
         self.model = BiLanguageModel(bilm, head, t["dropout"]).to(self.device)
         self.loss_softmax = train_loss_softmax(head)  # what the reported training loss is
