@@ -73,7 +73,8 @@ def pretrain_cli(
         typer.Option(
             help="continue the run in OUTPUT_DIR from its last checkpoint (same config and corpus; "
             "only when to stop, evaluate or checkpoint may change). Without it, an OUTPUT_DIR "
-            "holding a run's checkpoint or model is refused, never overwritten"
+            "holding a run's checkpoint or model is refused, never overwritten; a finished run "
+            "(its model saved) says so and keeps its files"
         ),
     ] = False,
     export_hdf5: Annotated[

@@ -14,7 +14,7 @@ run (not `resume`) refuses a directory that holds an earlier run's checkpoint or
 one that another run is writing (see `lock`).
 
 What is trained is built in `build`; the optimizer and gradients are in `optim`; the progress bar
-and the reports' records in `progress`; the run's files in `outputs`.
+and the reports' records in `progress`; the run's files in `outputs`; its end in `final`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from .batches import Batch
 from .build import config_to_train, initial_bilm, initial_head, starting_bilm, training_vocab
 from .config import model_policy, training_precision
 from .corpus import DevSet, Position, TrainingCorpus, corpus_tokenizer, load_dev
+from .final import kept_model, save_final
 from .heads import train_loss_softmax
 from .interrupt import deferred_interrupt
 from .lm import BiLanguageModel, dev_nll, perplexities
@@ -46,7 +47,6 @@ from .lock import RunLock
 from .optim import all_reduce_gradients, diverged, make_optimizer, non_finite
 from .outputs import (
     CHECKPOINT_DIR,
-    HDF5_DIR,
     METRICS_FILE,
     append_metrics,
     check_new_run,
@@ -54,7 +54,6 @@ from .outputs import (
     recorded_options,
     resolve_init,
     run_digests,
-    save_trained,
     start_new_run,
     with_absolute_corpus,
 )
@@ -111,6 +110,7 @@ class Trainer:
         self.t, self.unk, self.policy = t, c["unk_token"], model_policy(config)
         self.ckpt_dir = self.output / CHECKPOINT_DIR
         self.saved_step: Optional[int] = None
+        self.resumed_step: Optional[int] = None  # the checkpoint's, where resumed
         self.train_sha256, self.dev_sha256 = run_digests(config, self.output, self.world, resume)
 
         tokenize = corpus_tokenizer(c)
@@ -215,7 +215,7 @@ class Trainer:
                 "the run diverged before it was saved; train again with a lower "
                 "training.learning_rate"
             )
-        self.saved_step = self.progress.step
+        self.saved_step = self.resumed_step = self.progress.step
         if self.rank == 0:
             torn, reported = forget_metrics_after(self.output, self.progress.step)
             if torn:
@@ -308,8 +308,6 @@ class Trainer:
         self._save_checkpoint()
         if p.loss_steps:  # the steps since the last report (a resumed run: from its checkpoint)
             self._report()
-        elif self.last_dev is None and self.dev is not None:  # a resumed run that was complete
-            self.last_dev = self.evaluate()
         return self.finish()
 
     def _batches(self) -> Iterator[Tuple[Position, Batch]]:
@@ -362,9 +360,15 @@ class Trainer:
     # ------------------------------------------------------------------ the result
     def finish(self) -> Dict[str, Any]:
         """Save the final model (loadable by `load_bilm`), its softmax and vocabulary, and a
-        summary."""
+        summary; a resumed run that trained nothing keeps them where they are saved."""
         if self.rank != 0:
             return {}
+        end = (self.output, self.model, self.vocab, self.policy, self.t["export_hdf5"])
+        kept = kept_model(*end, self.log) if self.progress.step == self.resumed_step else None
+        if kept is not None:
+            return kept
+        if self.last_dev is None and self.dev is not None:  # a resumed run that was complete
+            self.last_dev = self.evaluate()
         summary = {
             "config": self.config.to_str(),
             "seed": self.t["seed"],
@@ -379,19 +383,7 @@ class Trainer:
             "dev": self.last_dev,
             "init_from": self.init,
         }
-        model_dir = save_trained(
-            self.output,
-            self.model.bilm.cpu(),
-            self.model.head.cpu(),
-            self.vocab,
-            self.policy,
-            self.t["export_hdf5"],
-            summary,
-        )
-        self.log(
-            f"saved {model_dir}"
-            + (f" and {self.output / HDF5_DIR}" if self.t["export_hdf5"] else "")
-        )
+        save_final(*end, summary, self.log)
         return summary
 
 

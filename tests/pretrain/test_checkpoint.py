@@ -15,6 +15,7 @@ import torch
 
 from spacy_elmo import ElmoFileError, ElmoResourceError
 from spacy_elmo.files import sha256_file
+from spacy_elmo.pretrain import train
 
 from ..helpers import (
     REPO,
@@ -171,6 +172,46 @@ def test_resuming_a_complete_run_trains_nothing_and_records_nothing(
     assert summary["steps"] == 10
     assert metric_steps(out) == [3, 6, 9, 10]  # no second record of step 10
     assert_same_model(out, uninterrupted)
+
+
+def model_files(out):
+    """Each file of OUT/model and OUT/model-hdf5 (and the directories) -> (inode, mtime, sha256)."""
+    files = {}
+    for directory in (out / "model", out / "model-hdf5"):
+        if directory.exists():
+            stat = directory.stat()
+            files[directory.name] = (stat.st_ino, stat.st_mtime_ns)
+            for path in directory.iterdir():
+                stat = path.stat()
+                files[path.name] = (stat.st_ino, stat.st_mtime_ns, sha256_file(path))
+    return files
+
+
+def test_resuming_a_finished_run_says_so_and_leaves_its_model_untouched(
+    corpus, uninterrupted, tmp_path
+):
+    """A finished run resumed: one line says it is finished, its model (and export) keep their
+    files; where its final save was interrupted (the model incomplete, the export asked for and
+    missing) it saves them as an uninterrupted run does."""
+    out = tmp_path / "out"
+    shutil.copytree(uninterrupted, out)
+    before, logged = model_files(out), []
+    saved = json.loads((out / "model" / "training.json").read_text())
+    config = tiny_config(corpus, None, **SETTINGS)
+    summary = train(config, out, resume=True, progress_bar=False, log=logged.append)
+    assert model_files(out) == before and summary == saved
+    assert logged[-1] == f"{out} finished at step 10: its model ({out / 'model'}) is saved", logged
+    assert not any(line.startswith("saved") for line in logged)
+    (out / "model" / "lm_head.pt").unlink()  # a save interrupted, as no save of ours leaves it
+    quiet_train(config, out, resume=True)
+    assert_same_model(out, uninterrupted)
+    assert model_files(out) != before
+    export = tiny_config(corpus, None, **SETTINGS, training__export_hdf5=True)
+    quiet_train(export, out, resume=True)  # asked for the export it lacks: written
+    assert (out / "model-hdf5" / "weights.hdf5").is_file()
+    before, logged = model_files(out), []
+    train(export, out, resume=True, progress_bar=False, log=logged.append)
+    assert model_files(out) == before and "finished at step 10" in logged[-1]
 
 
 def metric_steps(out):
