@@ -1,6 +1,7 @@
 """The spaCy tokenizer that `pretrain` and `embed` read text with: a language's own (`spacy.blank`),
 keeping whole the tokens a biLM reads as one, which spaCy splits in three: `<S>`, `</S>` (the
-sentence boundaries) and the corpus's unknown-word token (`<unk>` in PTB and WikiText).
+sentence boundaries) and the corpus's unknown-word token (`<unk>` in PTB and WikiText; `embed`
+keeps the one the model records, `BiLMOptions.unk_token`).
 
 The `elmo` component reads the tokens of its pipeline's own tokenizer, which this leaves alone.
 """
@@ -10,11 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Tuple
 
 from .bilm.chars import BOS_TOKEN, EOS_TOKEN
+from .bilm.options import UNK_TOKEN
 
 if TYPE_CHECKING:
     from spacy.language import Language
-
-UNK_TOKEN = "<unk>"  # pretrain's default `corpus.unk_token`
 
 
 def kept_whole(unk_token: Optional[str] = UNK_TOKEN) -> Tuple[str, ...]:
@@ -34,6 +34,7 @@ def blank(lang: str, unk_token: Optional[str] = UNK_TOKEN) -> "Language":
     return nlp
 
 
-def spacy_name(lang: str) -> str:
-    """What a run records of `blank(lang)`'s tokenizer (a resumed run must tokenize alike)."""
-    return f"spacy:{lang} keeping {' '.join(kept_whole())}"
+def spacy_name(lang: str, unk_token: Optional[str] = UNK_TOKEN) -> str:
+    """What a run records of `blank(lang, unk_token)`'s tokenizer, naming what it keeps whole (a
+    resumed run must tokenize alike)."""
+    return f"spacy:{lang} keeping {' '.join(kept_whole(unk_token))}"

@@ -231,6 +231,19 @@ def quiet_train(config, out, **kwargs):
         return train(config, out, progress_bar=False, log=lambda m: None, **kwargs)
 
 
+def pretrained_with_unk(directory: Path, unk_token: str) -> Path:
+    """A tiny biLM pretrained (2 steps, spaCy's tokenizer) on text holding `unk_token`, its
+    `corpus.unk_token` -> its model directory."""
+    corpus = write_corpus(
+        directory / "train.txt", [f"{s} ({unk_token})" for s in toy_sentences(50)]
+    )
+    config = tiny_config(
+        corpus, None, corpus__tokenizer="spacy", corpus__unk_token=unk_token, training__max_steps=2
+    )
+    quiet_train(config, directory / "out")
+    return directory / "out" / "model"
+
+
 # ------------------------------------------------------------------------------------- command line
 SENTS = [["The", "cat", "sat", "."], ["Hello"], ["a", "b", "c", "d", "e", "f"]]
 LINES = [

@@ -27,6 +27,10 @@ MAX_PARAMETERS = 2**30
 # forget bias within +-100 (sigmoid saturates in float32 beyond +-17; the published models use 1).
 FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 MAX_FORGET_BIAS = 100.0
+# The unknown word of a model that records none (published and older models): `pretrain`'s default
+# `corpus.unk_token`, the one of PTB and WikiText.
+UNK_TOKEN = "<unk>"
+MAX_UNK_CHARACTERS = 1024
 
 
 REQUIRED = object()  # the default of an option that an options file must give
@@ -62,6 +66,17 @@ def _clip(value: Any, where: str, bounds: Tuple[float, float], source: str) -> f
 def _boolean(value: Any, where: str, bounds: Any, source: str) -> bool:
     if not isinstance(value, bool):
         raise ElmoFileError(f"{source}: '{where}' must be true or false, got {value!r}")
+    return value
+
+
+def _token(value: Any, where: str, bounds: Tuple[int, int], source: str) -> Optional[str]:
+    """A token text of `bounds[0]` to `bounds[1]` characters, or null for none."""
+    low, high = bounds
+    if value is not None and (not isinstance(value, str) or not low <= len(value) <= high):
+        raise ElmoFileError(
+            f"{source}: '{where}' must be a string of {low} to {high} characters or null, got "
+            f"{value!r:.80}"
+        )
     return value
 
 
@@ -131,6 +146,8 @@ NETWORK_OPTIONS = (
     Option("n_layers", "lstm.n_layers", _integer, (1, MAX_LAYERS)),
     Option("use_skip_connections", "lstm.use_skip_connections", _boolean, (), False),
     Option("lowercase", "char_cnn.lowercase", _boolean, (), False),
+    # the text the model was trained on wrote unknown words so (none: null); a tokenizer keeps it
+    Option("unk_token", "unk_token", _token, (1, MAX_UNK_CHARACTERS), UNK_TOKEN),
 )
 
 
@@ -236,6 +253,9 @@ class BiLMOptions:
     # this project's: the biLM was trained on lowercased text and reads each token lowercased
     # (`<S>` and `</S>` as written); bilm-tf and AllenNLP know no such option
     lowercase: bool = False
+    # this project's: the word that stood for unknown words in the text the biLM was trained on
+    # (`pretrain`'s `corpus.unk_token`; None: none), which a tokenizer keeps whole for it
+    unk_token: Optional[str] = UNK_TOKEN
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -284,7 +304,8 @@ class BiLMOptions:
                 f"{source}: 'char_cnn.lowercase' is for models that read utf-8 bytes; a model "
                 "with a character table (ELMoForManyLangs) reads its tokens as written"
             )
-        extra = {key: value for key, value in opts.items() if key not in ("lstm", "char_cnn")}
+        own = ("lstm", "char_cnn", "unk_token")
+        extra = {key: value for key, value in opts.items() if key not in own}
         options = cls(**values, extra=extra)
         if options.n_parameters > MAX_PARAMETERS:
             sizes = ("lstm.dim", "lstm.projection_dim", "char_cnn.filters", "char_cnn.n_highway")
@@ -334,6 +355,8 @@ class BiLMOptions:
             out["char_cnn"].update(char_table=True, word_dim=self.word_dim, n_words=self.n_words)
         if self.lowercase:
             out["char_cnn"]["lowercase"] = True
+        if self.unk_token != UNK_TOKEN:
+            out["unk_token"] = self.unk_token
         return out
 
     def sizes(self) -> Dict[str, Any]:
@@ -347,5 +370,7 @@ class BiLMOptions:
             d.pop("forget_bias")
         if not self.lowercase:  # as before the option existed: the fingerprints of models stay
             d.pop("lowercase")
+        if self.unk_token == UNK_TOKEN:  # likewise
+            d.pop("unk_token")
         d["filters"] = [list(f) for f in self.filters]
         return d

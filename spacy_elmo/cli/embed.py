@@ -44,8 +44,8 @@ def embed_cli(
         str,
         typer.Option(
             help="tokenize text with this spaCy language's tokenizer, keeping `<S>`, `</S>` and "
-            "`<unk>` (pretrain's default corpus.unk_token) whole, as pretrain does (a .spacy "
-            "DocBin's Docs keep their tokens)"
+            "the model's unknown word (the corpus.unk_token it was pretrained with; `<unk>` where "
+            "it records none) whole, as pretrain does (a .spacy DocBin's Docs keep their tokens)"
         ),
     ] = "en",
     whitespace: Annotated[

@@ -117,10 +117,14 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
             f"{'' if o.shards else '; without --resume, an interrupted carry run starts again'}"
         )
     docbin = o.input_path.suffix == ".spacy"
+    unk_token = bilm.options.unk_token  # the model's unknown word, kept whole
     try:
-        nlp = None if o.whitespace and not docbin else blank(o.lang)
+        nlp = None if o.whitespace and not docbin else blank(o.lang, unk_token)
     except ImportError as err:
         raise ElmoConfigError(f"--lang {o.lang}: not a language spaCy knows ({err})") from None
+    tokenizer = (
+        "docbin" if docbin else "whitespace" if o.whitespace else spacy_name(o.lang, unk_token)
+    )
     scanned = scan_input(o.input_path, o.max_docbin_bytes)
     identity = scanned.pop("identity")
     settings = Settings(
@@ -138,7 +142,7 @@ def new_job(options: EmbedOptions) -> tuple[ElmoEmbedder, Job]:
         dtype=o.dtype,
         compression=o.compression,
         shards=o.shards,
-        tokenizer="docbin" if docbin else "whitespace" if o.whitespace else spacy_name(o.lang),
+        tokenizer=tokenizer,
     )
     writer = HDF5Output(None if o.compression == "none" else o.compression)
     return bilm, Job(o, settings, writer, nlp=nlp, layer=chosen, input_identity=identity)

@@ -58,7 +58,7 @@ class ShardWriter:
         bound_kernel_cache()
         torch.set_num_threads(threads)
         self.ranges, self.tokens, self.error = ranges, 0, ""
-        self.job = replace(job, nlp=blank(lang) if lang else None, on_line=self._count)
+        self.job = replace(job, nlp=None, on_line=self._count)
         self.work = WorkDir(job.output, job.output, "shard")
         try:
             # "cuda": the GPU Ray gave this actor
@@ -68,11 +68,14 @@ class ShardWriter:
                 precision=job.settings["precision"],
                 device=job.settings["device"],
             )
+            # the fingerprint covers the unknown word the model records, which the tokenizer keeps
             if self.bilm.fingerprint() != job.settings["weights_fingerprint"]:
                 raise ElmoFileError(
                     f"{weights}: other weights on {socket.gethostname()} than where the run "
                     "started: every node must see the same weights"
                 )
+            if lang:
+                self.job.nlp = blank(lang, self.bilm.options.unk_token)
         except (ElmoError, OSError) as err:
             self.error = str(err)
 

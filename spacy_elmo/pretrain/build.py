@@ -132,11 +132,12 @@ def initial_bilm(
     weights), the one `--init-from` names (`start`: its weights, as `starting_bilm` read them), or a
     new one as the config's `model` section says, initialized from torch's random generator. Either
     way the network is built from that generator (after the run's seed), and training's dropout
-    draws from it next. It reads its
-    tokens lowercased where `corpus.lowercase` says."""
+    draws from it next. It reads its tokens lowercased where `corpus.lowercase` says, and records
+    `corpus.unk_token`."""
     lowercase = config["corpus"]["lowercase"]  # the text it is trained on
+    unk_token = config["corpus"]["unk_token"] or None  # as `bilm_options` records it
     if resumed is not None:
-        return BiLM(replace(resumed, lowercase=lowercase))
+        return BiLM(replace(resumed, lowercase=lowercase, unk_token=unk_token))
     if start is None:
         return BiLM(bilm_options(config))
     if start.options.lowercase != lowercase:
@@ -144,7 +145,7 @@ def initial_bilm(
         BiLM(start.options)
     # `init-random`'s label is left out: trained from here on
     extra = {k: v for k, v in start.options.extra.items() if k != UNTRAINED_KEY}
-    bilm = BiLM(replace(start.options, lowercase=lowercase, extra=extra))
+    bilm = BiLM(replace(start.options, lowercase=lowercase, unk_token=unk_token, extra=extra))
     bilm.load_state_dict(start.weights)
     return bilm
 

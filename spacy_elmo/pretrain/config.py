@@ -230,7 +230,8 @@ def check_export(config: Config, origin: str = "") -> None:
 
 def bilm_options(config: Config) -> BiLMOptions:
     """The `[model]` section as `BiLMOptions` (bilm-tf layout), reading its tokens lowercased
-    where `corpus.lowercase` says (the text it is trained on)."""
+    where `corpus.lowercase` says, and recording `corpus.unk_token` (the text it is trained on;
+    "" writes no unknown word, as null)."""
     m = config["model"]
     try:
         return BiLMOptions.from_dict(
@@ -252,8 +253,10 @@ def bilm_options(config: Config) -> BiLMOptions:
                     "max_characters_per_token": MAX_CHARS,
                     "lowercase": config["corpus"]["lowercase"],
                 },
+                "unk_token": config["corpus"]["unk_token"] or None,
             },
             source="config [model]",
+            keys={"unk_token": "corpus.unk_token"},
         )
     except (ElmoFileError, KeyError) as err:
         raise ElmoConfigError(str(err)) from None

@@ -28,7 +28,15 @@ from spacy_elmo.embed import EmbedOptions, run
 from spacy_elmo.embed.ray_engine import embed_job
 from spacy_elmo.embed.runner import embed_with_ray
 
-from ..helpers import ENV, REPO, generated, one_error_line, run_cli, tmpfs
+from ..helpers import (
+    ENV,
+    REPO,
+    generated,
+    one_error_line,
+    pretrained_with_unk,
+    run_cli,
+    tmpfs,
+)
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
 
 SHARDS, FLUSH, BATCH = 4, 25, 8  # 300 lines: 12 blocks, 3 per shard
@@ -144,6 +152,27 @@ def test_actors_tokenize_as_pretrain_and_the_single_process_path_do(
     embed_with_ray_run(text, tmp_path / "ray", str(fixture_dir), workers=1, lang="en")
     with open_embeddings(tmp_path / "ray") as got:
         assert [a.shape[1] for a in got] == [8] * 8
+
+
+@pytest.mark.timeout(300)
+def test_actors_keep_the_unknown_word_the_model_was_pretrained_with(local_ray, tmp_path):
+    """A biLM pretrained with corpus.unk_token "<UNK>": each actor keeps it whole, as the
+    single-process path does (the arrays of the line split by hand)."""
+    model = pretrained_with_unk(tmp_path, "<UNK>")
+    text = tmp_path / "in.txt"
+    text.write_text("the cat (<UNK>) sat .\n" * 8, encoding="utf-8")
+    split = tmp_path / "split.txt"
+    split.write_text("the cat ( <UNK> ) sat .\n" * 8, encoding="utf-8")
+    blocks = {"flush_every": 2, "batch_size": BATCH}
+    embed_with_ray_run(text, tmp_path / "ray", str(model), workers=1, lang="en", **blocks)
+    run(
+        EmbedOptions(
+            split, tmp_path / "split", str(model), shards=SHARDS, whitespace=True, **blocks
+        )
+    )
+    with open_embeddings(tmp_path / "ray") as got, open_embeddings(tmp_path / "split") as want:
+        assert [a.shape[1] for a in got] == [7] * 8
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
 
 
 def die_on_first_try_at_shard_1():
