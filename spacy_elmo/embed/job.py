@@ -216,7 +216,7 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
         if not resume:
             todo = "pass --resume to continue it, or remove it" if resumable else "remove it first"
             raise ElmoResumeError(f"{out} exists: {todo}")
-        check_settings(out, job.writer.read_settings(out), job.settings)
+        check_settings(out, job.writer.read_settings(out), job.settings, readable=True)
         if partial.exists():  # killed while removing it, after OUTPUT was complete
             work.lock()
             work.remove()
@@ -242,7 +242,8 @@ def embed_single(bilm: ElmoEmbedder, job: Job, resume: bool) -> bool:
             _start_over(job, work)
         if work.has_manifest():
             manifest = work.manifest()
-            check_settings(out, manifest.settings, job.settings)
+            record, remove = work.path / MANIFEST, work.path
+            check_settings(out, manifest.settings, job.settings, record=record, remove=remove)
             ranges = manifest.ranges
         else:  # new, or killed before its manifest was written
             ranges = plan(job.settings["lines"], job.block, None)
@@ -322,8 +323,16 @@ def start_sharded(
         complete = manifests.complete(len(ranges))
         if manifests.has_manifest():
             manifest = manifests.manifest()
+            # readable as it is where complete, each shard with its record (see `check_shards`)
+            readable = all(manifest.complete or [False]) and all(manifest.shards or [None])
             check_settings(
-                out, manifest.settings, job.settings, only is not None, threads_flag=threads_flag
+                out,
+                manifest.settings,
+                job.settings,
+                only is not None,
+                threads_flag=threads_flag,
+                record=out / MANIFEST,
+                readable=readable,
             )
             # killed between a shard's rename and the manifest's update
             manifest = manifests.record_complete(manifest)

@@ -36,6 +36,7 @@ from ..files import (
     sha256_fd,
     write_atomic,
 )
+from ..tokenizer import spacy_name
 from .h5writer import RESUME_RETRY, write_error
 
 FORMAT = "spacy_elmo.embed/1"
@@ -310,18 +311,45 @@ FLAGS = {
 }
 
 
+def tokenizer_flag(name: Any) -> Optional[str]:
+    """The option that gives the tokenizer a run records as `name` ("" for a DocBin input's); None
+    where none does (a name of an earlier version)."""
+    if name in ("docbin", "whitespace"):
+        return "" if name == "docbin" else "--whitespace"
+    spacy = isinstance(name, str) and name.startswith("spacy:")
+    lang = name.split(" ")[0][len("spacy:") :] if spacy else ""
+    return f"--lang {lang}" if lang and spacy_name(lang) == name else None
+
+
 def check_settings(
     path: Path,
     then: dict[str, Any],
     now: dict[str, Any],
     one_shard: bool = False,
     threads_flag: str = "--threads",
+    record: Optional[Path] = None,
+    remove: Optional[Path] = None,
+    readable: bool = False,
 ) -> None:
     """Refuse to continue `path` (started with `then`) with other input or settings, in one line
     that names the options to give (`one_shard`: the run writes one shard, `--shard I/N`;
-    `threads_flag`: the option that sets the threads that embed, Ray's `--threads-per-worker`)."""
+    `threads_flag`: the option that sets the threads that embed, Ray's `--threads-per-worker`).
+    Where `then` lacks settings this version records (an earlier version's run), says so: `record`
+    holds `then` (default `path`), `remove` is what to remove to start again (default `path`),
+    `readable`: `path` is complete and `open_embeddings` reads it as it is."""
     if then == now:
         return
+    keep = (
+        "keep using it as it is (it is complete: open_embeddings reads it), or " if readable else ""
+    )
+    start_again = f"{keep}remove {remove or 'it'} to start again"
+    lacked = sorted(set(now) - set(then))
+    if lacked:
+        raise ElmoResumeError(
+            f"{path} was begun by an earlier spacy_elmo: {record or 'it'} records no "
+            f"{', '.join(lacked)}, which this version records, so it cannot be resumed by this "
+            f"version; {start_again}"
+        )
     if any(then.get(k) != now.get(k) for k in INPUT_KEYS):
         if then.get("input") == now.get("input"):
             changed = differences(
@@ -334,12 +362,23 @@ def check_settings(
         raise ElmoResumeError(
             f"{path} was started on another input ({then.get('input')} then, {now['input']} now)"
         )
+    changed = f"{path} was started with other settings ({differences(then, now)})"
+    tokenizer = then.get("tokenizer")
+    give = tokenizer_flag(tokenizer) if tokenizer != now.get("tokenizer") else ""
+    if give is None:
+        raise ElmoResumeError(
+            f"{changed}; its tokenizer {tokenizer!r} is named otherwise by this version (an "
+            f"earlier spacy_elmo's name): no option continues it; {start_again}"
+        )
     same = " ".join(
-        f"--shard I/{then[key]}" if key == "shards" and one_shard else f"{flag} {then[key]}"
-        for key, flag in {**FLAGS, "threads": threads_flag}.items()
-        if key in then and then.get(key) != now.get(key) and then[key] is not None
+        [
+            f"--shard I/{then[key]}" if key == "shards" and one_shard else f"{flag} {then[key]}"
+            for key, flag in {**FLAGS, "threads": threads_flag}.items()
+            if key in then and then.get(key) != now.get(key) and then[key] is not None
+        ]
+        + ([give] if give else [])
     )
     raise ElmoResumeError(
-        f"{path} was started with other settings ({differences(then, now)}); continue it with "
-        f"the same ones{f' ({same})' if same else ''}, or remove it to start again"
+        f"{changed}; continue it with the same ones{f' ({same})' if same else ''}, or remove it "
+        "to start again"
     )
