@@ -14,7 +14,7 @@ import os
 from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import srsly
 
@@ -49,9 +49,8 @@ def held(directory: Path) -> List[str]:
     return [PIPELINE_CONFIG, PIPELINE_META] if detect(directory) else []
 
 
-def _factories(directory: Path) -> List[tuple]:
-    """`(name, factory)` of each component in the pipeline's `config.cfg`, in the order it lists
-    them."""
+def _config(directory: Path) -> configparser.ConfigParser:
+    """The pipeline's `config.cfg`, read as it stands (no interpolation)."""
     path = inside_dir(directory, PIPELINE_CONFIG, "pipeline config")
     text = read_regular(path, "pipeline config", MAX_CONFIG_BYTES).decode("utf-8", "replace")
     parser = configparser.ConfigParser(interpolation=None, allow_no_value=True, strict=False)
@@ -60,15 +59,37 @@ def _factories(directory: Path) -> List[tuple]:
         parser.read_string(text, source=str(path))
     except configparser.Error as err:
         raise ElmoFileError(f"{path}: not a spaCy config ({type(err).__name__})") from None
+    return parser
+
+
+def _value(parser: configparser.ConfigParser, section: str, option: str) -> Any:
+    """A config value as thinc reads it: JSON, or else the string as written."""
+    try:
+        return json.loads(parser.get(section, option))
+    except ValueError:  # not JSON (thinc reads it as a string), or too many digits
+        return parser.get(section, option)
+
+
+def configured_state(directory: Path, name: str) -> Optional[StatePolicy]:
+    """The state policy the pipeline's `config.cfg` gives component `name` (`[components.NAME.model]
+    state`), which spacy.load applies; None where it gives none or null (the weights' own)."""
+    parser, section = _config(directory), f"components.{name}.model"
+    value = _value(parser, section, "state") if parser.has_option(section, "state") else None
+    try:
+        return None if value is None else StatePolicy.parse(value)
+    except ElmoConfigError as err:
+        raise ElmoFileError(f"{directory / PIPELINE_CONFIG}: [{section}] state: {err}") from None
+
+
+def _factories(directory: Path) -> List[tuple]:
+    """`(name, factory)` of each component in the pipeline's `config.cfg`, in the order it lists
+    them."""
+    parser = _config(directory)
     found = []
     for section in parser.sections():
         parts = section.split(".")
         if len(parts) == 2 and parts[0] == "components" and parser.has_option(section, "factory"):
-            try:
-                factory = json.loads(parser.get(section, "factory"))
-            except ValueError:  # not JSON (thinc reads it as a string), or too many digits
-                factory = parser.get(section, "factory")
-            found.append((parts[1], factory))
+            found.append((parts[1], _value(parser, section, "factory")))
     return found
 
 
@@ -117,21 +138,28 @@ def describe(directory: Path, name: str) -> str:
 def read(model: ModelFiles) -> ModelData:
     """The biLM of the pipeline's `elmo` component (`model.weights`, read from the pipeline's
     directory): its file checked from its framing (`read_model_file`), then its message read as the
-    component reads it (`read_message`), whose errors name the file."""
+    component reads it (`read_message`), whose errors name the file. A message that records no state
+    policy (an earlier version's) has the one the config gives the component, as in spacy.load."""
     path = str(model.weights)  # `model_file`'s: inside the pipeline's directory
+    directory = model.config.parent
+    configured = configured_state(directory, elmo_component(directory))
     data = read_model_file(path, "ELMo model of the pipeline", lambda options: None)
     with naming_file(path):
-        return read_message(bilm_message(data), path)
+        return read_message(bilm_message(data), path, unrecorded=configured)
 
 
 def read_message(
-    data: bytes, source: str, accept: Optional[Callable[[BiLMOptions], None]] = None
+    data: bytes,
+    source: str,
+    accept: Optional[Callable[[BiLMOptions], None]] = None,
+    unrecorded: Optional[StatePolicy] = None,
 ) -> ModelData:
     """The biLM message that `serialize_bilm` wrote (msgpack: `format`, `version`, `options` JSON,
     `state_dict` (torch.save's bytes), `state`, `warm_state`, `char_table` JSON where the options
     have one) -> `ModelData` naming `source`; `accept(options)` raises where the options are not
-    wanted, before the rest is read. ElmoFileError otherwise, which does not name the file (see
-    `naming_file`)."""
+    wanted, before the rest is read. A message of an earlier version, which records no `state`, has
+    `unrecorded` (None: warm), and a warm state in `warm_h` / `warm_c` only under a policy that
+    starts from it. ElmoFileError otherwise, which does not name the file (see `naming_file`)."""
     msg = srsly.msgpack_loads(data)
     if (
         not isinstance(msg, dict)
@@ -149,7 +177,7 @@ def read_message(
     if accept is not None:
         accept(options)
     try:
-        policy = StatePolicy.parse(msg.get("state", "warm"))
+        policy = StatePolicy.parse(msg.get("state", unrecorded or "warm"))
     except ElmoConfigError as err:
         raise ElmoFileError(f"its state policy: {err}") from None
     table = None
@@ -164,7 +192,7 @@ def read_message(
             "its character table",
         )
     state_dict = read_state_dict(BytesIO(msg["state_dict"]), "weights")
-    warm_state = msg.get("warm_state", True) is True
+    warm_state = msg.get("warm_state", policy.warm_start) is True
     return ModelData(options, state_dict, source, policy, table, warm_state)
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
 import pytest
 import spacy
 import srsly
+import torch
 
 from spacy_elmo import ElmoFileError, load_bilm
 
@@ -168,3 +170,49 @@ def test_a_component_named_with_a_slash_reads_its_own_file(pipeline_dir, tmp_pat
     assert "component 'x/elmo'" in bilm.source
     for a, b in zip(bilm.embed(SENTS), load_bilm(pipeline_dir).embed(SENTS)):
         np.testing.assert_array_equal(a, b)
+
+
+def aged_as_7094a2e(pipeline_dir, tmp_path, state: str) -> Path:
+    """A copy of the pipeline as 7094a2e saved it, its config's `model.state` `state`: a biLM
+    message with no `state` nor `warm_state` (its `warm_h` / `warm_c` zeros, never computed)."""
+    copy = reframed(pipeline_dir, tmp_path, lambda msg: None)
+    model = copy / "elmo" / "model"
+    msg = srsly.msgpack_loads(model.read_bytes())
+    shim = srsly.msgpack_loads(msg["shims"][0][0])
+    bilm = srsly.msgpack_loads(shim["state"])
+    del bilm["state"], bilm["warm_state"]
+    weights = torch.load(BytesIO(bilm["state_dict"]), weights_only=True)
+    buf = BytesIO()
+    torch.save({k: v.zero_() if k.startswith("warm_") else v for k, v in weights.items()}, buf)
+    bilm["state_dict"] = buf.getvalue()
+    msg["shims"][0][0] = srsly.msgpack_dumps({**shim, "state": srsly.msgpack_dumps(bilm)})
+    model.write_bytes(srsly.msgpack_dumps(msg))
+    config = (copy / "config.cfg").read_text(encoding="utf-8")
+    assert 'state = "zero"' in config
+    (copy / "config.cfg").write_text(config.replace('state = "zero"', f"state = {state}"))
+    return copy
+
+
+@pytest.mark.parametrize(
+    "configured,policy", [('"zero"', "zero"), ('"carry"', "carry"), ("null", "warm")]
+)
+def test_a_pipeline_saved_with_no_state_policy_takes_its_config_s(
+    pipeline_dir, fixture_dir, tmp_path, capsys, configured, policy
+):
+    """A biLM saved with no state policy (7094a2e) has the one its config gives the component, as
+    spacy.load gives it (null: the weights' own, warm), in load_bilm, info and convert (which named
+    the warm-up text for a zero one); it was 'warm' whatever the config said."""
+    old = aged_as_7094a2e(pipeline_dir, tmp_path, configured)
+    assert spacy.load(old).get_pipe("elmo").bilm.state_policy == policy
+    bilm = load_bilm(old)
+    assert bilm.state_policy == policy
+    if policy != "warm":  # (a warm one's state is what 7094a2e saved: zeros here)
+        expected = load_bilm(fixture_dir, state=policy).embed(SENTS)
+        for a, b in zip(bilm.embed(SENTS), expected):
+            np.testing.assert_array_equal(a, b)
+    assert run_cli("info", old, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["state_policy"] == policy
+    if policy != "warm":
+        assert run_cli("convert", old, tmp_path / "h", "--to", "hdf5") == 1
+        line = one_error_line(capsys.readouterr().err)
+        assert f"state policy is '{policy}'" in line and "warm-up text" not in line, line
