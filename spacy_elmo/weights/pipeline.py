@@ -142,23 +142,26 @@ def read(model: ModelFiles) -> ModelData:
     policy (an earlier version's) has the one the config gives the component, as in spacy.load."""
     path = str(model.weights)  # `model_file`'s: inside the pipeline's directory
     directory = model.config.parent
-    configured = configured_state(directory, elmo_component(directory))
     data = read_model_file(path, "ELMo model of the pipeline", lambda options: None)
     with naming_file(path):
-        return read_message(bilm_message(data), path, unrecorded=configured)
+        return read_message(
+            bilm_message(data),
+            path,
+            unrecorded=lambda: configured_state(directory, elmo_component(directory)),
+        )
 
 
 def read_message(
     data: bytes,
     source: str,
     accept: Optional[Callable[[BiLMOptions], None]] = None,
-    unrecorded: Optional[StatePolicy] = None,
+    unrecorded: Callable[[], Optional[StatePolicy]] = lambda: None,
 ) -> ModelData:
     """The biLM message that `serialize_bilm` wrote (msgpack: `format`, `version`, `options` JSON,
     `state_dict` (torch.save's bytes), `state`, `warm_state`, `char_table` JSON where the options
     have one) -> `ModelData` naming `source`; `accept(options)` raises where the options are not
     wanted, before the rest is read. A message of an earlier version, which records no `state`, has
-    `unrecorded` (None: warm), and a warm state in `warm_h` / `warm_c` only under a policy that
+    `unrecorded()` (None: warm), and a warm state in `warm_h` / `warm_c` only under a policy that
     starts from it. ElmoFileError otherwise, which does not name the file (see `naming_file`)."""
     msg = srsly.msgpack_loads(data)
     if (
@@ -177,7 +180,7 @@ def read_message(
     if accept is not None:
         accept(options)
     try:
-        policy = StatePolicy.parse(msg.get("state", unrecorded or "warm"))
+        policy = StatePolicy.parse(msg["state"] if "state" in msg else unrecorded() or "warm")
     except ElmoConfigError as err:
         raise ElmoFileError(f"its state policy: {err}") from None
     table = None
