@@ -22,6 +22,10 @@ from ..errors import ElmoFileError
 from ..files import RECORD_BYTES, read_regular
 
 
+class MixedSaveError(ElmoFileError):
+    """The files of a directory come from two saves (see the module)."""
+
+
 class HashingWriter:
     """A binary file `f` to write to (`torch.save` writes through it), hashing what it writes;
     `name`: the file's."""
@@ -54,7 +58,7 @@ def check_same_save(
     """ElmoFileError where `file` is not the one `config` was saved with (its digest, `actual`, is
     not the `expected` one; None: not recorded, nothing checked)."""
     if expected is not None and expected != actual:
-        raise ElmoFileError(
+        raise MixedSaveError(
             f"the files of {config.parent} come from different saves: an interrupted or "
             f"concurrent {writer}? ({config.name} was written with another {file.name})"
         )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Optional, Union
@@ -20,7 +21,8 @@ from ..bilm.runner import check_cache_size
 from ..errors import ElmoResourceError
 from . import hub
 from .checks import check_enough_bytes, check_matches, check_network_finite
-from .data import ModelData
+from .data import ModelData, ModelFiles
+from .digests import MixedSaveError
 from .formats import format_of
 from .locate import ModelPath, locate
 from .memory import is_allocation_failure
@@ -59,7 +61,7 @@ def load_bilm(
     device = check_device(device)
     files = locate(path, verify=True)
     with _memory(files.weights):
-        embedder = build(format_of(files).read(files), state, cache_size)
+        embedder = build(read(files), state, cache_size)
         if files.label:  # what the commands call it (a saved pipeline's component)
             embedder.source = files.label
         embedder.to(device)
@@ -74,6 +76,23 @@ def load_bilm(
         hub.record_by_hand(files.config.parent, files.published)
     warn_if_untrained(embedder.options, path)  # `init-random`'s weights: said at every load
     return embedder
+
+
+# a directory whose files come from two saves is read again after each pause (seconds): a save
+# that was being written when the reader came has ended by then
+MIXED_SAVE_PAUSES = (0.05, 0.2, 0.5)
+pause = time.sleep
+
+
+def read(files: ModelFiles) -> ModelData:
+    """What the format of `files` reads; where they come from two saves (`digests`: a save being
+    written, or one interrupted), read again after each of `MIXED_SAVE_PAUSES`, then the error."""
+    for seconds in MIXED_SAVE_PAUSES:
+        try:
+            return format_of(files).read(files)
+        except MixedSaveError:
+            pause(seconds)
+    return format_of(files).read(files)
 
 
 def build(data: ModelData, state: Optional[StatePolicy], cache_size: int) -> ElmoEmbedder:

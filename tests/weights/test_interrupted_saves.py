@@ -2,6 +2,7 @@
 while it is written: the directory loads as the old model, as the new one or as one ElmoFileError,
 never silently as files of two saves paired."""
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -217,3 +218,26 @@ def test_the_exported_digest_is_checked_and_kept_out_of_the_options(tmp_path):
     assert "spacy_elmo_weights_sha256" not in loaded.options.to_dict()
     save_bilm(loaded, tmp_path / "own")
     assert "spacy_elmo_weights_sha256" not in (tmp_path / "own" / "bilm.json").read_text()
+
+
+def test_a_directory_read_as_its_save_ends_loads_as_the_new_model(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """A directory read while `save_bilm` writes it (its weights renamed, its config not yet) was
+    one ElmoFileError for a reader that came a moment too early: it is read again after a pause."""
+    a, b = own_pair(fixture_dir, tmp_path)
+    directory = tmp_path / "D"
+    shutil.copytree(a, directory)
+    for path in b.iterdir():
+        if path.name != "bilm.json":
+            shutil.copy(path, directory / path.name)
+    pauses = []
+
+    def pause(seconds):  # meanwhile the save renames its config
+        pauses.append(seconds)
+        shutil.copy(b / "bilm.json", directory / "bilm.json")
+
+    monkeypatch.setattr(
+        importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
+    )
+    assert same(outputs(directory), outputs(b)) and len(pauses) == 1
