@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 from spacy.language import Language
 from spacy.pipeline import Tok2Vec
+from spacy.pipeline.tok2vec import Tok2VecListener
 from thinc.api import Model
 
 from .bilm.mix import average_weights
@@ -139,27 +140,37 @@ def apply_training(component, nlp: Optional[Language]) -> None:
 
 def reads_elmo(nlp: Language, proc) -> bool:
     """Whether the component `proc` mixes ELMo layers into what is trained: its model holds a mix,
-    and, where it is a tok2vec, some component listens to it (else its output goes nowhere)."""
+    and, where it is a tok2vec, some component of `nlp` listens to it (else its output goes
+    nowhere); components disabled (`select_pipes`, as `spacy train` disables the sourced and frozen
+    ones while it initializes) count too."""
     model = getattr(proc, "model", None)
     if not isinstance(model, Model) or not any(node.name == MIX_NAME for node in model.walk()):
         return False
     if isinstance(proc, Tok2Vec):
-        for _, other in nlp.pipeline:
-            proc.find_listeners(other)
-        return bool(proc.listening_components)
+        return any(listens_to(proc.name, other) for _, other in nlp.components)
     return True
+
+
+def listens_to(tok2vec: str, proc) -> bool:
+    """Whether `proc`'s model holds a listener of the tok2vec named `tok2vec` (or of any)."""
+    model = getattr(proc, "model", None)
+    return isinstance(model, Model) and any(
+        isinstance(node, Tok2VecListener) and node.upstream_name in ("*", tok2vec)
+        for node in model.walk()
+    )
 
 
 def check_read(nlp: Language, name: str) -> None:
     """Warn where components are trained and none reads ELMo (`spacy init config -p elmo,tagger`
     builds such a pipeline); the warning names the caller of the component's `initialize`. A
-    pipeline that trains nothing (`elmo` to annotate Docs) is fine."""
+    pipeline that trains nothing (`elmo` to annotate Docs), or one whose disabled (sourced, frozen)
+    components read ELMo, is fine."""
     trained = [
         other
         for other, proc in nlp.pipeline
         if other != name and getattr(proc, "is_trainable", False)
     ]
-    if trained and not any(reads_elmo(nlp, proc) for _, proc in nlp.pipeline):
+    if trained and not any(reads_elmo(nlp, proc) for _, proc in nlp.components):
         warnings.warn(
             f"'{name}' computes ELMo but no component reads it: {', '.join(map(repr, trained))} "
             "train without it. Give them ElmoFeatures (spacy_elmo.ElmoMultiHashEmbed.v1), e.g. in "

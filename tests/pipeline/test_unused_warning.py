@@ -68,3 +68,21 @@ def test_elmo_read_only_by_a_tok2vec_no_component_listens_to_warns(fixture_dir):
     nlp = spacy.util.load_model_from_config(config, auto_fill=True)
     with pytest.warns(ElmoUnusedWarning, match="'tok2vec', 'tagger' train without it"):
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+
+
+@pytest.mark.parametrize("sourced,more", [(["tok2vec"], False), (["tok2vec", "tagger"], True)])
+def test_no_warning_where_a_sourced_component_reads_elmo(fixture_dir, sourced, more):
+    """`spacy train` initializes with the frozen and resumed (sourced) components disabled: a
+    sourced tok2vec that mixes ELMo for its tagger was not seen, and the warning told the user to
+    leave out `elmo`, which the tagger reads (`more`: a new tagger without ELMo trains beside the
+    sourced ones)."""
+    nlp = spacy.util.load_model_from_config(
+        fixture_config("tagger_elmo.cfg", fixture_dir), auto_fill=True
+    )
+    nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    if more:
+        nlp.add_pipe("tagger", name="tagger2")
+    with nlp.select_pipes(disable=sourced), warnings.catch_warnings():
+        warnings.simplefilter("error", ElmoUnusedWarning)
+        nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    assert nlp.get_pipe("tok2vec").listening_components == ["tagger"]
