@@ -196,7 +196,7 @@ def aged_as_7094a2e(pipeline_dir, tmp_path, state: str) -> Path:
 @pytest.mark.parametrize(
     "configured,policy", [('"zero"', "zero"), ('"carry"', "carry"), ("null", "warm")]
 )
-def test_a_pipeline_saved_with_no_state_policy_takes_its_config_s(
+def test_a_pipeline_saved_with_no_state_policy_takes_the_one_its_config_gives(
     pipeline_dir, fixture_dir, tmp_path, capsys, configured, policy
 ):
     """A biLM saved with no state policy (7094a2e) has the one its config gives the component, as
