@@ -175,6 +175,9 @@ def read_hdf5(
             if digest is not None:  # the file HDF5 read, hashed through its descriptor
                 actual = sha256_fd(f.id.get_vfd_handle())
         except ElmoFileError:
+            if digest is not None:  # weights the options do not describe: of another save?
+                actual = sha256_fd(f.id.get_vfd_handle())
+                check_same_save(Path(options_path), path, digest, actual, "export_hdf5")
             raise
         except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
             raise ElmoFileError(

@@ -241,3 +241,30 @@ def test_a_directory_read_as_its_save_ends_loads_as_the_new_model(
         importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
     )
     assert same(outputs(directory), outputs(b)) and len(pauses) == 1
+
+
+def test_an_export_of_other_sizes_read_as_it_ends_loads_as_the_new_model(tmp_path, monkeypatch):
+    """`export_hdf5` of a model of other sizes over another: a reader between its renames saw
+    weights of other shapes than the options and was refused ("do not belong together") at once,
+    without reading again."""
+    wider = json.loads(json.dumps(TINY_OPTIONS))
+    wider["lstm"].update(dim=32, projection_dim=12)
+    a = write_random_weights(tmp_path / "A", TINY_OPTIONS, seed=1)
+    b = write_random_weights(tmp_path / "B", wider, seed=2)
+    (b / "options.json").write_text(json.dumps(wider))
+    old, new = tmp_path / "old", tmp_path / "new"
+    export_hdf5(load_bilm(a), old)
+    export_hdf5(load_bilm(b), new)
+    directory = tmp_path / "D"
+    shutil.copytree(old, directory)
+    shutil.copy(new / "weights.hdf5", directory / "weights.hdf5")  # renamed first
+    pauses = []
+
+    def pause(seconds):  # meanwhile the export renames its options
+        pauses.append(seconds)
+        shutil.copy(new / "options.json", directory / "options.json")
+
+    monkeypatch.setattr(
+        importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
+    )
+    assert same(outputs(directory), outputs(new)) and len(pauses) == 1
