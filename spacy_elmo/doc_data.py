@@ -71,8 +71,8 @@ class ElmoDocData:
     _mix_cache: Optional[np.ndarray] = field(default=None, init=False, repr=False, compare=False)
     # the data realigned to the Doc's current tokens (`elmo_data`), made from this data
     _realigned: Optional["ElmoDocData"] = field(default=None, init=False, repr=False, compare=False)
-    # the Doc whose text was found to be the one this data was computed for
-    _text_checked: Optional[weakref.ref] = field(
+    # the Docs whose text was found to be the one this data was computed for (held weakly)
+    _text_checked: Optional[weakref.WeakSet] = field(
         default=None, init=False, repr=False, compare=False
     )
 
@@ -120,14 +120,14 @@ class ElmoDocData:
             self.orths is None or np.array_equal(self.orths, token_orths(doc))
         )
         if fits:
-            self._text_checked = weakref.ref(doc)
+            self._remember_text(doc)
         return fits
 
     def fits_text(self, doc: Doc) -> bool:
         """Whether `doc.text` holds, at each token span, the text this data was computed for
         (O(len(doc)) once per Doc; True where the texts' hashes were not kept)."""
         checked = self._text_checked
-        return (checked is not None and checked() is doc) or self._holds_texts(doc, doc.text)
+        return (checked is not None and doc in checked) or self._holds_texts(doc, doc.text)
 
     def _holds_texts(self, doc: Doc, text: str) -> bool:
         """`fits_text` of `doc`, its text `text` (spaCy builds `doc.text` anew on each read)."""
@@ -139,8 +139,14 @@ class ElmoDocData:
             for (a, b), orth in zip(spans.tolist(), self.orths.tolist())
         ):
             return False
-        self._text_checked = weakref.ref(doc)
+        self._remember_text(doc)
         return True
+
+    def _remember_text(self, doc: Doc) -> None:
+        """Remember that `doc`'s text is the one this data was computed for."""
+        if self._text_checked is None:
+            self._text_checked = weakref.WeakSet()
+        self._text_checked.add(doc)
 
     def fits_token(self, token: Token) -> bool:
         """Whether row `token.i` was computed for `token` (O(1))."""
@@ -207,7 +213,7 @@ class ElmoDocData:
             save_layers=self.save_layers,
             orths=token_orths(doc),
         )
-        self._realigned._text_checked = weakref.ref(doc)
+        self._realigned._remember_text(doc)
         return self._realigned
 
     @staticmethod

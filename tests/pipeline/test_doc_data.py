@@ -443,3 +443,22 @@ def test_sums_that_overflow_float32_are_an_error_or_summed_wider(nlp):
     with doc.retokenize() as retokenizer:
         retokenizer.merge(doc[0:3])
     assert doc[0]._.elmo[0] == np.float32(3e38) and np.isfinite(doc._.elmo_layers).all()
+
+
+def test_two_docs_sharing_one_data_check_their_texts_once_each(nlp, monkeypatch):
+    """Docs made with another's user data share its data object: reading their tokens in turn
+    checked each Doc's whole text again at every switch (a 100,000-token pair: hours)."""
+    doc = nlp(" ".join(["the cat sat ."] * 50))
+    twin = Doc(
+        doc.vocab,
+        words=[t.text for t in doc],
+        spaces=[bool(t.whitespace_) for t in doc],
+        user_data=doc.user_data,
+    )
+    assert twin._.elmo_data is doc._.elmo_data
+    hashed = []
+    hash_of = doc_data.get_string_id
+    monkeypatch.setattr(doc_data, "get_string_id", lambda text: hashed.append(1) or hash_of(text))
+    for a, b in zip(doc, twin):
+        np.testing.assert_array_equal(a._.elmo, b._.elmo)
+    assert len(hashed) <= 2 * len(doc), f"{len(hashed)} token texts hashed for {len(doc)} tokens"
