@@ -65,7 +65,8 @@ def pretrain_cli(
             help="continue training this biLM: a directory (a pretrain OUTPUT_DIR or its model/, "
             "or one holding bilm-tf / AllenNLP options and hdf5 weights) or a published model's "
             "name (from the cache that `download` fills). The run keeps its sizes: a --model.* "
-            "setting that differs is an error; and its corpus.lowercase, unless given"
+            "setting that differs is an error; and its corpus.lowercase and corpus.unk_token, "
+            "unless given"
         ),
     ] = None,
     resume: Annotated[

@@ -8,7 +8,7 @@ from typing import Any, Callable, Collection, Dict, NamedTuple, Optional, Tuple,
 from thinc.api import Config
 
 from ..bilm import BiLMOptions, StatePolicy
-from ..bilm.chars import MAX_CHARS
+from ..bilm.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS
 from ..errors import ElmoConfigError, ElmoFileError
 from ..files import RECORD_BYTES, TEXT_ENCODING, read_regular
 
@@ -130,7 +130,15 @@ BUILD_SETTINGS = (
     ("corpus.dev", _corpus("dev")),
     ("corpus.tokenizer", _one_of(TOKENIZERS)),
     ("corpus.lowercase", BOOLEAN),
-    ("corpus.unk_token", _or_null(Rule(lambda value: isinstance(value, str), "a string"))),
+    (
+        "corpus.unk_token",
+        _or_null(
+            Rule(
+                lambda value: isinstance(value, str) and value not in (BOS_TOKEN, EOS_TOKEN),
+                f"a string other than {BOS_TOKEN} and {EOS_TOKEN} (the sentence boundaries)",
+            )
+        ),
+    ),
     ("corpus.max_sentence_length", POSITIVE_INT),
     ("vocab.size", _or_null(POSITIVE_INT)),
     ("softmax.type", _one_of(SOFTMAX_TYPES)),
@@ -301,8 +309,8 @@ def with_model_of(
     """`config` with its `[model]` section the sizes of `options`, a biLM that a run continues
     (`source` says which, for messages). A setting in `given` (dotted names: the command line's)
     or not the built-in default is the user's: one that differs is an ElmoConfigError.
-    `corpus.lowercase` is the model's unless the user set it: a model trained on text of the other
-    case reads that case."""
+    `corpus.lowercase` and `corpus.unk_token` are the model's unless the user set them: a model
+    trained on text of the other case reads that case, and its unknown word stays one token."""
     defaults = Config().from_disk(DEFAULT_CONFIG_PATH)
     model, default = model_section(options), defaults["model"]
     for key, value in config["model"].items():
@@ -315,9 +323,10 @@ def with_model_of(
             )
     config = config.copy()
     config["model"] = {**config["model"], **model}
-    lowercase = config["corpus"]["lowercase"]
-    user_set = "corpus.lowercase" in given or lowercase != defaults["corpus"]["lowercase"]
-    if lowercase != options.lowercase and not user_set:
-        config["corpus"] = {**config["corpus"], "lowercase": options.lowercase}
-        check_export(config, f", from {source}")
+    for key, own in (("lowercase", options.lowercase), ("unk_token", options.unk_token)):
+        value = config["corpus"][key]
+        user_set = f"corpus.{key}" in given or value != defaults["corpus"][key]
+        if value != own and not user_set:
+            config["corpus"] = {**config["corpus"], key: own}
+            check_export(config, f", from {source}")
     return config

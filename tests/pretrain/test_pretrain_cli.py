@@ -286,7 +286,11 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_at_resume(tmp_path, capsy
         ("softmax.adaptive_cutoffs", "[]", "increasing positive integers"),
         ("corpus.lowercase", '"yes"', "true or false, got 'yes'"),
         ("training.export_hdf5", '"x"', "true or false, got 'x'"),
-        ("corpus.unk_token", "[1]", "a string or null, got [1]"),
+        (
+            "corpus.unk_token",
+            "[1]",
+            "a string other than <S> and </S> (the sentence boundaries) or null, got [1]",
+        ),
     ],
 )
 def test_settings_out_of_range_are_one_error(tmp_path, capsys, key, value, expect):
