@@ -11,6 +11,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
 from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
@@ -28,6 +29,8 @@ from .pipeline_file import bilm_message, read_model_file
 from .state_dict import read_state_dict
 
 KIND = "pipeline"
+VARIABLE = re.compile(r"\$\{([\w.-]+)\}")  # a config value that is a variable, `${section.key}`
+MAX_VARIABLE_DEPTH = 8
 # the biLM's own message, which `spacy_elmo.layers.bilm_model.serialize_bilm` writes
 SERIAL_FORMAT = "spacy_elmo.ElmoModel"
 SERIAL_VERSION = 1
@@ -62,12 +65,19 @@ def _config(directory: Path) -> configparser.ConfigParser:
     return parser
 
 
-def _value(parser: configparser.ConfigParser, section: str, option: str) -> Any:
-    """A config value as thinc reads it: JSON, or else the string as written."""
+def _value(parser: configparser.ConfigParser, section: str, option: str, depth: int = 0) -> Any:
+    """A config value as thinc reads it: JSON, or else the string as written; a value that is one
+    variable (`${vars.state}`) is the value it names, as thinc interpolates it."""
+    text = parser.get(section, option)
+    reference = VARIABLE.fullmatch(text.strip())
+    if reference and depth < MAX_VARIABLE_DEPTH:
+        where, _, key = reference.group(1).rpartition(".")
+        if parser.has_option(where, key):
+            return _value(parser, where, key, depth + 1)
     try:
-        return json.loads(parser.get(section, option))
+        return json.loads(text)
     except ValueError:  # not JSON (thinc reads it as a string), or too many digits
-        return parser.get(section, option)
+        return text
 
 
 def configured_state(directory: Path, name: str) -> Optional[StatePolicy]:

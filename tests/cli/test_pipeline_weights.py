@@ -189,12 +189,16 @@ def aged_as_7094a2e(pipeline_dir, tmp_path, state: str) -> Path:
     model.write_bytes(srsly.msgpack_dumps(msg))
     config = (copy / "config.cfg").read_text(encoding="utf-8")
     assert 'state = "zero"' in config
-    (copy / "config.cfg").write_text(config.replace('state = "zero"', f"state = {state}"))
+    config = config.replace('state = "zero"', f"state = {state}")
+    if "${vars." in state:  # a variable, which spaCy resolves
+        config += '\n[vars]\nelmo_state = "zero"\n'
+    (copy / "config.cfg").write_text(config)
     return copy
 
 
 @pytest.mark.parametrize(
-    "configured,policy", [('"zero"', "zero"), ('"carry"', "carry"), ("null", "warm")]
+    "configured,policy",
+    [('"zero"', "zero"), ('"carry"', "carry"), ("null", "warm"), ("${vars.elmo_state}", "zero")],
 )
 def test_a_pipeline_saved_with_no_state_policy_takes_the_one_its_config_gives(
     pipeline_dir, fixture_dir, tmp_path, capsys, configured, policy
