@@ -220,6 +220,26 @@ def test_the_exported_digest_is_checked_and_kept_out_of_the_options(tmp_path):
     assert "spacy_elmo_weights_sha256" not in (tmp_path / "own" / "bilm.json").read_text()
 
 
+MIXED_SAVE_PAUSE = 0.05  # the first pause of a reader that found files of two saves
+
+
+def read_as_the_save_ends(monkeypatch, directory, last):
+    """Load `directory`, whose save has renamed every file but `last`, which it renames while the
+    reader pauses -> the pauses taken (seconds)."""
+    pauses = []
+
+    def pause(seconds):
+        pauses.append(seconds)
+        shutil.copy(last, directory / last.name)
+
+    monkeypatch.setattr(
+        importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
+    )
+    load_bilm(directory)
+    monkeypatch.undo()
+    return pauses
+
+
 def test_a_directory_read_as_its_save_ends_loads_as_the_new_model(
     fixture_dir, tmp_path, monkeypatch
 ):
@@ -231,16 +251,8 @@ def test_a_directory_read_as_its_save_ends_loads_as_the_new_model(
     for path in b.iterdir():
         if path.name != "bilm.json":
             shutil.copy(path, directory / path.name)
-    pauses = []
-
-    def pause(seconds):  # meanwhile the save renames its config
-        pauses.append(seconds)
-        shutil.copy(b / "bilm.json", directory / "bilm.json")
-
-    monkeypatch.setattr(
-        importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
-    )
-    assert same(outputs(directory), outputs(b)) and len(pauses) == 1
+    assert read_as_the_save_ends(monkeypatch, directory, b / "bilm.json") == [MIXED_SAVE_PAUSE]
+    assert same(outputs(directory), outputs(b))
 
 
 def test_an_export_of_other_sizes_read_as_it_ends_loads_as_the_new_model(tmp_path, monkeypatch):
@@ -258,13 +270,5 @@ def test_an_export_of_other_sizes_read_as_it_ends_loads_as_the_new_model(tmp_pat
     directory = tmp_path / "D"
     shutil.copytree(old, directory)
     shutil.copy(new / "weights.hdf5", directory / "weights.hdf5")  # renamed first
-    pauses = []
-
-    def pause(seconds):  # meanwhile the export renames its options
-        pauses.append(seconds)
-        shutil.copy(new / "options.json", directory / "options.json")
-
-    monkeypatch.setattr(
-        importlib.import_module("spacy_elmo.weights.load"), "pause", pause, raising=False
-    )
-    assert same(outputs(directory), outputs(new)) and len(pauses) == 1
+    assert read_as_the_save_ends(monkeypatch, directory, new / "options.json") == [MIXED_SAVE_PAUSE]
+    assert same(outputs(directory), outputs(new))
