@@ -20,7 +20,7 @@ from ..weights.untrained import UNTRAINED_KEY
 from . import checkpoint
 from .config import bilm_options, default_vocab_size, with_model_of
 from .heads import build_head
-from .outputs import HEAD_FILE, VOCAB_FILE, recorded_init, recorded_options
+from .outputs import HEAD_FILE, RESUMED_HINT, VOCAB_FILE, recorded_init, recorded_options
 from .vocab import SPECIALS, Vocab
 
 
@@ -187,8 +187,11 @@ def initial_head(
     if isinstance(init, Start):
         if init.softmax is not None:
             load_head(head, init.softmax.path, init.softmax.state, softmax["type"])
-    elif init is not None and (init / HEAD_FILE).is_file():
-        load_head(head, init / HEAD_FILE, saved_head(init / HEAD_FILE), softmax["type"])
+    elif init is not None and (init / HEAD_FILE).is_file():  # the directory a resumed run names
+        try:
+            load_head(head, init / HEAD_FILE, saved_head(init / HEAD_FILE), softmax["type"])
+        except ElmoConfigError as err:
+            raise ElmoConfigError(f"{err}{RESUMED_HINT}") from None
     return head
 
 

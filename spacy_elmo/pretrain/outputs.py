@@ -65,10 +65,26 @@ RESUMABLE_CHANGES = {
 }
 
 
-def resolve_init(path: str) -> Path:
+# where a resumed run cannot use the model its --init-from names: what continues it
+RESUMED_HINT = (
+    "; a resumed run continues from its checkpoint: --resume without --init-from continues it"
+)
+
+
+def resolve_init(path: str, resumed: bool = False) -> Path:
     """The directory to continue training from: a path (a pretrain output directory's model/), or
     a published model's directory in the cache (`python -m spacy_elmo download NAME`; its files
-    are checked against the recorded sha256)."""
+    are checked against the recorded sha256). `resumed`: a resumed run names it (its errors say
+    that the run goes on without it)."""
+    try:
+        return _init_directory(path)
+    except ElmoFileError as err:
+        if resumed:
+            raise ElmoFileError(f"{err}{RESUMED_HINT}") from None
+        raise
+
+
+def _init_directory(path: str) -> Path:
     # a published name, never a directory of that name here (`./NAME` is one)
     if hub.is_published(path):
         try:

@@ -98,7 +98,7 @@ class Trainer:
         """Everything `__init__` says, under the lock."""
         if not resume:
             check_new_run(self.output)
-        init_dir = resolve_init(init_from) if init_from else None
+        init_dir = resolve_init(init_from, resumed=resume) if init_from else None
         start = starting_bilm(init_dir, init_from) if init_dir and not resume else None
         config, self.init = config_to_train(
             with_absolute_corpus(config), given, start, self.output if resume else None

@@ -534,4 +534,23 @@ def test_a_softmax_of_another_vocabulary_size_is_named_so(tmp_path, capsys):
     assert code == 1 and one_error_line(err) == (
         f"error: {head}: the saved softmax predicts {entries[1]} entries of an output vocabulary, "
         f"this run's vocabulary has {entries[0]}: continue from the softmax of this vocabulary"
+        + RESUMED
     )
+
+
+RESUMED = "; a resumed run continues from its checkpoint: --resume without --init-from continues it"
+
+
+def test_a_run_resumed_with_a_start_since_removed_is_told_to_resume_without_it(tmp_path, capsys):
+    """The model a run started from, removed since: `--resume` with the same `--init-from` said only
+    that it was not found, though the checkpoint holds what the run goes on from."""
+    corpus = write_corpus(tmp_path / "a.txt", toy_sentences(100))
+    args = ["--no-progress", *override_args(corpus, None, training__max_steps=1)]
+    assert run_pretrain([tmp_path / "start", *args], capsys)[0] == 0
+    tuned = [tmp_path / "tuned", *args]
+    assert run_pretrain([*tuned, "--init-from", tmp_path / "start"], capsys)[0] == 0
+    shutil.rmtree(tmp_path / "start")
+    more = [*tuned, "--resume", "--training.max_steps", "2"]
+    code, err = run_pretrain([*more, "--init-from", tmp_path / "start"], capsys)
+    assert code == 1 and one_error_line(err).endswith(RESUMED), err
+    assert run_pretrain(more, capsys)[0] == 0
