@@ -26,8 +26,9 @@ TUNABLES = ":".join(f"glibc.malloc.{name}={value}" for _, name, value in SETTING
 
 
 def keep_freed_memory() -> bool:
-    """Set this process's allocator as above (threads started later share one arena). False, and
-    nothing changed, where the C library is not glibc."""
+    """Set this process's allocator as above. A thread that first allocates after this shares an
+    arena that exists (the main one where no thread allocated before); one that allocated before
+    keeps the arena glibc gave it. False, and nothing changed, where the C library is not glibc."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
