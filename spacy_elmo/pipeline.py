@@ -236,6 +236,11 @@ class Elmo(Pipe):
                 self.get_error_handler()(self.name, self, docs, err)
             yield from docs
 
+    def update(self, examples: Iterable, *, drop: float = 0.0, sgd=None, losses=None) -> Dict:
+        """Nothing to learn (the biLM is frozen; a reader learns its own mix): `nlp.update` and
+        `spacy debug model` call this. -> `losses`, unchanged."""
+        return {} if losses is None else losses
+
     def windows(self, doc: Doc) -> Plan:
         """A Doc's biLM inputs: the token indices of its non-whitespace tokens `(n,)`, and windows
         over them."""

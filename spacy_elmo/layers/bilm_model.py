@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 from io import BytesIO
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import srsly
 import torch
+from spacy.tokens import Doc
 from thinc.api import Model, PyTorchShim, get_torch_default_device
 from torch import nn
 
@@ -147,11 +148,17 @@ def deserialize_bilm(module: FrozenBiLM, data: bytes, device: torch.device) -> F
 
 
 def bilm_forward(
-    model: Model, sentences: List[List[str]], is_train: bool
+    model: Model, sentences: Sequence[Union[List[str], Doc]], is_train: bool
 ) -> Tuple[List[np.ndarray], Callable]:
     """Token texts per sequence -> float32 layers `(n_layers + 1, n_tokens, 2P)`; no gradient
-    (frozen)."""
-    return frozen_bilm(model)(sentences), lambda d_layers: []
+    (frozen). A Doc is one sequence of its non-whitespace tokens' texts (`spacy debug model`
+    passes Docs; the `elmo` component passes windows of them)."""
+    texts = [doc_texts(s) if isinstance(s, Doc) else s for s in sentences]
+    return frozen_bilm(model)(texts), lambda d_layers: []
+
+
+def doc_texts(doc: Doc) -> List[str]:
+    return [token.text for token in doc if not token.is_space]
 
 
 class ElmoBiLMModel(Model):

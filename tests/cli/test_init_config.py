@@ -321,3 +321,32 @@ def test_an_existing_output_is_kept_unless_forced(fixture_dir, tmp_path, capsys)
     assert spacy.util.load_config(output)["nlp"]["pipeline"] == ["elmo", "tok2vec", "tagger"]
     assert run_cli("init-config", tmp_path, "-p", "tagger", "-w", fixture_dir, "--force") == 1
     assert "is a directory" in one_error_line(capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------------------ spacy debug model
+@pytest.mark.timeout(180)
+def test_spacy_debug_model_analyses_the_elmo_component(fixture_dir, ud, tmp_path):
+    """`spacy debug model CONFIG elmo` updates the component (nothing to learn) and predicts with
+    its model from Docs: the layers of each Doc's tokens, as token texts give them."""
+    DocBin(docs=ud[:4]).to_disk(tmp_path / "tiny.spacy")
+    write(tmp_path, "-p", "tagger", "-w", fixture_dir)
+    tiny = str(tmp_path / "tiny.spacy")
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy", "debug", "model", "config.cfg", "elmo", "-P3"]
+        + ["--paths.train", tiny, "--paths.dev", tiny],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "model looks good" in done.stdout
+    nlp = spacy.util.load_model_from_config(spacy.util.load_config(tmp_path / "config.cfg"))
+    nlp.initialize(lambda: [Example(doc, doc) for doc in ud[:4]])
+    model = nlp.get_pipe("elmo").model
+    from_docs = model.predict(ud[:2])
+    from_texts = model.predict([[t.text for t in doc] for doc in ud[:2]])
+    assert [a.shape for a in from_docs] == [(3, len(doc), 32) for doc in ud[:2]]
+    for a, b in zip(from_docs, from_texts):
+        np.testing.assert_array_equal(a, b)
