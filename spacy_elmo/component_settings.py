@@ -147,15 +147,23 @@ def reads_elmo(nlp: Language, proc) -> bool:
     if not isinstance(model, Model) or not any(node.name == MIX_NAME for node in model.walk()):
         return False
     if isinstance(proc, Tok2Vec):
-        return any(listens_to(proc.name, other) for _, other in nlp.components)
+        return any(fed_by(nlp, proc.name, name, other) for name, other in nlp.components)
     return True
 
 
-def listens_to(tok2vec: str, proc) -> bool:
-    """Whether `proc`'s model holds a listener of the tok2vec named `tok2vec` (or of any)."""
+def fed_by(nlp: Language, tok2vec: str, name: str, proc) -> bool:
+    """Whether the tok2vec named `tok2vec` feeds a listener in the component `name` (`proc`): one
+    that names it, or a `"*"` one where it is the last tok2vec before `name` (each tok2vec sends
+    to every `"*"` listener after it, and the last one's output is what the listener reads)."""
     model = getattr(proc, "model", None)
-    return isinstance(model, Model) and any(
-        isinstance(node, Tok2VecListener) and node.upstream_name in ("*", tok2vec)
+    if not isinstance(model, Model):
+        return False
+    names = nlp.component_names
+    before = names[: names.index(name)]
+    last = next((n for n in reversed(before) if isinstance(nlp.get_pipe(n), Tok2Vec)), None)
+    upstreams = ("*", tok2vec) if last == tok2vec else (tok2vec,)
+    return any(
+        isinstance(node, Tok2VecListener) and node.upstream_name in upstreams
         for node in model.walk()
     )
 

@@ -86,3 +86,34 @@ def test_no_warning_where_a_sourced_component_reads_elmo(fixture_dir, sourced, m
         warnings.simplefilter("error", ElmoUnusedWarning)
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
     assert nlp.get_pipe("tok2vec").listening_components == ["tagger"]
+
+
+@pytest.mark.parametrize("upstream,warns", [("*", True), ("tok2vec", False)])
+def test_a_later_tok2vec_without_elmo_feeding_the_listener_warns(fixture_dir, upstream, warns):
+    """A second tok2vec without ELMo between the one that mixes ELMo and the tagger: spaCy feeds a
+    `"*"` listener the later tok2vec's output, so the tagger trains without ELMo; a listener that
+    names the first still reads it."""
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    config["nlp"]["pipeline"] = ["elmo", "tok2vec", "tok2vec2", "tagger"]
+    config["components"]["tok2vec2"] = {
+        "factory": "tok2vec",
+        "model": {
+            "@architectures": "spacy.HashEmbedCNN.v2",
+            "width": 96,
+            "depth": 1,
+            "embed_size": 300,
+            "window_size": 1,
+            "maxout_pieces": 3,
+            "subword_features": True,
+            "pretrained_vectors": None,
+        },
+    }
+    config["components"]["tagger"]["model"]["tok2vec"]["upstream"] = upstream
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ElmoUnusedWarning)
+        nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    said = [w for w in caught if issubclass(w.category, ElmoUnusedWarning)]
+    assert len(said) == warns, [str(w.message) for w in said]
+    if warns:
+        assert "'tok2vec', 'tok2vec2', 'tagger' train without it" in str(said[0].message)
