@@ -193,7 +193,11 @@ class Elmo(Pipe):
 
     def add_listener(self, listener: Model, component_name: str) -> None:
         """Register an `elmo_mix` of `component_name`, which then takes null sizes from this
-        component's biLM."""
+        component's biLM; another `elmo` it listened to lets it go (spaCy links in pipeline order,
+        and a mix reads the layers of the last `elmo` before it, which replaced the others')."""
+        previous = listener.attrs["upstream"].component()
+        if previous is not None and previous is not self:
+            previous.remove_listener(listener, component_name)
         mixes = self.listener_map.setdefault(component_name, [])
         if listener not in mixes:
             mixes.append(listener)

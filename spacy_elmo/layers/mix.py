@@ -57,10 +57,14 @@ class Upstream:
     def __init__(self, component=None) -> None:
         self._ref = weakref.ref(component) if component is not None else None
 
+    def component(self):
+        """The `elmo` component, or None (never set, dropped, or gone)."""
+        return self._ref() if self._ref is not None else None
+
     def sizes(self) -> Optional[Tuple[int, int, str]]:
         """`(n_layers, width, source)` of the component's biLM (its weights loaded if they are not
         yet), or None."""
-        component = self._ref() if self._ref is not None else None
+        component = self.component()
         if component is None:
             return None
         bilm = component.bilm
@@ -68,7 +72,7 @@ class Upstream:
 
     def read_in_training(self) -> None:
         """Tell the component that a mix reads its layers in training (`Elmo.read_in_training`)."""
-        component = self._ref() if self._ref is not None else None
+        component = self.component()
         if component is not None:
             component.read_in_training()
 

@@ -1,0 +1,58 @@
+"""Pipeline surgery on pipelines holding `elmo`: two `elmo` components, each read by the components
+after it until the next one."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import spacy
+
+from spacy_elmo import load_bilm
+
+from ..helpers import FIXTURE_WIDTH, FLOAT32_ATOL, fixture_config, mix_layer, tagged_examples
+from ..reference_bilm import TINY_OPTIONS, write_random_weights
+
+SENTENCES = [
+    (["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."]),
+    (["A", "dog", "ran", "."], ["DT", "NN", "VBD", "."]),
+]
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    """Random weights of TINY_OPTIONS: layers 16 wide, the fixture's 32."""
+    return write_random_weights(tmp_path_factory.mktemp("narrow"), TINY_OPTIONS, seed=11)
+
+
+def two_bilm_pipeline(fixture_dir, other):
+    """`elmo` (the fixture) read by `tok2vec` / `tagger`, then `elmo2` (`other`) read by
+    `tok2vec2` / `tagger2`; the mixes' sizes null (taken from the biLM)."""
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    components = config["components"]
+    components["tok2vec"]["model"]["embed"]["elmo"]["width"] = None
+    components["elmo2"] = {**copy.deepcopy(dict(components["elmo"])), "weights": str(other)}
+    components["tok2vec2"] = copy.deepcopy(dict(components["tok2vec"]))
+    components["tagger2"] = copy.deepcopy(dict(components["tagger"]))
+    components["tagger2"]["model"]["tok2vec"]["upstream"] = "tok2vec2"
+    config["nlp"]["pipeline"] = ["elmo", "tok2vec", "tagger", "elmo2", "tok2vec2", "tagger2"]
+    config["training"]["annotating_components"] = ["elmo", "elmo2"]
+    return spacy.util.load_model_from_config(config, auto_fill=True)
+
+
+def test_two_bilms_each_feed_the_components_up_to_the_next(fixture_dir, narrow):
+    """A mix reads the layers of the last `elmo` before it (the later one replaces
+    `doc._.elmo_data`): only that one lists it and hands it its sizes."""
+    nlp = two_bilm_pipeline(fixture_dir, narrow)
+    assert nlp.get_pipe("elmo").listening_components == ["tok2vec"]
+    assert nlp.get_pipe("elmo2").listening_components == ["tok2vec2"]
+    nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    assert mix_layer(nlp.get_pipe("tok2vec").model).get_dim("nO") == FIXTURE_WIDTH
+    assert mix_layer(nlp.get_pipe("tok2vec2").model).get_dim("nO") == 16
+    for _ in range(2):
+        nlp.update(tagged_examples(nlp, SENTENCES), annotates=["elmo", "elmo2"])
+    doc = nlp("The cat sat .")
+    expected = load_bilm(narrow).embed([["The", "cat", "sat", "."]])[0]
+    np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
+    assert [t.tag_ for t in doc] != [""] * 4
