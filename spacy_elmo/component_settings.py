@@ -187,6 +187,28 @@ def check_read(nlp: Language, name: str) -> None:
             ElmoUnusedWarning,
             stacklevel=3,
         )
+    check_replaced(nlp, name)
+
+
+def check_replaced(nlp: Language, name: str) -> None:
+    """Warn where another `elmo` after the component `name` replaces its layers on each Doc
+    (`doc._.elmo_data`) before any component mixes them, while components mix the later one's:
+    they read those at inference, and in training wherever the later one annotates."""
+    names = nlp.pipe_names
+    if name not in names:
+        return
+    component = nlp.get_pipe(name)
+    later = [n for n in names[names.index(name) + 1 :] if type(nlp.get_pipe(n)) is type(component)]
+    if later and not component.listener_map and nlp.get_pipe(later[0]).listener_map:
+        warnings.warn(
+            f"'{name}' computes ELMo but '{later[0]}' after it replaces its layers on each Doc "
+            f"before any component mixes them: the components after '{later[0]}' read its layers "
+            f"(in training too, where [training] annotating_components lists '{later[0]}', else "
+            f"they train on '{name}''s and predict on '{later[0]}''s); remove one of them, or put "
+            f"the components that should read '{name}' between the two",
+            ElmoUnusedWarning,
+            stacklevel=4,
+        )
 
 
 def fixed_mix(mix: Union[str, List[float]], n_layers: int) -> np.ndarray:

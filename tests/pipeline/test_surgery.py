@@ -4,12 +4,13 @@ after it until the next one."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo import load_bilm
+from spacy_elmo import ElmoUnusedWarning, load_bilm
 
 from ..helpers import FIXTURE_WIDTH, FLOAT32_ATOL, fixture_config, mix_layer, tagged_examples
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
@@ -56,3 +57,20 @@ def test_two_bilms_each_feed_the_components_up_to_the_next(fixture_dir, narrow):
     expected = load_bilm(narrow).embed([["The", "cat", "sat", "."]])[0]
     np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
     assert [t.tag_ for t in doc] != [""] * 4
+
+
+def test_an_elmo_whose_layers_the_next_replaces_unread_warns(fixture_dir, narrow):
+    """`elmo2` added right after `elmo` (the shipped config's annotating_components list `elmo`
+    only): the tagger trains on `elmo`'s layers and predicts on `elmo2`'s, which replace them on
+    every Doc; `nlp.initialize` says so."""
+    config = fixture_config("tagger_elmo.cfg", fixture_dir)
+    config["components"]["tok2vec"]["model"]["embed"]["elmo"]["width"] = None
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    nlp.add_pipe("elmo", name="elmo2", after="elmo", config={"weights": str(fixture_dir)})
+    assert nlp.get_pipe("elmo").listening_components == []
+    with pytest.warns(ElmoUnusedWarning, match=r"^'elmo' computes ELMo but 'elmo2' after it "):
+        nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    with warnings.catch_warnings():  # where a component between them mixes elmo's layers: none
+        warnings.simplefilter("error", ElmoUnusedWarning)
+        nlp = two_bilm_pipeline(fixture_dir, narrow)
+        nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
