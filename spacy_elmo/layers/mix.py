@@ -259,9 +259,11 @@ def doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Floats3d,
             )
         if data.layers.shape != (nL, len(doc), nO):
             raise ElmoConfigError(
-                f"ELMo layers of shape {data.layers.shape} for a Doc of {len(doc)} tokens, but "
-                f"ElmoFeatures is configured with n_layers={nL}, width={nO}: set them to the "
-                f"biLM's sizes"
+                f"ElmoFeatures reads the layers of a biLM of n_layers {nL}, width {nO}, but this "
+                f"Doc's are n_layers {data.layers.shape[0]}, width {data.layers.shape[2]}: another "
+                "biLM's (the last 'elmo' component before it, or whichever annotated the Doc); "
+                "give the component the biLM it was initialized and trained with, or set its sizes "
+                "to this one's (null: taken from the biLM) and train it again"
             )
         arrays.append(data.layers)
     X = (

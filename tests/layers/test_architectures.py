@@ -117,7 +117,9 @@ def test_wrong_sizes_and_mix_only_raise():
     docs = docs_with_layers([3])
     model = ElmoFeatures(N_LAYERS, WIDTH * 2)
     model.initialize()
-    with pytest.raises(ValueError, match="n_layers=3, width=16"):
+    with pytest.raises(
+        ValueError, match="biLM of n_layers 3, width 16, but this Doc's are n_layers 3, width 8"
+    ):
         model.predict(docs)
     docs[0]._.elmo_data = ElmoDocData(
         None, np.zeros((3, WIDTH), "f"), np.ones(3, "f") / 3, docs[0]._.elmo_data.spans

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import spacy
 
-from spacy_elmo import ElmoUnusedWarning, load_bilm
+from spacy_elmo import ElmoConfigError, ElmoUnusedWarning, load_bilm
 
 from ..helpers import FIXTURE_WIDTH, FLOAT32_ATOL, fixture_config, mix_layer, tagged_examples
 from ..reference_bilm import TINY_OPTIONS, write_random_weights
@@ -74,3 +74,18 @@ def test_an_elmo_whose_layers_the_next_replaces_unread_warns(fixture_dir, narrow
         warnings.simplefilter("error", ElmoUnusedWarning)
         nlp = two_bilm_pipeline(fixture_dir, narrow)
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+
+
+def test_a_trained_reader_given_another_biLMs_layers_says_so(fixture_dir, narrow, tmp_path):
+    """`spacy.load(..., exclude=["elmo2"])`: `tagger2`, trained on `elmo2`'s 16-wide layers, now
+    reads `elmo`'s, 32 wide: one error that says so, not advice to reconfigure a trained mix."""
+    nlp = two_bilm_pipeline(fixture_dir, narrow)
+    nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
+    nlp.to_disk(tmp_path / "two")
+    loaded = spacy.load(tmp_path / "two", exclude=["elmo2"])
+    match = (
+        r"^ElmoFeatures reads the layers of a biLM of n_layers 3, width 16, but this Doc's are "
+        r"n_layers 3, width 32: .*the biLM it was initialized and trained with"
+    )
+    with pytest.raises(ElmoConfigError, match=match):
+        loaded("The cat sat .")
