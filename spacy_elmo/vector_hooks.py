@@ -75,13 +75,9 @@ HOOKS_STAY = (
 def set_vector_hooks(doc: Doc) -> None:
     """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this
     Doc (`doc._.elmo_data` set). spaCy does not serialize hooks: a Doc read back (`Doc.from_bytes`,
-    a DocBin, `nlp.pipe(n_process=N)`) needs this call again."""
-    doc.user_hooks["vector"] = doc_vector_hook
-    doc.user_hooks["has_vector"] = has_vector_hook
-    doc.user_hooks["similarity"] = similarity_hook
-    doc.user_span_hooks["vector"] = span_vector_hook
-    doc.user_span_hooks["has_vector"] = has_vector_hook
-    doc.user_span_hooks["similarity"] = similarity_hook
-    doc.user_token_hooks["vector"] = token_vector_hook
-    doc.user_token_hooks["has_vector"] = has_vector_hook
-    doc.user_token_hooks["similarity"] = similarity_hook
+    a DocBin, `nlp.pipe(n_process=N)`) needs this call again. The Doc gets hook dicts of its own:
+    `Span.as_doc()` shares its Doc's, which keeps its hooks as they were."""
+    shared = {"has_vector": has_vector_hook, "similarity": similarity_hook}
+    doc.user_hooks = {**doc.user_hooks, "vector": doc_vector_hook, **shared}
+    doc.user_span_hooks = {**doc.user_span_hooks, "vector": span_vector_hook, **shared}
+    doc.user_token_hooks = {**doc.user_token_hooks, "vector": token_vector_hook, **shared}
