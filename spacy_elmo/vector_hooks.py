@@ -76,7 +76,10 @@ def set_vector_hooks(doc: Doc) -> None:
     """Back `token.vector`, `span.vector`, `doc.vector` and `.similarity()` with ELMo for this
     Doc (`doc._.elmo_data` set). spaCy does not serialize hooks: a Doc read back (`Doc.from_bytes`,
     a DocBin, `nlp.pipe(n_process=N)`) needs this call again. The Doc gets hook dicts of its own:
-    `Span.as_doc()` shares its Doc's, which keeps its hooks as they were."""
+    `Span.as_doc()` shares its Doc's, which keeps its hooks as they were. Where the vocab has static
+    vectors, spaCy's retokenizer stores a merged span's `span.vector` as the merged token's static
+    vector (under these hooks ELMo's; at another width, numpy's error midway through the merge):
+    retokenize first, then call this."""
     shared = {"has_vector": has_vector_hook, "similarity": similarity_hook}
     doc.user_hooks = {**doc.user_hooks, "vector": doc_vector_hook, **shared}
     doc.user_span_hooks = {**doc.user_span_hooks, "vector": span_vector_hook, **shared}
