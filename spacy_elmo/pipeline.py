@@ -72,7 +72,7 @@ _LOADING = threading.Lock()
 
 class Elmo(Pipe):
     """Stores ELMo on Docs: `doc._.elmo_data` (an `ElmoDocData`), seen through `doc._.elmo`,
-    `doc._.elmo_layers`, `token._.elmo` and `span._.elmo`. Frozen: it has no `update`."""
+    `doc._.elmo_layers`, `token._.elmo` and `span._.elmo`. Frozen: its `update` learns nothing."""
 
     def __init__(
         self,
