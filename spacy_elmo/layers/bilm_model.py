@@ -1,7 +1,7 @@
 """The frozen biLM as a thinc layer (`spacy_elmo.ElmoModel.v1`), token texts -> layers:
 
-    List[List[str]] (one list per biLM input sequence) -> List[np.ndarray (n_layers + 1, n_tokens,
-    2P)]
+    List[List[str]] (one list per biLM input sequence; a Doc stands for its non-whitespace tokens'
+    texts) -> List[np.ndarray (n_layers + 1, n_tokens, 2P)]
 
 float32, on the CPU (ready to be stored on Docs). Regrouping by length and the token-layer cache
 live in the embedder (`ElmoEmbedder.embed`). Frozen: the network stays in eval mode whatever thinc
@@ -152,12 +152,13 @@ def bilm_forward(
 ) -> Tuple[List[np.ndarray], Callable]:
     """Token texts per sequence -> float32 layers `(n_layers + 1, n_tokens, 2P)`; no gradient
     (frozen). A Doc is one sequence of its non-whitespace tokens' texts (`spacy debug model`
-    passes Docs; the `elmo` component passes windows of them)."""
+    passes Docs; the `elmo` component passes the token texts of its windows over them)."""
     texts = [doc_texts(s) if isinstance(s, Doc) else s for s in sentences]
     return frozen_bilm(model)(texts), lambda d_layers: []
 
 
 def doc_texts(doc: Doc) -> List[str]:
+    """The texts of `doc`'s non-whitespace tokens, the sequence the biLM reads for it."""
     return [token.text for token in doc if not token.is_space]
 
 
