@@ -56,7 +56,7 @@ def ElmoModel(
         (x86 CPUs) or "auto" (see `spacy_elmo.bilm.precision`); outputs stay float32.
     """
     opts = (
-        BiLMOptions.from_dict(dict(options), source="[components.elmo.model.options]")
+        BiLMOptions.from_dict(dict(options), source="the options of spacy_elmo.ElmoModel.v1")
         if options
         else None
     )

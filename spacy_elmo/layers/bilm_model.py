@@ -103,9 +103,9 @@ def check_sizes(configured: Optional[BiLMOptions], actual: BiLMOptions, source: 
     if diff:
         raise ElmoFileError(
             f"the ELMo sizes in the config disagree with the weights from {source} "
-            f"({'; '.join(diff)}). "
-            "Set [components.elmo.model.options] to the weights' options, or to null to take them "
-            "from the weights."
+            f"({'; '.join(diff)}). Set the options of the component's model "
+            "(spacy_elmo.ElmoModel.v1) to the weights' options, or to null to take them from the "
+            "weights."
         )
 
 

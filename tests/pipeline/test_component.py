@@ -423,6 +423,29 @@ def test_clear_errors(fixture_dir):
         nlp("x")
 
 
+def test_size_errors_name_the_model_of_an_elmo_of_any_name(fixture_dir):
+    """ElmoModel.v1's options that are invalid or differ from the weights named the section
+    [components.elmo.model.options], another component's where the elmo component has another
+    name (two elmo components need two names): they name the model's options."""
+    nlp = spacy.blank("en")
+    options = {"lstm": {"projection_dim": 8, "dim": 16, "n_layers": 2, "cell_clip": 3}}
+    options["char_cnn"] = {"embedding": {"dim": 4}, "filters": [[1, 4]], "n_highway": 1}
+    options["char_cnn"].update(n_characters=262, max_characters_per_token=50, activation="relu")
+    options["lstm"].update(proj_clip=3, use_skip_connections=True)
+    nlp.add_pipe(
+        "elmo", name="elmo_b", config={"weights": str(fixture_dir), "model": {"options": options}}
+    )
+    with pytest.raises(ValueError) as sizes:
+        nlp.initialize()
+    invalid = {"lstm": {"dim": -1}}
+    with pytest.raises(ValueError) as bad:
+        spacy.blank("en").add_pipe("elmo", name="elmo_b", config={"model": {"options": invalid}})
+    assert "disagree with the weights" in str(sizes.value)
+    for err in (sizes, bad):
+        assert "components.elmo." not in str(err.value)
+        assert "spacy_elmo.ElmoModel.v1" in str(err.value)
+
+
 def test_factory_and_architectures_via_entry_points(fixture_dir):
     """A fresh interpreter finds `elmo` and the architectures without importing spacy_elmo."""
     code = (
