@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -28,27 +28,26 @@ def get_doc_elmo_layers(doc: Doc) -> Optional[np.ndarray]:
     return data.layers.astype(np.float32, copy=False)
 
 
-def span_mix(span: Span) -> Optional[np.ndarray]:
-    """The fixed mix of the span's Doc `(n_tokens, width)`, its rows checked for the span's tokens
-    only (the whole Doc is realigned where they do not fit); None before `elmo` ran."""
-    data = stored_data(span.doc)
+def fitted_mix(part: Union[Token, Span]) -> Optional[np.ndarray]:
+    """The fixed mix `(n_tokens, width)` of the Doc of `part` (a Token or a Span), its rows checked
+    for `part`'s tokens only (the whole Doc is realigned where they do not fit); None before `elmo`
+    ran."""
+    data = stored_data(part.doc)
     if data is None:
         return None
-    return (data.fitted(span) or elmo_data(span.doc)).mix()
+    return (data.fitted(part) or elmo_data(part.doc)).mix()
 
 
 def get_token_elmo(token: Token) -> Optional[np.ndarray]:
     """`token._.elmo`: `(width,)`, in the stored dtype."""
-    data = stored_data(token.doc)
-    if data is None:
-        return None
-    return (data.fitted(token) or elmo_data(token.doc)).mix()[token.i]
+    mix = fitted_mix(token)
+    return None if mix is None else mix[token.i]
 
 
 def get_span_elmo(span: Span) -> Optional[np.ndarray]:
     """`span._.elmo`: `(width,)` in the stored dtype, the mean over the span's non-whitespace
     tokens (the rule of a merged token; zeros where it has none)."""
-    mix = span_mix(span)
+    mix = fitted_mix(span)
     return None if mix is None else mean_vector(mix, span.doc, span.start, span.end)
 
 

@@ -1,7 +1,7 @@
 """ELMo behind spaCy's vector hooks (the component's `vector_hooks` setting): `token.vector`,
-`span.vector`, `doc.vector` and `.similarity()` read `doc._.elmo` (see `doc_data`). The vectors are
-float32, as spaCy's are (a `store: float16` Doc's widened: spaCy sums their squares for
-`vector_norm` in their own type, past float16's range from a norm of 256)."""
+`span.vector`, `doc.vector` and `.similarity()` read `doc._.elmo` and friends (see `extensions`).
+The vectors are float32, as spaCy's are (a `store: float16` Doc's widened: spaCy sums their squares
+for `vector_norm` in their own type, past float16's range from a norm of 256)."""
 
 from __future__ import annotations
 
