@@ -114,11 +114,7 @@ class ElmoDocData:
 
     def fits(self, doc: Doc) -> bool:
         """Whether the data was computed for exactly `doc`'s tokens."""
-        if self.n_tokens != len(doc) or self.spans is None:
-            return False
-        fits = np.array_equal(self.spans, token_spans(doc)) and (
-            self.orths is None or np.array_equal(self.orths, token_orths(doc))
-        )
+        fits = self.fits_span(doc[:])
         if fits:
             self._remember_text(doc)
         return fits
