@@ -15,10 +15,10 @@ from spacy.pipeline.tok2vec import Tok2VecListener
 from thinc.api import Model
 
 from .bilm.mix import average_weights
+from .doc_data import STORE_DTYPES
 from .errors import ElmoConfigError, ElmoUnusedWarning
 from .layers import MIX_NAME
 
-STORE_DTYPES = {"float32": np.float32, "float16": np.float16}
 SENT_ASSIGNS = ("token.is_sent_start", "doc.sents")
 # The fixed mix weighs layers whose values are of order 1 to 100 (weights of order 1): a bound far
 # beyond any sensible weight, which keeps the sums far inside float32's range (NaN and inf weights

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import weakref
 from dataclasses import dataclass, field, fields
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import srsly
@@ -37,6 +37,8 @@ from .bilm.mix import mix_layers
 from .errors import ElmoFileError
 
 MSGPACK_KEY = "__spacy_elmo_doc_data__"
+# the dtypes the layers and the mix are stored in (the component's `store`)
+STORE_DTYPES = {"float16": np.float16, "float32": np.float32}
 
 
 def token_spans(doc: Union[Doc, Span]) -> np.ndarray:
@@ -250,7 +252,7 @@ class ElmoDocData:
         n_tokens, width = mixed.shape if layers is None else layers.shape[1:]
         if mixed is not None and mixed.shape != (n_tokens, width):
             raise ValueError(f"'mixed' has shape {mixed.shape}, 'layers' {layers.shape}")
-        weights = _float_array(msg["weights"], "weights", 1)
+        weights = _float_array(msg["weights"], "weights", 1, dtypes=None)
         if weights is None or (n_layers is not None and weights.shape != (n_layers,)):
             raise ValueError(f"'weights' must be {n_layers or 'n'} mix weights, one per layer")
         spans = msg.get("spans")
@@ -292,24 +294,25 @@ def row_means(array: np.ndarray, rows: List[List[int]]) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(out, 0, -2))
 
 
-def _float_array(value, name: str, ndim: int) -> Optional[np.ndarray]:
-    """`value` where it is None or a finite float16 or float32 array of `ndim` dimensions (the
-    weights: any float); else ValueError."""
+def _float_array(
+    value, name: str, ndim: int, dtypes: Optional[Tuple[str, ...]] = tuple(STORE_DTYPES)
+) -> Optional[np.ndarray]:
+    """`value` where it is None or a finite float array of `ndim` dimensions, of one of `dtypes`
+    (None: any float); else ValueError naming it `name`."""
     if value is None:
         return None
-    kinds = ("float16", "float32") if name != "weights" else None
     if (
         not isinstance(value, np.ndarray)
         or value.dtype.kind != "f"
         or value.ndim != ndim
-        or (kinds and value.dtype.name not in kinds)
+        or (dtypes and value.dtype.name not in dtypes)
     ):
         kind = (
             f"{value.dtype} array of shape {value.shape}"
             if isinstance(value, np.ndarray)
             else type(value).__name__
         )
-        what = " or ".join(kinds or ("float",))
+        what = " or ".join(dtypes or ("float",))
         raise ValueError(f"'{name}' must be a {ndim}-d {what} array, got a {kind}")
     if not np.isfinite(value).all():
         raise ValueError(f"'{name}' holds non-finite values (NaN or infinity)")
