@@ -17,10 +17,16 @@ from ..bilm.chars import MAX_CHARS
 from ..errors import ElmoConfigError
 from ..weights import load_bilm
 from ..weights.untrained import UNTRAINED_KEY
-from . import checkpoint
 from .config import bilm_options, default_vocab_size, with_model_of
 from .heads import build_head
-from .outputs import HEAD_FILE, RESUMED_HINT, VOCAB_FILE, recorded_init, recorded_options
+from .outputs import (
+    HEAD_FILE,
+    RESUMED_HINT,
+    VOCAB_FILE,
+    recorded_init,
+    recorded_options,
+    saved_head,
+)
 from .vocab import SPECIALS, Vocab
 
 
@@ -193,11 +199,6 @@ def initial_head(
         except ElmoConfigError as err:
             raise ElmoConfigError(f"{err}{RESUMED_HINT}") from None
     return head
-
-
-def saved_head(path: Path) -> Dict[str, torch.Tensor]:
-    """The softmax weights saved at `path` (a state dict, read without unpickling)."""
-    return checkpoint.torch_load(path, what="softmax weights")
 
 
 def load_head(

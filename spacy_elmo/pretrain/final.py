@@ -12,9 +12,16 @@ import torch
 from ..errors import ElmoError
 from ..files import RECORD_BYTES, parse_json, read_regular
 from ..weights import load_bilm
-from . import checkpoint
 from .lm import BiLanguageModel
-from .outputs import HDF5_DIR, HEAD_FILE, MODEL_DIR, TRAINING_SUMMARY, VOCAB_FILE, save_trained
+from .outputs import (
+    HDF5_DIR,
+    HEAD_FILE,
+    MODEL_DIR,
+    TRAINING_SUMMARY,
+    VOCAB_FILE,
+    save_trained,
+    saved_head,
+)
 from .vocab import Vocab
 
 
@@ -62,10 +69,7 @@ def kept_model(
             or saved.options.to_dict() != model.bilm.options.to_dict()
             or not _same(dict(saved.network.named_parameters()), weights)
             or Vocab.from_disk(model_dir / VOCAB_FILE).words != vocab.words
-            or not _same(
-                checkpoint.torch_load(model_dir / HEAD_FILE, what="softmax weights"),
-                model.head.state_dict(),
-            )
+            or not _same(saved_head(model_dir / HEAD_FILE), model.head.state_dict())
         ):
             return None
         if export:

@@ -390,5 +390,10 @@ def load_trained(model_dir) -> Tuple[BiLM, torch.nn.Module, Vocab, Config]:
     head = build_head(
         s["type"], bilm.options.projection_dim, len(vocab), s["n_samples"], s["adaptive_cutoffs"]
     )
-    head.load_state_dict(checkpoint.torch_load(model_dir / HEAD_FILE, what="softmax weights"))
+    head.load_state_dict(saved_head(model_dir / HEAD_FILE))
     return bilm, head.eval(), vocab, config
+
+
+def saved_head(path: Path) -> Dict[str, torch.Tensor]:
+    """The softmax weights saved at `path` (a state dict, read without unpickling)."""
+    return checkpoint.torch_load(path, what="softmax weights")
