@@ -1,13 +1,14 @@
 """What ties the files of one save together: the config, written last, records a digest of each
 file written before it (taken as it is written), and a reader checks each file it reads against the
 record of the config it read, on the very file it reads (one open descriptor). Files of two saves (a
-writer killed between its renames, a directory read while it is written) are so one ElmoFileError,
-never one model. A config without a record (saved before) is read as before; a writer removes such
-a config before it replaces the files it would pass for.
+writer killed between its renames, a directory read while it is written) are so one
+`MixedSaveError` (an ElmoFileError; `load_bilm` reads again after a pause first, in case a save was
+ending), never one model. A config without a record (saved before) is read as before; a writer
+removes such a config before it replaces the files it would pass for.
 
 The digest is a file's sha256, or for a `torch.save` archive that of its zip directory's CRC-32s
-(`state_dict.archive_digest`), which a reader takes without reading the tensors again: hashing the
-weights of an original-size model would add a third to its load.
+(`state_dict.archive_digest`), which a reader takes without reading the tensors again (hashing the
+weights would read every byte of them a second time).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def recorded(config: Path, saved: Dict[str, Any], key: str) -> Dict[str, str]:
 def check_same_save(
     config: Path, file: Path, expected: Optional[str], actual: str, writer: str
 ) -> None:
-    """ElmoFileError where `file` is not the one `config` was saved with (its digest, `actual`, is
-    not the `expected` one; None: not recorded, nothing checked)."""
+    """MixedSaveError where `file` is not the one `config` was saved with (its digest, `actual`, is
+    not the `expected` one; None: not recorded, nothing checked); `writer`: the function that
+    writes such a save, which the error names."""
     if expected is not None and expected != actual:
         raise MixedSaveError(
             f"the files of {config.parent} come from different saves: an interrupted or "

@@ -152,7 +152,9 @@ def read_hdf5(
     path: Path, opts: BiLMOptions, options_path: str, digest: Optional[str] = None
 ) -> Dict[str, np.ndarray]:
     """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is
-    read; then the file is checked against the sha256 `digest` its options record (None: none)."""
+    read; then the file is checked against the sha256 `digest` its options record (None: none),
+    or, where the datasets are not those the options describe, first (weights of another save:
+    `digests.MixedSaveError`, which `load_bilm` reads again)."""
     h5py = import_h5py()
     regular_file(path, "ELMo weight file")
     try:
