@@ -123,7 +123,8 @@ class ElmoDocData:
 
     def fits_text(self, doc: Doc) -> bool:
         """Whether `doc.text` holds, at each token span, the text this data was computed for
-        (O(len(doc)) once per Doc; True where the texts' hashes were not kept)."""
+        (O(len(doc)) once per Doc; where the texts' hashes were not kept, whether it is long enough
+        for the spans)."""
         checked = self._text_checked
         return (checked is not None and doc in checked) or self._holds_texts(doc, doc.text)
 
