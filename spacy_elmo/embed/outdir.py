@@ -313,12 +313,14 @@ FLAGS = {
 
 def tokenizer_flag(name: Any) -> Optional[str]:
     """The option that gives the tokenizer a run records as `name` ("" for a DocBin input's); None
-    where none does (a name of an earlier version)."""
+    where none does (a name of an earlier version). A spaCy tokenizer's name ends with the model's
+    unknown word (`spacy_name`), which the same weights give again."""
     if name in ("docbin", "whitespace"):
         return "" if name == "docbin" else "--whitespace"
     spacy = isinstance(name, str) and name.startswith("spacy:")
     lang = name.split(" ")[0][len("spacy:") :] if spacy else ""
-    return f"--lang {lang}" if lang and spacy_name(lang) == name else None
+    kept = spacy_name(lang, None)  # keeping `<S>` and `</S>`, then the unknown word if any
+    return f"--lang {lang}" if lang and (name == kept or name.startswith(kept + " ")) else None
 
 
 def check_settings(

@@ -129,3 +129,24 @@ def test_a_tokenizer_this_version_names_otherwise_is_no_setting_to_give_again(
         f.attrs[SETTINGS] = json.dumps({**settings, "tokenizer": "whitespace"})
     with pytest.raises(ElmoResumeError, match="continue it with the same ones \\(--whitespace\\)"):
         run(options)
+
+
+def test_a_tokenizer_keeping_the_models_own_unknown_word_is_given_again(fixture_dir, tmp_path):
+    """A model that records its unknown word (`<UNK>`, not `<unk>`) has its own name of the
+    tokenizer, which this version records: resumed with another --lang, the refusal named it an
+    earlier version's, which no option continues; it names --lang, which does."""
+    import shutil
+
+    from spacy_elmo.embed import EmbedOptions, run
+
+    model = tmp_path / "model"
+    shutil.copytree(fixture_dir, model, ignore=shutil.ignore_patterns("lm_embeddings_*"))
+    options_json = json.loads((model / "options.json").read_text())
+    (model / "options.json").write_text(json.dumps({**options_json, "unk_token": "<UNK>"}))
+    text, out = write_lines(tmp_path / "in.txt", LINES), tmp_path / "out.hdf5"
+    run(EmbedOptions(text, out, str(model), flush_every=2))
+    with pytest.raises(ElmoResumeError) as err:
+        run(EmbedOptions(text, out, str(model), flush_every=2, resume=True, lang="de"))
+    message = str(err.value)
+    assert "named otherwise" not in message, message
+    assert "continue it with the same ones (--lang en)" in message, message
