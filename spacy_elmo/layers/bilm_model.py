@@ -86,10 +86,9 @@ class FrozenBiLM(nn.Module):
 
     def forward(self, sentences: List[List[str]]) -> List[np.ndarray]:
         if self.embedder is None:
-            raise RuntimeError(
+            raise ElmoConfigError(
                 "the ELMo biLM has no weights yet: set the 'weights' of the elmo component and "
-                "call "
-                "nlp.initialize(), or load a saved pipeline"
+                "call nlp.initialize(), or load a saved pipeline"
             )
         return self.embedder.embed(sentences, batch_size=self.batch_size)
 

@@ -514,3 +514,12 @@ def test_a_mix_of_the_wrong_length_is_an_error_at_initialize(fixture_dir):
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": [0.5, 0.5]})
     with pytest.raises(ValueError, match="mix has 2 weights but the biLM has 3"):
         nlp.initialize()
+
+
+def test_the_model_without_weights_is_one_elmo_error():
+    """The component's thinc model called before its weights are set (`model.predict` before
+    `nlp.initialize`, as `spacy debug model` and users' scripts may)."""
+    nlp = spacy.blank("en")
+    model = nlp.add_pipe("elmo").model
+    with pytest.raises(ElmoError, match="no weights yet: set the 'weights'"):
+        model.predict([["The", "cat"]])
