@@ -148,6 +148,65 @@ def test_no_window_is_read_twice(max_length):
             assert w.end - w.keep_end >= min(context, n - w.keep_end)
 
 
+@pytest.mark.parametrize("mark", [*".!?…。！？｡؟۔।॥", "...", "?!", "。。"])
+def test_each_sentence_final_mark_the_readme_names_ends_a_sentence(mark):
+    """README: the built-in split is after `. ! ? …`, CJK, Arabic and Devanagari marks (a token of
+    them only)."""
+    assert rule_sentences(["a", "b", mark, "c", "d"]) == [(0, 3), (3, 5)]
+
+
+def test_a_word_holding_a_period_ends_no_sentence():
+    assert rule_sentences(["Mr.", "Smith", "saw", "U.S.", "troops", "3.5", "km", "."]) == [(0, 8)]
+
+
+def test_every_closing_mark_after_the_end_stays_in_its_sentence():
+    texts = ["He", "said", '"', "go", ".", "'", '"', ")", "Then", "."]
+    assert rule_sentences(texts) == [(0, 8), (8, 10)]
+
+
+def test_use_sents_chooses_the_docs_sentences_or_the_built_in_split(fixture_dir, fixture_bilm):
+    """Sentence boundaries that are not the built-in split's: the biLM reads the Doc's sentences
+    with `use_sents` (the default), the built-in split's without it."""
+    words = SENTENCES[0] + SENTENCES[1]
+    starts = [i in (0, 4) for i in range(len(words))]  # "The quick brown fox" | "jumped ..."
+    by_doc = np.concatenate(fixture_bilm.embed([words[:4], words[4:]]), axis=1)
+    by_rule = np.concatenate(fixture_bilm.embed(SENTENCES[:2]), axis=1)
+    for use_sents, expected in ((True, by_doc), (False, by_rule)):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "use_sents": use_sents})
+        doc = nlp(words_doc(nlp, words, starts))
+        np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
+
+
+def test_windows_of_a_long_sentence_read_max_length_tokens_each():
+    """No window is shorter than the sentence allows: the first and last windows take their
+    context from the one side they have, so each reads exactly `max_length` tokens."""
+    for max_length in (4, 7, 8, 64):
+        for n in range(max_length + 1, 6 * max_length):
+            wins = windows_of([(3, 3 + n)], max_length)
+            assert all(w.end - w.start == max_length for w in wins), (max_length, n, wins)
+            assert (wins[0].start, wins[-1].end) == (3, 3 + n)
+
+
+def test_a_long_sentence_gets_the_kept_centre_of_each_window(fixture_dir, fixture_bilm):
+    """A 30-token sentence without sentence-final punctuation, `max_length` 8, whitespace tokens
+    between its words: each token's layers are those of the window that keeps it, embedded alone
+    (at its place in that window); the whitespace tokens zeros."""
+    words = ["w%d" % i for i in range(30)]
+    with_spaces = [w for i, w in enumerate(words) for w in ([w, "\n"] if i % 7 == 3 else [w])]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "max_length": 8})
+    doc = nlp(Doc(nlp.vocab, words=with_spaces))
+    expected = np.zeros((3, len(words), 32), dtype=np.float32)
+    for start, end, keep_start, keep_end in windows_of([(0, len(words))], 8):
+        window = fixture_bilm.embed([words[start:end]])[0]
+        expected[:, keep_start:keep_end] = window[:, keep_start - start : keep_end - start]
+    kept = [t.i for t in doc if not t.is_space]
+    assert len(kept) == len(words) and len(doc) > len(words)
+    np.testing.assert_allclose(doc._.elmo_layers[:, kept], expected, atol=FLOAT32_ATOL)
+    assert not doc._.elmo_layers[:, [t.i for t in doc if t.is_space]].any()
+
+
 def test_long_doc_in_windows(fixture_dir):
     """A 100,000-token Doc without sentence-final punctuation: bounded windows, every token
     embedded."""
