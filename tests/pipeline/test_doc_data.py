@@ -134,6 +134,16 @@ def test_data_of_another_text_with_the_same_token_offsets_is_one_error(nlp, reto
     assert doc[1]._.elmo.shape == (doc._.elmo.shape[1],)  # the Doc it was computed for reads it
 
 
+def test_a_word_where_the_data_had_only_whitespace_is_another_text(nlp):
+    """'a b' computed, read on 'axb' (tokens 'a', 'x', 'b'): the old tokens' spans and texts fit,
+    but 'x' lies where `elmo` saw only whitespace, which no rule realigns: one error, not zeros."""
+    doc = nlp(Doc(nlp.vocab, words=["a", "b"], spaces=[True, False]))
+    other = Doc(nlp.vocab, words=["a", "x", "b"], spaces=[False, False, False])
+    other.user_data.update(doc.user_data)
+    with pytest.raises(ElmoError, match="does not fit this Doc.*another text"):
+        _ = other._.elmo
+
+
 def test_stored_data_keeps_each_tokens_text_hash_and_a_wrong_one_is_an_error(nlp):
     doc = read_back(nlp, stored(nlp, lambda d: d))
     assert np.array_equal(doc._.elmo_data.orths, doc.to_array("ORTH"))
