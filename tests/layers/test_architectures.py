@@ -47,8 +47,9 @@ def loss_and_grads(model, docs, target):
     return loss, mix.get_grad("s").copy(), mix.get_grad("gamma").copy()
 
 
-@pytest.mark.parametrize("l2", [0.0, 0.5])
-def test_gradients_match_finite_differences(l2):
+@pytest.mark.parametrize("l2, gamma", [(0.0, 1.0), (0.5, 1.0), (0.5, 1.5)])
+def test_gradients_match_finite_differences(l2, gamma):
+    """Also at gamma other than its initial 1, where `gamma * mixed` and `mixed` differ."""
     docs = docs_with_layers([5, 3], seed=1)
     target = [np.random.default_rng(2).normal(size=(len(d), WIDTH)).astype("f") for d in docs]
     model = ElmoFeatures(N_LAYERS, WIDTH, l2=l2)
@@ -56,6 +57,7 @@ def test_gradients_match_finite_differences(l2):
     mix = mix_layer(model)
     s0 = np.array([0.3, -0.2, 0.1], dtype="f")
     mix.set_param("s", s0.copy())
+    mix.set_param("gamma", np.array([gamma], dtype="f"))
     _, d_s, d_gamma = loss_and_grads(model, docs, target)
     eps = 1e-3
     for j in range(N_LAYERS):
@@ -69,7 +71,7 @@ def test_gradients_match_finite_differences(l2):
         assert d_s[j] == pytest.approx((losses[0] - losses[1]) / (2 * eps), rel=2e-2, abs=2e-3)
     mix.set_param("s", s0)
     losses = []
-    for g in (1 + eps, 1 - eps):
+    for g in (gamma + eps, gamma - eps):
         mix.set_param("gamma", np.array([g], dtype="f"))
         losses.append(loss_and_grads(model, docs, target)[0])
     assert d_gamma[0] == pytest.approx((losses[0] - losses[1]) / (2 * eps), rel=2e-2)
@@ -93,6 +95,32 @@ def test_layer_norm_projection_and_dropout():
     Y2, _ = model.begin_update(docs)
     assert not np.allclose(Y1[0], Y2[0])  # dropout in training
     assert mix.get_dim("nO") == WIDTH
+
+
+def test_dropout_is_on_the_output_after_the_projection():
+    """`dropout` zeroes values of the features' output: about `rate` of them exactly 0 in training,
+    even with a projection (dropout before it would leave none 0)."""
+    docs = docs_with_layers([40, 30], seed=3)
+    model = ElmoFeatures(N_LAYERS, WIDTH, projection=4, dropout=0.5)
+    model.initialize(X=docs)
+    Y, _ = model.begin_update(docs)
+    zeros = sum(int((y == 0).sum()) for y in Y) / sum(y.size for y in Y)
+    assert 0.35 < zeros < 0.65
+    assert not any((y == 0).any() for y in model.predict(docs))
+
+
+def test_dropout_masks_the_gradient_as_the_output():
+    """The gradient reaching the mix goes through the same mask as the output: with dY all ones,
+    d_gamma is the sum of the dropped-out output over gamma."""
+    docs = docs_with_layers([40, 30], seed=4)
+    model = ElmoFeatures(N_LAYERS, WIDTH, dropout=0.5)
+    model.initialize(X=docs)
+    mix = mix_layer(model)
+    mix.set_param("gamma", np.array([1.5], dtype="f"))
+    Y, backprop = model.begin_update(docs)
+    backprop([np.ones_like(y) for y in Y])
+    expected = sum(float(y.astype(np.float64).sum()) for y in Y) / 1.5
+    assert mix.get_grad("gamma")[0] == pytest.approx(expected, rel=1e-4, abs=1e-3)
 
 
 def test_missing_features_raise_except_during_shape_inference():
