@@ -14,6 +14,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_elmo import BiLM, BiLMOptions, ElmoError, ElmoFileError
+from spacy_elmo.bilm import mix_layers
 from spacy_elmo.doc_data import ElmoDocData
 from spacy_elmo.feature_cache import FeatureCache
 from spacy_elmo.windows import Window, rule_sentences, windows_of
@@ -64,6 +65,24 @@ def test_mix_options(fixture_dir, fixture_bilm):
         np.testing.assert_allclose(
             doc._.elmo, np.tensordot(np.array(weights, "f"), expected, 1), atol=FLOAT32_ATOL
         )
+
+
+@pytest.mark.parametrize("mix", ["average", [0.7, -0.3, 1.9]])
+def test_the_mix_is_summed_in_float32_in_layer_order(fixture_dir, mix):
+    """`doc._.elmo` is `w_0 h_0 + w_1 h_1 + w_2 h_2`, each product and sum rounded to float32 in
+    layer order (`spacy_elmo.bilm.mix_layers`): the same bits as numpy's, here."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "mix": mix})
+    doc = nlp(words_doc(nlp, SENTENCES[0] + SENTENCES[2]))
+    layers = doc._.elmo_layers
+    weights = np.full(3, 1 / 3, dtype=np.float32) if mix == "average" else np.float32(mix)
+    expected = layers[0] * weights[0]
+    for j in (1, 2):
+        expected = expected + layers[j] * weights[j]
+    assert expected.dtype == np.float32
+    np.testing.assert_array_equal(doc._.elmo, expected)
+    with pytest.raises(ValueError, match="2 weights for 3 layers"):
+        mix_layers(weights[:2], layers)
 
 
 def test_float16_and_mix_only_storage(fixture_dir, fixture_bilm):
