@@ -20,6 +20,20 @@ SENTENCES = [
 ]
 
 
+def own_embedding(width: int) -> dict:
+    """A tok2vec without ELMo: spaCy's HashEmbedCNN of `width`."""
+    return {
+        "@architectures": "spacy.HashEmbedCNN.v2",
+        "width": width,
+        "depth": 1,
+        "embed_size": 300,
+        "window_size": 1,
+        "maxout_pieces": 3,
+        "subword_features": True,
+        "pretrained_vectors": None,
+    }
+
+
 def test_spacy_init_config_with_elmo_warns(fixture_dir):
     config = init_config(lang="en", pipeline=["elmo", "tagger"], optimize="efficiency", gpu=False)
     config["components"]["elmo"]["weights"] = str(fixture_dir)
@@ -55,16 +69,7 @@ def test_elmo_read_only_by_a_tok2vec_no_component_listens_to_warns(fixture_dir):
     snippet in a config whose tagger does not listen): the mix never trains, the tagger trains
     without ELMo, and nothing said so."""
     config = fixture_config("tagger_elmo.cfg", fixture_dir)
-    config["components"]["tagger"]["model"]["tok2vec"] = {
-        "@architectures": "spacy.HashEmbedCNN.v2",
-        "width": 32,
-        "depth": 1,
-        "embed_size": 300,
-        "window_size": 1,
-        "maxout_pieces": 3,
-        "subword_features": True,
-        "pretrained_vectors": None,
-    }
+    config["components"]["tagger"]["model"]["tok2vec"] = own_embedding(32)
     nlp = spacy.util.load_model_from_config(config, auto_fill=True)
     with pytest.warns(ElmoUnusedWarning, match="'tok2vec', 'tagger' train without it"):
         nlp.initialize(lambda: tagged_examples(nlp, SENTENCES))
@@ -95,19 +100,7 @@ def test_a_later_tok2vec_without_elmo_feeding_the_listener_warns(fixture_dir, up
     names the first still reads it."""
     config = fixture_config("tagger_elmo.cfg", fixture_dir)
     config["nlp"]["pipeline"] = ["elmo", "tok2vec", "tok2vec2", "tagger"]
-    config["components"]["tok2vec2"] = {
-        "factory": "tok2vec",
-        "model": {
-            "@architectures": "spacy.HashEmbedCNN.v2",
-            "width": 96,
-            "depth": 1,
-            "embed_size": 300,
-            "window_size": 1,
-            "maxout_pieces": 3,
-            "subword_features": True,
-            "pretrained_vectors": None,
-        },
-    }
+    config["components"]["tok2vec2"] = {"factory": "tok2vec", "model": own_embedding(96)}
     config["components"]["tagger"]["model"]["tok2vec"]["upstream"] = upstream
     nlp = spacy.util.load_model_from_config(config, auto_fill=True)
     with warnings.catch_warnings(record=True) as caught:
