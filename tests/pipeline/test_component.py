@@ -13,7 +13,7 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_elmo import BiLM, BiLMOptions, ElmoError, ElmoFileError
+from spacy_elmo import BiLM, BiLMOptions, ElmoError, ElmoFileError, load_bilm
 from spacy_elmo.bilm import mix_layers
 from spacy_elmo.doc_data import ElmoDocData
 from spacy_elmo.feature_cache import FeatureCache
@@ -301,6 +301,23 @@ def test_feature_cache_is_bounded_lru():
     assert cache.get(("a", 9)) is not None and cache.get(("a", 0)) is None
 
 
+def test_the_feature_cache_evicts_the_least_recently_read_and_counts_each_array_once():
+    """LRU, not first in first out: a read keeps an entry; an array of exactly the bound fits; a
+    key put again is neither stored twice nor counted twice."""
+    cache = FeatureCache(max_bytes=600)
+    arrays = {key: np.full(50, key, dtype=np.float32) for key in range(4)}  # 200 bytes each
+    for key in range(3):
+        cache.put(key, arrays[key])
+    assert cache.get(0) is arrays[0]  # 0 read: 1 is now the least recently used
+    cache.put(3, arrays[3])
+    assert sorted(cache.entries) == [0, 2, 3] and cache.nbytes == 600
+    cache.put(3, arrays[3])
+    assert len(cache) == 3 and cache.nbytes == 600
+    whole = FeatureCache(max_bytes=200)
+    whole.put("a", arrays[0])
+    assert whole.get("a") is arrays[0] and whole.nbytes == 200
+
+
 def test_the_feature_cache_holds_no_long_token_texts_beyond_its_bound():
     """`cache_mb` counted the arrays only, and each was keyed on its sentence's full token texts:
     100 sentences holding a 100 KB token kept 10 MB under a 64 KB bound. Keyed on a digest now."""
@@ -366,6 +383,30 @@ def test_cache_key_includes_state_policy(fixture_dir):
     zero = nlp("A second , rather shorter sentence .")._.elmo_layers
     assert elmo.cache.hits == 0 and len(elmo.cache) == 2
     assert not np.allclose(warm, zero)
+
+
+def test_cache_key_includes_the_precision_and_the_weights(fixture_dir):
+    """The cache is keyed by the biLM's fingerprint and precision too: after either changes, a
+    sentence is computed again, as a biLM loaded with them computes it."""
+    words = "A second , rather shorter sentence .".split()
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
+    float32 = nlp(Doc(nlp.vocab, words=words))._.elmo_layers
+    elmo.bilm.precision = "int8"
+    int8 = nlp(Doc(nlp.vocab, words=words))._.elmo_layers
+    assert elmo.cache.hits == 0 and len(elmo.cache) == 2
+    want = load_bilm(fixture_dir, precision="int8").embed([words])[0]
+    np.testing.assert_allclose(int8, want, atol=FLOAT32_ATOL)
+    assert not np.allclose(int8, float32, atol=FLOAT32_ATOL)
+    elmo.bilm.precision = "float32"
+    state = {k: v * 0.5 for k, v in elmo.bilm.network.state_dict().items()}
+    elmo.bilm.network.load_state_dict(state)  # other weights, in place
+    halved = nlp(Doc(nlp.vocab, words=words))._.elmo_layers
+    assert elmo.cache.hits == 0 and len(elmo.cache) == 3
+    other = load_bilm(fixture_dir)
+    other.network.load_state_dict(state)
+    np.testing.assert_allclose(halved, other.embed([words])[0], atol=FLOAT32_ATOL)
+    assert not np.allclose(halved, float32, atol=FLOAT32_ATOL)
 
 
 def test_vector_hooks(fixture_dir):
