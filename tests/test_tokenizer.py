@@ -8,15 +8,21 @@ import json
 import numpy as np
 import pytest
 
-from spacy_elmo import BiLMOptions, ElmoFileError
+from spacy_elmo import BiLMOptions, ElmoFileError, load_bilm
 from spacy_elmo.pretrain.text import make_tokenizer, tokenize_file
 
-from .helpers import data_path, pretrained_with_unk, read_output, run_cli, write_lines
+from .helpers import FLOAT32_ATOL, data_path, pretrained_with_unk, read_output, run_cli, write_lines
 
 LINES = [
     "the <unk> sat on <S> the mat .",
     "(<unk>) said </S>, it's <unk>.",
     "no specials here",
+]
+
+TOKENS = [  # spaCy's English tokens of LINES, `<unk>`, `<S>` and `</S>` whole
+    ["the", "<unk>", "sat", "on", "<S>", "the", "mat", "."],
+    ["(", "<unk>", ")", "said", "</S>", ",", "it", "'s", "<unk>", "."],
+    ["no", "specials", "here"],
 ]
 
 
@@ -37,11 +43,14 @@ def test_pretrain_and_embed_read_a_line_as_the_same_tokens(corpus, fixture_dir, 
     """A biLM pretrained on text holding `<unk>` read it as one token; `embed` (a plain
     spacy.blank) read `<`, `unk`, `>`, so its vectors were for tokens the biLM never saw."""
     tokens = pretrain_tokens(corpus)
-    assert tokens[0] == ["the", "<unk>", "sat", "on", "<S>", "the", "mat", "."]
+    assert tokens == TOKENS
     out = tmp_path / "out.hdf5"
     assert run_cli("embed", corpus, out, "-w", fixture_dir, "--lang", "en", "--no-progress") == 0
     arrays, _, _ = read_output(out)
-    assert [arrays[str(i)].shape[1] for i in range(len(LINES))] == [len(t) for t in tokens]
+    expected = load_bilm(fixture_dir).embed(TOKENS)  # the tokens written out by hand
+    assert sorted(arrays, key=int) == ["0", "1", "2"]
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(arrays[str(i)], want, atol=FLOAT32_ATOL)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +63,6 @@ def test_the_unknown_word_travels_with_the_model(upper_unk_model, tmp_path):
     """Recorded by pretrain, kept by `convert` to either format and by a saved pipeline; a model
     that records none (the fixture) has `<unk>` and writes none."""
     import spacy
-
-    from spacy_elmo import load_bilm
 
     assert load_bilm(upper_unk_model).options.unk_token == "<UNK>"
     assert run_cli("convert", upper_unk_model, tmp_path / "hdf5", "--to", "hdf5") == 0
