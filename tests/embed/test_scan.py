@@ -44,6 +44,9 @@ def test_one_long_line_is_scanned_in_memory_bounded_by_the_block(tmp_path):
         (b"a\n" + b"x" * (BLOCK - 1), b"\xc3\x28", "invalid continuation byte"),  # at a block's end
         (b"a\n" + b"x" * (3 * BLOCK), b"\xff", "invalid start byte"),  # deep in a long line
         (b"a\nb\n" + b"x" * (BLOCK + 5), b"\xe2\x82", "unexpected end of data"),  # cut at the end
+        # a character cut two bytes in by the block's end, then a bad byte just before a \n: the
+        # line counted in the block from the bad byte, not from two bytes after it
+        (b"a\n" + b"x" * (BLOCK - 4), b"\xc3\n", "invalid continuation byte"),
     ],
 )
 def test_invalid_utf8_in_a_long_line_names_its_line_and_byte(tmp_path, head, bad, reason):
