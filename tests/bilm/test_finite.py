@@ -142,16 +142,19 @@ def test_a_weight_that_overflows_bfloat16_is_refused_at_load(fixture_dir, tmp_pa
         load_bilm(directory, precision="bfloat16")
 
 
-def test_embed_names_the_line_and_writes_nothing(fixture_dir, tmp_path, capsys):
+# sharded: the shards hold lines 1-2 and 3-5, line 4 the second block of its shard
+@pytest.mark.parametrize("block", [[], ["--flush-every", "1", "--shards", "2"]])
+def test_embed_names_the_line_and_writes_nothing(fixture_dir, tmp_path, capsys, block):
     directory = hdf5_copy(fixture_dir, tmp_path / "m", huge_z)
     text = write_lines(
         tmp_path / "in.txt", ["The cat sat .", "Hello world", "a b c", "ZZZZZ run", "ok"]
     )
     out = tmp_path / "out.hdf5"
-    assert run_cli("embed", text, out, "-w", directory, "--whitespace", "--no-progress") == 1
+    args = ("-w", directory, "--whitespace", "--no-progress", *block)
+    assert run_cli("embed", text, out, *args) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "line 4" in line and "weights.hdf5" in line and "NaN or infinite" in line, line
-    assert not out.exists()
+    assert not (out / "shard-00001.hdf5").exists() if block else not out.exists()
 
 
 def test_the_component_refuses_non_finite_vectors(fixture_dir, tmp_path):
