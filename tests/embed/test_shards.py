@@ -156,6 +156,44 @@ def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     assert "shards: 3 then, 4 now" in line and "with the same ones (--shard I/3)" in line, line
 
 
+def test_shards_of_uneven_blocks_hold_every_line(single, fixture_dir, tmp_path):
+    """12 blocks of 50 lines in 5 shards: runs of 2 or 3 whole blocks, the last ending at the
+    input's last line."""
+    text, one = single
+    out = tmp_path / "sharded"
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 5)) == 0
+    ranges = json.loads((out / "manifest.json").read_text())["ranges"]
+    assert ranges == [[0, 100], [100, 200], [200, 350], [350, 450], [450, 600]]
+    assert_same_lines(one, out)
+
+
+@pytest.mark.parametrize(
+    "setting, then, now",
+    [
+        ("dtype", "float32", "float16"),
+        ("layer", "all", "top"),
+        ("compression", "none", "gzip"),
+        ("batch_size", "8", "4"),
+        ("flush_every", "50", "75"),
+    ],
+)
+def test_a_shard_with_other_settings_is_refused(
+    single, fixture_dir, tmp_path, capsys, setting, then, now
+):
+    """Each setting that changes a line's array or its file is recorded: a shard of a run begun
+    with another is refused, naming both values and the option to give."""
+    text, _ = single
+    out = tmp_path / "sharded"
+    flag = "--" + setting.replace("_", "-")
+    flush = {"flush_every": None} if setting == "flush_every" else {}
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "0/2", flag, then, **flush)) == 0
+    capsys.readouterr()
+    assert run_cli(*args(text, out, fixture_dir, "--shard", "1/2", flag, now, **flush)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{setting}: " in line and f"continue it with the same ones ({flag} {then})" in line
+    assert not (out / "shard-00001.hdf5").exists()
+
+
 def test_shards_on_other_thread_counts_are_refused(single, fixture_dir, tmp_path, capsys):
     """The thread count changes float32 bits, so it is recorded: a shard or a resume on another
     count is refused, saying what differs and how to go on (shards of 1 and 2 threads were mixed
@@ -341,6 +379,12 @@ def _truncate(out):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def _append(out):
+    """Bytes added to a shard's end: h5py still reads it; its size differs from its record."""
+    with open(out / "shard-00002.hdf5", "ab") as f:
+        f.write(b"\0" * 64)
+
+
 def _flip_a_value(out):
     """One byte of a line's array changed in place: the file keeps its size and its structure."""
     path = out / "shard-00001.hdf5"
@@ -366,8 +410,21 @@ def _flip_a_value(out):
             3,
             True,
         ),
+        # the last shard left out of the manifest: its lines would be missing
+        (
+            _edit_manifest(lambda m: [m[k].pop() for k in ("ranges", "complete", "shards")]),
+            3,
+            True,
+        ),
+        # a shard's record edited: another range than the manifest gives it
+        (
+            _edit_manifest(lambda m: m["shards"][1].__setitem__("range", [0, 150])),
+            1,
+            True,
+        ),
         (_swap, 1, True),
         (_truncate, 2, True),
+        (_append, 2, True),
         # found by its sha256: a rerun, or open_embeddings(..., verify=True)
         (
             _flip_a_value,
