@@ -519,6 +519,25 @@ def test_a_docbin_bomb_is_refused_while_it_is_decompressed(fixture_dir, tmp_path
     assert peak < 50 << 20, peak
 
 
+def test_a_docbin_of_exactly_the_bound_is_read(tmp_path):
+    """--max-docbin-bytes is the most a `.spacy` input may decompress to: a DocBin of exactly that
+    many bytes is read, one byte more is refused."""
+    import zlib
+
+    import spacy
+    from spacy.tokens import DocBin
+
+    from spacy_elmo.embed.sentences import scan_input
+
+    nlp = spacy.blank("en")
+    path = tmp_path / "in.spacy"
+    path.write_bytes(DocBin(docs=[nlp("The cat sat ."), nlp("Hello")]).to_bytes())
+    size = len(zlib.decompress(path.read_bytes()))
+    assert scan_input(path, max_docbin_bytes=size)["lines"] == 2
+    with pytest.raises(ElmoFileError, match=f"more than {size - 1:,} bytes"):
+        scan_input(path, max_docbin_bytes=size - 1)
+
+
 def _docbin_message(edit):
     """A `.spacy` file's bytes: a DocBin of one Doc, its msgpack message edited by `edit`."""
     import zlib
