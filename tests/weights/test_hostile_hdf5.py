@@ -102,14 +102,28 @@ def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
         load_bilm(directory)
 
 
-@pytest.mark.parametrize("dtype", ["i4", "?", "c8", "u1"])
+@pytest.mark.parametrize("dtype", ["i4", "?", "c8", "u1", np.longdouble])
 def test_hdf5_weights_must_be_float(fixture_dir, tmp_path, dtype):
+    """Not float16/32/64: integers, booleans, complex numbers and long doubles (float128 where
+    the platform has it) are refused."""
+    if np.dtype(dtype).itemsize in (2, 4, 8) and np.dtype(dtype).kind == "f":
+        pytest.skip("long double is float64 here")
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     with h5py.File(directory / "weights.hdf5", "r+") as f:
         data = f[B_PROJ][...]
         del f[B_PROJ]
         f.create_dataset(B_PROJ, data=data.astype(dtype))
     refused(directory, "weights.hdf5", B_PROJ, "dtype")
+
+
+def test_a_transposed_dataset_is_refused(fixture_dir, tmp_path):
+    """A dataset of the right sizes in the wrong order is not the weights the options imply."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        data = f["CNN_proj/W_proj"][...]
+        del f["CNN_proj/W_proj"]
+        f.create_dataset("CNN_proj/W_proj", data=data.T)
+    refused(directory, "weights.hdf5", "'CNN_proj/W_proj' has shape (16, 124)", "implies (124, 16)")
 
 
 def test_hdf5_float16_and_float64_are_read(fixture_dir, tmp_path):
@@ -156,6 +170,36 @@ def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
         )
         dataset[:8, :16] = values[:8, :16]
     refused(directory, "weights.hdf5", W_0, "partly written or crafted", "chunks")
+
+
+def test_a_compressed_dataset_missing_one_chunk_is_refused(fixture_dir, tmp_path):
+    """Every chunk of a gzip'd dataset written but one, which would read as zeros."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        values = f[W_0][...]
+        del f[W_0]
+        dataset = f.create_dataset(
+            W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip"
+        )
+        dataset[:-8] = values[:-8]
+        dataset[-8:, :-16] = values[-8:, :-16]
+    refused(directory, "weights.hdf5", W_0, "stores 63 of its 64 chunks")
+
+
+def test_a_dataset_of_exactly_the_checked_size_is_checked_for_compression(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """The compression check covers datasets of CHECKED_DATASET_BYTES and more: one of exactly
+    that size, all zeros gzip'd, is refused."""
+    from spacy_elmo.weights import hdf5 as hdf5_format
+
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        shape = f[W_0].shape
+        del f[W_0]
+        f.create_dataset(W_0, data=np.zeros(shape, "f4"), chunks=True, compression="gzip")
+    monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 4 * int(np.prod(shape)))
+    refused(directory, "weights.hdf5", W_0, "decompress")
 
 
 def test_an_hdf5_file_of_gzipped_zeros_is_refused_before_it_is_read(
@@ -261,3 +305,36 @@ def test_chunked_and_compressed_weight_files_load(
     sentences = [["The", "cat", "sat", "."], ["Hello", "world"]]
     for a, b in zip(load_bilm(directory).embed(sentences), fixture_bilm.embed(sentences)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_one_chunk_larger_than_its_dataset_by_more_than_the_checked_size_is_refused(
+    fixture_dir, tmp_path, over
+):
+    """char_embed (261 x 4 floats) in one chunk of 261 rows and as many columns as keep it within
+    its bytes plus CHECKED_DATASET_BYTES (read), or one column more (refused)."""
+    from spacy_elmo.weights.hdf5 import CHECKED_DATASET_BYTES
+
+    columns = (CHECKED_DATASET_BYTES + 261 * 4 * 4) // (261 * 4) + over
+    directory = _rewritten(
+        hdf5_model(fixture_dir, tmp_path / "m"),
+        lambda name, shape: (261, columns) if name == "char_embed" else True,
+        resizable=True,
+        compression="gzip",
+    )
+    if over:
+        refused(directory, "weights.hdf5", "'char_embed'", f"chunks of shape (261, {columns})")
+    else:
+        assert load_bilm(directory).output_dim == 32
+
+
+def test_many_chunks_together_too_large_for_their_dataset_are_refused(fixture_dir, tmp_path):
+    """char_embed (261 x 4 floats, 4 KB) in 261 gzip'd chunks of 1 x 4096 floats: each within the
+    bound alone, 4.3 MB together once read."""
+    directory = _rewritten(
+        hdf5_model(fixture_dir, tmp_path / "m"),
+        lambda name, shape: (1, 4096) if name == "char_embed" else True,
+        resizable=True,
+        compression="gzip",
+    )
+    refused(directory, "weights.hdf5", "'char_embed'", "261 chunks of shape (1, 4096)")
