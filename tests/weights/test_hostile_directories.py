@@ -83,6 +83,17 @@ def test_a_model_file_symlinked_outside_its_directory_is_refused(fixture_dir, tm
     assert load_bilm(directory).output_dim == 32
 
 
+@pytest.mark.parametrize("content", ["{}", json.dumps({"lstm": {}, "char_cnn": {}})])
+def test_a_json_file_symlinked_outside_the_directory_is_refused(fixture_dir, tmp_path, content):
+    """Another JSON file of a directory of options.json and weights.hdf5, which a load looks at to
+    find the options, is not read where it resolves outside the directory."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(content)
+    (directory / "notes.json").symlink_to(outside)
+    refused(directory, f"{directory / 'notes.json'}: refused", "outside the model directory")
+
+
 @pytest.mark.parametrize("entry", [None, 3, {"bytes": "2"}, {"bytes": 2, "sha256": ["x"]}])
 def test_hostile_manifest_names_the_file(tmp_path, entry):
     from spacy_elmo.weights import hub
