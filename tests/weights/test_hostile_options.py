@@ -21,6 +21,8 @@ from ..model_files import fixture_options, hdf5_model
         (lambda o: o["char_cnn"].update(embedding=4), "char_cnn.embedding"),
         (lambda o: o["char_cnn"].update(filters=7), "char_cnn.filters"),
         (lambda o: o["char_cnn"].update(filters=[[1, 2, 3]]), "char_cnn.filters"),
+        (lambda o: o.update(spacy_elmo_weights_sha256="ab" * 31), "must be a sha256"),
+        (lambda o: o.update(spacy_elmo_weights_sha256=list("ab" * 32)), "must be a sha256"),
     ],
 )
 def test_options_of_the_wrong_shape(fixture_dir, tmp_path, edit, key):
