@@ -40,6 +40,12 @@ def test_own_config_that_is_not_an_object(fixture_dir, tmp_path, config):
         (lambda sd: {**sd, "warm_h": 4}, "not a named dense tensor"),
         (lambda sd: {**sd, "warm_h": sd["warm_h"].to_sparse()}, "not a named dense tensor"),
         (lambda sd: {**sd, "warm_h": sd["warm_h"].to(torch.int32)}, "must be float"),
+        (lambda sd: {**sd, "extra": torch.zeros(1)}, "unexpected ['extra']"),
+        (lambda sd: {k: v for k, v in sd.items() if k != "warm_c"}, "missing ['warm_c']"),
+        (
+            lambda sd: {**sd, "token_encoder.w_proj": sd["token_encoder.w_proj"].t().contiguous()},
+            "'token_encoder.w_proj' has shape (16, 124) but the options imply (124, 16)",
+        ),
     ],
 )
 def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content, problem):
@@ -48,6 +54,29 @@ def test_own_weights_that_are_not_a_state_dict(fixture_dir, tmp_path, content, p
         content(torch.load(directory / "weights.pt", weights_only=True)), directory / "weights.pt"
     )
     refused(directory, "weights.pt", problem)
+
+
+@pytest.mark.parametrize("key, value", [("version", 2), ("version", None), ("format", "other")])
+def test_own_config_of_another_format_or_version_is_refused(fixture_dir, tmp_path, key, value):
+    directory = own_model(fixture_dir, tmp_path / "m")
+    config = json.loads((directory / "bilm.json").read_text())
+    config[key] = value
+    (directory / "bilm.json").write_text(json.dumps(config))
+    refused(directory, "bilm.json", "expected format 'spacy_elmo.bilm' version 1", repr(value))
+
+
+def test_weights_of_under_two_bytes_a_parameter_are_refused_before_the_network_is_built(
+    fixture_dir, tmp_path
+):
+    """The fixture's weights in float16 (2 bytes for each of its 105,124 parameters) under options
+    of 143,012 parameters (lstm.dim 128): more than one byte each, fewer than two."""
+    directory = own_model(fixture_dir, tmp_path / "m")
+    state = torch.load(directory / "weights.pt", weights_only=True)
+    torch.save({k: v.half() for k, v in state.items()}, directory / "weights.pt")
+    config = json.loads((directory / "bilm.json").read_text())
+    config["options"]["lstm"]["dim"] = 128
+    (directory / "bilm.json").write_text(json.dumps(config))
+    refused(directory, "weights.pt", "too few for the 143,012 parameters")
 
 
 class Evil:
