@@ -287,6 +287,15 @@ def test_own_format_character_table(model_dir, tmp_path, capsys):
     assert "char_table.json" in one_error_line(capsys.readouterr().err)
 
 
+def test_own_format_character_table_symlinked_outside_is_refused(model_dir, tmp_path):
+    """char_table.json of a model in this project's format is read from its directory only."""
+    save_bilm(load_bilm(model_dir), tmp_path / "own")
+    table = tmp_path / "own" / "char_table.json"
+    table.rename(tmp_path / "elsewhere.json")
+    table.symlink_to(tmp_path / "elsewhere.json")
+    refused(tmp_path / "own", f"{table}: refused", "outside the model directory")
+
+
 def test_pipeline_without_its_character_table(model_dir, tmp_path):
     nlp = spacy.blank("de")
     nlp.add_pipe("elmo", config={"weights": str(model_dir)})
