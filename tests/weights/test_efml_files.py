@@ -70,6 +70,7 @@ def _set(section, key, value):
         (_set("token_embedder", "name", "lstm"), ["'lstm'", "not supported"]),
         (_set("encoder", "name", "lstm"), ["encoder 'lstm'", "not supported"]),
         (_set("token_embedder", "char_dim", 0), ["char_dim", "without characters"]),
+        (_set("token_embedder", "char_dim", True), ["char_dim", "without characters", "True"]),
         (_set("encoder", "dim", 10**9), ["'encoder.dim' = 1000000000 is out of range"]),
         (
             _set("token_embedder", "n_highway", 3),
