@@ -163,6 +163,14 @@ def test_what_is_no_path_is_a_config_error(path):
         load_bilm(path)
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_pair_of_other_than_two_paths_is_a_config_error(fixture_dir, n):
+    """One path or three in a tuple is no (options_file, weight_file) pair."""
+    files = ("options.json", "lm_weights.hdf5", "options.json")[:n]
+    with pytest.raises(ElmoConfigError, match=f"got {n} paths"):
+        load_bilm(tuple(fixture_dir / f for f in files))
+
+
 def test_a_path_holding_a_nul_character_is_one_error_naming_it(fixture_dir, tmp_path):
     """load_bilm("a\\x00b"), and save_bilm or export_hdf5 into it, raised ValueError (embedded
     null byte) from os.stat."""
