@@ -145,6 +145,16 @@ def test_architecture_errors_name_the_files_own_keys(copy, section, key, value, 
             lambda t: t.pop("char_emb_layer.embedding.weight"),
             ["no 2-d tensor", "char"],
         ),
+        (
+            "token_embedder.pkl",
+            lambda t: t.update({"char_emb_layer.embedding.weight": torch.tensor(1.0)}),
+            ["no 2-d tensor", "char"],
+        ),
+        (
+            "token_embedder.pkl",
+            lambda t: t.update({"word_emb_layer.embedding.weight": torch.zeros(3, 2, 2)}),
+            ["no 2-d tensor", "word"],
+        ),
     ],
 )
 def test_tensors_that_do_not_fit(copy, file, edit, fragments):
