@@ -342,6 +342,13 @@ def test_missing_cached_model_never_downloads(tmp_path, monkeypatch, fixture_dir
         load_bilm("original")
     assert str(tmp_path / "original") in str(err.value)
     assert "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5" in str(err.value)
+    # half of it there (the options placed by hand): still not in the cache
+    (tmp_path / "original").mkdir()
+    shutil.copy(
+        fixture_dir / "options.json", tmp_path / "original" / hub.published_files("original")[0][0]
+    )
+    with pytest.raises(ElmoFileError, match="python -m spacy_elmo download original"):
+        load_bilm("original")
     # the component at its first use
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": "original"})
