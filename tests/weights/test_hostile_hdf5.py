@@ -158,9 +158,9 @@ def test_hdf5_external_link_refused(fixture_dir, tmp_path):
     refused(directory, "weights.hdf5", B_PROJ, "external")
 
 
-def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
-    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check
-    (compressed data may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
+def gzip_chunked(fixture_dir, tmp_path, write):
+    """The fixture's model with W_0 stored gzip'd in chunks of (8, 16), `write(dataset, values)`
+    writing what it writes of W_0's values -> the model directory."""
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     with h5py.File(directory / "weights.hdf5", "r+") as f:
         values = f[W_0][...]
@@ -168,21 +168,29 @@ def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
         dataset = f.create_dataset(
             W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip"
         )
+        write(dataset, values)
+    return directory
+
+
+def test_partly_written_compressed_hdf5_is_refused(fixture_dir, tmp_path):
+    """A gzip-chunked dataset with one chunk of many written passed the stored-bytes check
+    (compressed data may be small) and read the rest as fill: a 46 KB file took 9.7 GB."""
+
+    def one_chunk(dataset, values):
         dataset[:8, :16] = values[:8, :16]
+
+    directory = gzip_chunked(fixture_dir, tmp_path, one_chunk)
     refused(directory, "weights.hdf5", W_0, "partly written or crafted", "chunks")
 
 
 def test_a_compressed_dataset_missing_one_chunk_is_refused(fixture_dir, tmp_path):
     """Every chunk of a gzip'd dataset written but one, which would read as zeros."""
-    directory = hdf5_model(fixture_dir, tmp_path / "m")
-    with h5py.File(directory / "weights.hdf5", "r+") as f:
-        values = f[W_0][...]
-        del f[W_0]
-        dataset = f.create_dataset(
-            W_0, shape=values.shape, dtype="f4", chunks=(8, 16), compression="gzip"
-        )
+
+    def all_but_the_last(dataset, values):
         dataset[:-8] = values[:-8]
         dataset[-8:, :-16] = values[-8:, :-16]
+
+    directory = gzip_chunked(fixture_dir, tmp_path, all_but_the_last)
     refused(directory, "weights.hdf5", W_0, "stores 63 of its 64 chunks")
 
 
