@@ -207,6 +207,9 @@ def read_manifest(root: Path) -> Dict[str, Any]:
             and isinstance(manifest["world"], int)
             and manifest["world"] > 0
             and manifest["directory"] == step_dir(root, manifest["step"]).name
+            and isinstance(manifest["sha256"], dict)
+            # the count first: a corrupt, huge world would make a list of as many names
+            and len(manifest["sha256"]) == manifest["world"] + 1
             and sorted(manifest["sha256"]) == sorted(part_names(manifest["world"]))
             and all(isinstance(v, str) for v in manifest["sha256"].values())
         )

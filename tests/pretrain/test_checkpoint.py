@@ -15,7 +15,7 @@ import torch
 
 from spacy_elmo import ElmoFileError, ElmoResourceError
 from spacy_elmo.files import sha256_file
-from spacy_elmo.pretrain import train
+from spacy_elmo.pretrain import checkpoint, train
 
 from ..helpers import (
     REPO,
@@ -49,7 +49,7 @@ import os, shutil, signal, sys
 import torch
 torch.set_num_threads(1)
 from tests.helpers import tiny_config
-from spacy_elmo.pretrain import train
+from spacy_elmo.pretrain import checkpoint, train
 function, name, number, out, train_path, settings = sys.argv[1:7]
 module, attribute = function.split(".")
 target = {"torch": torch, "os": os, "shutil": shutil}[module]
@@ -437,3 +437,63 @@ def test_a_full_disk_while_recording_metrics_keeps_whole_lines(
         f"error: disk full while writing {out}/metrics.jsonl: free space and run again"
     )
     assert metric_steps(out) == [1]
+
+
+def manifest_in(root, **fields):
+    """A checkpoint root holding step 3's directory and a manifest of `fields` over a valid one."""
+    (root / "step-000000003").mkdir(parents=True)
+    manifest = {
+        "step": 3,
+        "world": 1,
+        "directory": "step-000000003",
+        "sha256": {"model.pt": "0" * 64, "rank0.pt": "0" * 64},
+        **fields,
+    }
+    (root / "checkpoint.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"world": 0, "sha256": {"model.pt": "0" * 64}},
+        {"world": -1, "sha256": {"model.pt": "0" * 64}},
+        {"sha256": {"model.pt": "0" * 64, "rank0.pt": 0}},
+        {"world": 2},
+        {"sha256": ["model.pt", "rank0.pt"]},
+        {"world": 10**12},
+    ],
+    ids=["no-process", "negative", "digest-not-text", "rank-part-missing", "list", "huge"],
+)
+def test_a_manifest_of_no_process_or_a_digest_that_is_no_text_is_refused(tmp_path, fields):
+    """A manifest of world 0 named no rank part: this rank's part would be read unchecked. Digests
+    as a list were an AttributeError (a traceback); a huge world a list of as many part names."""
+    root = manifest_in(tmp_path / "checkpoint", **fields)
+    with pytest.raises(ElmoFileError, match="checkpoint.json: not a checkpoint manifest"):
+        checkpoint.read_manifest(root)
+
+
+def test_a_checkpoint_of_the_layout_before_manifests_is_named_so(tmp_path):
+    root = tmp_path / "checkpoint"
+    root.mkdir()
+    with pytest.raises(ElmoFileError, match="not found$"):
+        checkpoint.read_manifest(root)
+    torch.save({"step": 3}, root / "model.pt")
+    with pytest.raises(ElmoFileError, match="not found .only files of an older layout"):
+        checkpoint.read_manifest(root)
+
+
+def test_a_published_part_without_what_resume_reads_is_refused_naming_it(tmp_path):
+    """Parts whose digests the manifest vouches for, but that lack a key resume reads: one error
+    naming the part and the keys, not a KeyError."""
+    root = tmp_path / "checkpoint"
+    own = {"step": 3, "torch_rng": torch.zeros(2), "head_rng": torch.zeros(2), "state": {}}
+    checkpoint.save(root, 3, 0, 1, own, {"step": 3, "model": {}})
+    with pytest.raises(ElmoFileError, match=r"model.pt: not a part .* \(no optimizer, progress\)"):
+        checkpoint.load(root, 0)
+    checkpoint.save(
+        root, 4, 0, 1, {"step": 4}, {"step": 4, "model": {}, "optimizer": {}, "progress": {}}
+    )
+    assert not (root / "step-000000003").exists()
+    with pytest.raises(ElmoFileError, match=r"rank0.pt: not a part .* \(no torch_rng, head_rng"):
+        checkpoint.load(root, 0)
