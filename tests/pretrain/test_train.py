@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +15,20 @@ import torch
 from spacy_elmo import BiLM, load_bilm
 from spacy_elmo.bilm import batch_char_ids, words_char_ids
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, dev_nll, train
+from spacy_elmo.pretrain import corpus as corpus_module
 from spacy_elmo.pretrain.config import bilm_options
-from spacy_elmo.pretrain.corpus import DevSet, TrainingCorpus, Vocab, make_tokenizer
+from spacy_elmo.pretrain.corpus import (
+    BOS_ID,
+    EOS_ID,
+    DevSet,
+    TokenizedFile,
+    TrainingCorpus,
+    Vocab,
+    make_tokenizer,
+    sentence_batches,
+    stream_batches,
+)
+from spacy_elmo.pretrain.progress import Progress
 
 from ..helpers import FLOAT32_ATOL, tiny_config, toy_sentences, write_corpus
 
@@ -453,3 +466,138 @@ def test_a_byte_order_mark_is_not_text(tmp_path, name):
     data = "\ufeffThe cat\nsat .\n".encode("utf-8")
     (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     assert list(read_lines(tmp_path / name)) == ["The cat\n", "sat .\n"]
+
+
+def sentences_file(lengths):
+    """A `TokenizedFile` of sentences of `lengths`, every token its own text (ids 2, 3, ...)."""
+    ids = np.arange(2, 2 + sum(lengths), dtype=np.int32)
+    sentences = np.split(ids, np.cumsum(lengths)[:-1])
+    texts = ["<S>", "</S>", *(f"w{i}" for i in ids)]
+    return TokenizedFile(Path("x.txt"), texts, np.ones(len(texts), dtype=np.int64), sentences)
+
+
+def sentence_rows(f, batch_tokens, rank=0, world=1):
+    """The batches of `sentence_batches` over `f` in file order: (batch, its sentences' ids)."""
+    out_ids = np.arange(len(f.texts))  # targets are text ids
+    makers = sentence_batches(
+        f,
+        np.arange(len(f.sentences)),
+        out_ids,
+        batch_tokens,
+        rank,
+        world,
+        np.random.RandomState(0),
+        words_char_ids,
+    )
+    batches = [make() for make in makers]
+    firsts = {int(s[0]): i for i, s in enumerate(f.sentences)}
+    return [(b, [firsts[int(row[0])] for row in b.targets[0]]) for b in batches]
+
+
+@pytest.mark.parametrize("batch_tokens,rows", [(4, 1), (8, 2), (9, 2), (12, 3)])
+def test_sentence_batches_fill_their_padded_positions_up_to_batch_tokens(batch_tokens, rows):
+    """A row of a sentence of n words takes n + 1 positions; a batch holds as many rows as fit in
+    batch_tokens, a batch of one sentence included, and every sentence is read once."""
+    f = sentences_file([3] * 12)
+    batches = sentence_rows(f, batch_tokens)
+    assert sorted(k for _, ks in batches for k in ks) == list(range(12))
+    for batch, _ in batches:
+        assert batch.index.shape == (2, rows, 4) and rows * 4 <= batch_tokens
+
+
+def test_a_sentence_row_predicts_each_word_then_the_closing_boundary_both_ways():
+    f = sentences_file([2, 4])
+    [(batch, ks)] = sentence_rows(f, 100)
+    assert batch.n_predicted == 2 + 1 + 4 + 1
+    for row, k in enumerate(ks):
+        s = f.sentences[k].tolist()
+        n = len(s) + 1
+        assert batch.mask[:, row].sum(1).tolist() == [n, n] and not batch.mask[:, row, n:].any()
+        assert batch.targets[0, row, :n].tolist() == [*s, EOS_ID]
+        assert batch.targets[1, row, :n].tolist() == [*s[::-1], BOS_ID]
+        texts = [f.texts[i] for i in [BOS_ID, *s]]
+        assert torch.equal(
+            batch.chars[batch.index[0, row, :n]], torch.from_numpy(words_char_ids(texts))
+        )
+
+
+def test_the_ranks_share_each_sentence_batch_row_by_row():
+    f = sentences_file([3] * 12)
+    ranks = [sentence_rows(f, 8, rank, 2) for rank in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 3
+    for (_, ka), (_, kb) in zip(*ranks):
+        assert len(ka) == len(kb) == 2 and not set(ka) & set(kb)
+    assert sorted(k for r in ranks for _, ks in r for k in ks) == list(range(12))
+
+
+def test_stream_windows_predict_the_next_token_of_each_part_both_ways():
+    """bilm-tf's packing: the stream cut into rows, window i of a row predicting its tokens
+    i*window + 1 ... (i+1)*window, direction 1 the same of the reversed row; a window needs the
+    token after it."""
+    f = sentences_file([2, 2, 2])  # a stream of 12 tokens: 2 rows of 6
+    stream = np.concatenate([[BOS_ID, *s, EOS_ID] for s in f.sentences])
+    parts = stream.reshape(2, 6)
+    makers = stream_batches(f, np.arange(3), np.arange(len(f.texts)), 2, 3, 0, 1, words_char_ids)
+    assert len(makers) == 1  # (6 - 1) // 3: the second window has no token after its last
+    batch = makers[0]()
+    assert batch.index.shape == batch.targets.shape == batch.mask.shape == (2, 2, 3)
+    assert batch.targets[0].tolist() == parts[:, 1:4].tolist()
+    assert batch.targets[1].tolist() == parts[:, ::-1][:, 1:4].tolist()
+
+
+def lettered_files(tmp_path, letters, n=30):
+    """One corpus file per letter, of words of that letter only."""
+    rng = random.Random(0)
+    return [
+        write_corpus(
+            tmp_path / f"{letter}.txt",
+            [" ".join(f"{letter}{rng.randrange(20)}" for _ in range(8)) for _ in range(n)],
+        )
+        for letter in letters
+    ]
+
+
+def read_corpus(corpus, start, max_epochs, scheme="sentences"):
+    """(position after, letters of the batch's predicted words) of each batch from `start`."""
+    vocab = Vocab.build(corpus.counts, None)
+    return [
+        (tuple(p), {vocab.words[i][0] for i in b.targets[b.mask].tolist() if i > 2})
+        for p, b in corpus.batches(
+            start, 0, vocab, None, scheme, 40, 8, max_epochs=max_epochs, word_ids=words_char_ids
+        )
+    ]
+
+
+def test_each_epoch_reads_the_sentences_in_a_new_order(tmp_path):
+    corpus = TrainingCorpus(lettered_files(tmp_path, "a"), make_tokenizer("whitespace"), 100)
+    vocab = Vocab.build(corpus.counts, None)
+    epochs = [[], []]
+    for p, b in corpus.batches(
+        (0, 0, 0), 0, vocab, None, "sentences", 40, 8, max_epochs=2, word_ids=words_char_ids
+    ):
+        epochs[p.epoch - (p.file == p.batch == 0)].append(b.targets[b.mask].tolist())
+    assert len(epochs[0]) == len(epochs[1]) > 1
+    assert sorted(map(sorted, epochs[0])) != sorted(map(sorted, epochs[1]))
+
+
+def test_a_large_corpus_is_read_file_by_file_in_a_new_order_each_epoch(tmp_path, monkeypatch):
+    """Past MAX_CACHED_TOKENS the files are units read one after the other: every file whole once
+    an epoch, in an order drawn per epoch; a run resumed inside a file reads the next ones whole,
+    and the position after a file's last batch is the next file's first."""
+    monkeypatch.setattr(corpus_module, "MAX_CACHED_TOKENS", 100)
+    corpus = TrainingCorpus(lettered_files(tmp_path, "abc"), make_tokenizer("whitespace"), 100)
+    assert corpus.n_units == 3 and corpus.pool is None
+    batches = read_corpus(corpus, (0, 0, 0), 4)
+    assert all(len(letters) == 1 for _, letters in batches)
+    orders = []
+    for epoch in range(4):
+        letters = [next(iter(ls)) for p, ls in batches if p[0] == epoch and p != (epoch, 0, 0)]
+        letters += [next(iter(ls)) for p, ls in batches if p == (epoch + 1, 0, 0)]
+        orders.append("".join(dict.fromkeys(letters)))
+    assert sorted(orders[0]) == ["a", "b", "c"] and len(set(orders)) > 1, orders
+    ends = [p for p, _ in batches[:-1] if p[0] == 0 and p[2] == 0]
+    assert ends == [(0, 1, 0), (0, 2, 0)]
+    assert Progress(epoch=0, file=1, batch=0).epochs_started == 1
+    per_file = [sum(1 for p, _ in batches if p[:2] == (0, i) and p[2] > 0) + 1 for i in range(3)]
+    resumed = read_corpus(corpus, (0, 0, 1), 1)
+    assert len(resumed) == sum(per_file) - 1 and resumed == batches[1 : sum(per_file)]
