@@ -11,6 +11,7 @@ from spacy_elmo.embed.sentences import read_sentences
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.corpus import (
     UNK_ID,
+    TrainingCorpus,
     Vocab,
     corpus_files,
     corpus_tokenizer,
@@ -154,3 +155,29 @@ def test_only_a_newline_ends_a_line_as_in_embed(tmp_path, gz, tokenizer):
     ]
     assert len(pretrain) == 3 and pretrain == embed
     assert not any("\r" in t for s in pretrain for t in s), pretrain
+
+
+def test_a_line_longer_than_max_sentence_length_is_cut_into_pieces_of_it(tmp_path):
+    path = write_corpus(tmp_path / "train.txt", ["a b c d e f g", "", "h i"])
+    f = tokenize_file(path, make_tokenizer("whitespace"), 3)
+    assert [[f.texts[i] for i in s] for s in f.sentences] == [
+        ["a", "b", "c"],
+        ["d", "e", "f"],
+        ["g"],
+        ["h", "i"],
+    ]
+    assert f.n_tokens == 9
+
+
+def test_the_dev_set_predicts_each_word_and_each_closing_boundary(tmp_path):
+    dev = write_corpus(tmp_path / "dev.txt", ["the cat sat", "", "a dog"])
+    vocab = Vocab(["<S>", "</S>", "<unk>", "the", "cat"])
+    dev_set = load_dev(dev, make_tokenizer("whitespace"), 100, vocab, None)
+    assert dev_set.n_predicted == 3 + 1 + 2 + 1
+    assert dev_set.ids[1].tolist() == [0, UNK_ID, UNK_ID, 1]
+
+
+def test_a_training_corpus_of_blank_lines_is_one_error_naming_it(tmp_path):
+    path = write_corpus(tmp_path / "train.txt", ["", "  ", "\t"])
+    with pytest.raises(ElmoFileError, match=rf"the training corpus {path} is empty \(no tokens"):
+        TrainingCorpus(path, make_tokenizer("whitespace"), 100)
