@@ -11,9 +11,10 @@ import pytest
 import torch
 import typer
 
+from spacy_elmo import ElmoConfigError
 from spacy_elmo.cli import app
 from spacy_elmo.cli.pretrain import split_overrides
-from spacy_elmo.pretrain import train
+from spacy_elmo.pretrain import load_config, train
 
 from ..helpers import (
     data_path,
@@ -554,3 +555,42 @@ def test_a_run_resumed_with_a_start_since_removed_is_told_to_resume_without_it(t
     code, err = run_pretrain([*more, "--init-from", tmp_path / "start"], capsys)
     assert code == 1 and one_error_line(err).endswith(RESUMED), err
     assert run_pretrain(more, capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"training.seed": 2**31 - 1},
+        {"training.batch_tokens": 1 << 20},
+        {"training.scheme": "stream", "training.batch_tokens": 20, "training.window": 20},
+        {"softmax.adaptive_cutoffs": [4, 5]},
+        {"training.dropout": 0.99},
+        {"training.max_steps": None, "training.max_epochs": None, "training.max_minutes": 0.5},
+    ],
+)
+def test_settings_at_their_bounds_are_kept(overrides):
+    config = load_config(None, overrides)
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        assert config[section][name] == value
+
+
+@pytest.mark.parametrize(
+    "overrides,expect",
+    [
+        ({"training.seed": 2**31}, "'training.seed' must be an integer from 0 to"),
+        ({"training.batch_tokens": (1 << 20) + 1}, "'training.batch_tokens' must be a positive"),
+        (
+            {"training.batch_tokens": 80, "training.window": 81},
+            "training.batch_tokens (80) must be at least training.window (81)",
+        ),
+        ({"softmax.adaptive_cutoffs": [4, 4]}, "'softmax.adaptive_cutoffs' must be a list of"),
+        ({"training.dropout": 1}, "'training.dropout' must be in [0, 1), got 1"),
+        ({"training.max_steps": True}, "'training.max_steps' must be a positive integer or null"),
+        ({"training.max_epochs": None}, "set at least one of"),
+    ],
+)
+def test_settings_just_past_their_bounds_are_one_error(overrides, expect):
+    with pytest.raises(ElmoConfigError) as err:
+        load_config(None, overrides)
+    assert expect in str(err.value), err.value
