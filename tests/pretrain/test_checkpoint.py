@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from spacy_elmo import ElmoFileError, ElmoResourceError
+from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
 from spacy_elmo.files import sha256_file
 from spacy_elmo.pretrain import checkpoint, train
 
@@ -497,3 +497,32 @@ def test_a_published_part_without_what_resume_reads_is_refused_naming_it(tmp_pat
     assert not (root / "step-000000003").exists()
     with pytest.raises(ElmoFileError, match=r"rank0.pt: not a part .* \(no torch_rng, head_rng"):
         checkpoint.load(root, 0)
+
+
+def exported_weights(out):
+    """The weights of OUT/model-hdf5 as a biLM reads them."""
+    return dict(load_bilm(out / "model-hdf5", state="zero").network.named_parameters())
+
+
+def test_a_run_killed_between_saving_its_model_and_its_export_exports_again(corpus, tmp_path):
+    """The model and its bilm-tf export are two directories, each replaced whole: a run resumed
+    to more steps and killed between the two leaves the export of the earlier end. Resumed again,
+    it finds its model saved but an export of other weights, and exports again."""
+    config = tiny_config(corpus, None, **SETTINGS, training__export_hdf5=True)
+    out, earlier = tmp_path / "out", tmp_path / "earlier"
+    quiet_train(config, out)
+    export = exported_weights(out)
+    quiet_train(
+        tiny_config(
+            corpus, None, **{**SETTINGS, "training__max_steps": 8}, training__export_hdf5=True
+        ),
+        earlier,
+    )
+    shutil.rmtree(out / "model-hdf5")
+    shutil.copytree(earlier / "model-hdf5", out / "model-hdf5")
+    stale = exported_weights(out)
+    assert not all(torch.equal(stale[k], export[k]) for k in export)
+    quiet_train(config, out, resume=True)
+    resaved = exported_weights(out)
+    assert resaved.keys() == export.keys()
+    assert all(torch.equal(resaved[k], export[k]) for k in export)
