@@ -206,3 +206,16 @@ def test_resume_refuses_an_edited_dev_file_as_an_edited_training_file(tmp_path, 
         edited.write_bytes(kept)
     code, err = run(3, "--resume")
     assert code == 0 and "resumed at step 2" in err, err
+
+
+def test_a_run_leaves_no_lock_file_and_one_refused_after_locking_no_directory(tmp_path, capsys):
+    """The lock file goes with the run that held it; a run refused after making and locking its
+    output directory (a dev set out of the vocabulary) removes the directory it made."""
+    train = write_corpus(tmp_path / "train.txt", toy_sentences(50))
+    oov = write_corpus(tmp_path / "oov.txt", ["zzz qqq xxx"])
+    args = override_args(train, None, training__max_steps=1)
+    assert run_pretrain([tmp_path / "out", "--no-progress", *args], capsys)[0] == 0
+    assert (tmp_path / "out" / "model").is_dir() and not (tmp_path / "out" / "lock").exists()
+    code, err = run_pretrain([tmp_path / "new", *override_args(train, oov)], capsys)
+    assert code == 1 and "out of the vocabulary" in err, err
+    assert not (tmp_path / "new").exists()
