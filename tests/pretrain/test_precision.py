@@ -13,7 +13,7 @@ import torch
 from spacy_elmo import BiLM, ElmoConfigError, ElmoResumeError, load_bilm
 from spacy_elmo.bilm.precision import native_bfloat16
 from spacy_elmo.pretrain import BiLanguageModel, FullSoftmax, train
-from spacy_elmo.pretrain.config import bilm_options
+from spacy_elmo.pretrain.config import bilm_options, check_config, load_config, training_precision
 from spacy_elmo.pretrain.corpus import TrainingCorpus, Vocab, make_tokenizer
 from spacy_elmo.pretrain.outputs import CONFIG_FILE
 
@@ -107,3 +107,12 @@ def test_a_run_resumes_only_in_its_precision_and_configs_before_the_setting_mean
         )
     summary = quiet_train(tiny_config(*toy, training__max_steps=6), tmp_path, resume=True)
     assert summary["steps"] == 6 and summary["precision"] == "float32"
+
+
+def test_a_config_written_before_the_precision_setting_means_float32_wherever_it_runs():
+    """Not "auto": on a machine with native bfloat16 an earlier run's config would train in
+    bfloat16 what its run trained in float32."""
+    config = load_config()
+    del config["training"]["precision"]
+    check_config(config)
+    assert training_precision(config) == "float32"
