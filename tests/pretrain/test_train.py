@@ -477,7 +477,8 @@ def sentences_file(lengths):
 
 
 def sentence_rows(f, batch_tokens, rank=0, world=1):
-    """The batches of `sentence_batches` over `f` in file order: (batch, its sentences' ids)."""
+    """The batches of `sentence_batches` over `f` (sentences in file order): (batch, the indices of
+    its sentences)."""
     out_ids = np.arange(len(f.texts))  # targets are text ids
     makers = sentence_batches(
         f,
@@ -519,6 +520,14 @@ def test_a_sentence_row_predicts_each_word_then_the_closing_boundary_both_ways()
         assert torch.equal(
             batch.chars[batch.index[0, row, :n]], torch.from_numpy(words_char_ids(texts))
         )
+
+
+def test_sentence_batches_come_shuffled_not_by_length():
+    """Batches are grouped by length, then shuffled: an epoch does not run from its shortest
+    sentences to its longest."""
+    f = sentences_file(list(range(1, 13)))
+    lengths = [batch.index.shape[2] for batch, _ in sentence_rows(f, 14)]
+    assert len(lengths) > 3 and lengths != sorted(lengths), lengths
 
 
 def test_the_ranks_share_each_sentence_batch_row_by_row():
@@ -568,12 +577,13 @@ def read_corpus(corpus, start, max_epochs, scheme="sentences"):
     ]
 
 
-def test_each_epoch_reads_the_sentences_in_a_new_order(tmp_path):
+@pytest.mark.parametrize("scheme", ["stream", "sentences"])
+def test_each_epoch_reads_the_sentences_in_a_new_order(tmp_path, scheme):
     corpus = TrainingCorpus(lettered_files(tmp_path, "a"), make_tokenizer("whitespace"), 100)
     vocab = Vocab.build(corpus.counts, None)
     epochs = [[], []]
     for p, b in corpus.batches(
-        (0, 0, 0), 0, vocab, None, "sentences", 40, 8, max_epochs=2, word_ids=words_char_ids
+        (0, 0, 0), 0, vocab, None, scheme, 40, 8, max_epochs=2, word_ids=words_char_ids
     ):
         epochs[p.epoch - (p.file == p.batch == 0)].append(b.targets[b.mask].tolist())
     assert len(epochs[0]) == len(epochs[1]) > 1
