@@ -181,3 +181,10 @@ def test_a_training_corpus_of_blank_lines_is_one_error_naming_it(tmp_path):
     path = write_corpus(tmp_path / "train.txt", ["", "  ", "\t"])
     with pytest.raises(ElmoFileError, match=rf"the training corpus {path} is empty \(no tokens"):
         TrainingCorpus(path, make_tokenizer("whitespace"), 100)
+
+
+def test_a_dev_corpus_of_blank_lines_is_one_error_saying_so(tmp_path):
+    dev = write_corpus(tmp_path / "dev.txt", ["", "  "])
+    vocab = Vocab(["<S>", "</S>", "<unk>", "the"])
+    with pytest.raises(ElmoFileError, match=rf"the dev corpus {dev} is empty$"):
+        load_dev(dev, make_tokenizer("whitespace"), 100, vocab, None)

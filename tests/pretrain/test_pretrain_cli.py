@@ -579,6 +579,8 @@ def test_settings_at_their_bounds_are_kept(overrides):
     "overrides,expect",
     [
         ({"training.seed": 2**31}, "'training.seed' must be an integer from 0 to"),
+        ({"paths.train": ""}, "'corpus.train' must be a path or a non-empty list of paths"),
+        ({"paths.dev": ["dev.txt", ""]}, "'corpus.dev' must be a path or a non-empty list"),
         ({"training.batch_tokens": (1 << 20) + 1}, "'training.batch_tokens' must be a positive"),
         (
             {"training.batch_tokens": 80, "training.window": 81},
