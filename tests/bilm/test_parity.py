@@ -205,6 +205,29 @@ def test_prefix_tree_steps_each_distinct_prefix_once():
     assert node.tolist() == [[0, 2, 3], [0, 2, 4], [0, 2, -1], [1, -1, -1]]
 
 
+def test_compute_batches_take_each_sentence_once_longest_first_filled_to_their_bounds():
+    """`batches_by_length`: each non-empty sentence in one batch (an empty one in none: a batch of
+    empty sentences only has no words), longest first, at most `8 * batch_size` sentences and
+    `256 * batch_size` tokens a batch, and a batch closes only where the next sentence would pass a
+    bound."""
+    from spacy_elmo.bilm.schedule import ROWS_PER_BATCH, TOKENS_PER_BATCH, batches_by_length
+
+    rng = np.random.default_rng(3)
+    for batch_size in (1, 2):
+        max_rows, max_tokens = batch_size * ROWS_PER_BATCH, batch_size * TOKENS_PER_BATCH
+        lengths = [0] * 20 + [1] * 30 + [max_tokens // 2] * 3 + [max_tokens, 7, 5, 200, 56]
+        lengths = [int(n) for n in rng.permutation(lengths)]
+        batches = list(batches_by_length([["w"] * n for n in lengths], batch_size))
+        flat = [i for batch in batches for i in batch]
+        assert sorted(flat) == [i for i, n in enumerate(lengths) if n]
+        assert [lengths[i] for i in flat] == sorted(filter(None, lengths), reverse=True)
+        for batch, after in zip(batches, batches[1:] + [None]):
+            tokens = sum(lengths[i] for i in batch)
+            assert len(batch) <= max_rows and tokens <= max_tokens
+            if after is not None:
+                assert len(batch) == max_rows or tokens + lengths[after[0]] > max_tokens
+
+
 def _reference_tree(ids, lengths):
     """The prefix tree built depth by depth from the prefixes themselves: (words, batch_sizes,
     parents as lists or None, node)."""
