@@ -103,6 +103,28 @@ def test_of_several_bad_sentences_the_error_names_the_first(fixture_dir, batch_s
     assert err.value.sentence == 0
 
 
+@pytest.mark.parametrize(
+    "sentences",
+    [
+        [["Q"]] + [["fine", "words"]] * 8 + [["Q", "and", "more", "words", "here"]],
+        [["Q"] + ["w"] * 300, ["fine"], ["Q"]],
+    ],
+    ids=["in-a-later-batch", "a-long-one-in-windows"],
+)
+def test_a_bad_sentence_computed_after_another_bad_one_is_still_the_one_named(
+    fixture_dir, sentences
+):
+    """The first bad sentence is in a later batch than a longer bad one, or is a long one computed
+    in windows after a short bad one's batch failed: the error names it all the same."""
+    bilm = load_bilm(fixture_dir, state="zero")
+    with torch.no_grad():
+        bilm.network.token_encoder.char_embedding.weight[ord("Q") + 1] = float("nan")
+    bilm.network.invalidate()
+    with pytest.raises(ElmoFileError, match="sentence 0 ") as err:
+        bilm.embed(sentences, batch_size=1)
+    assert err.value.sentence == 0
+
+
 def test_int8_products_whose_range_overflows_float32_are_refused_at_load(fixture_dir, tmp_path):
     def edit(f):
         w = f[W_0][...]
