@@ -87,6 +87,32 @@ def test_carry_row_semantics(tmp_path):
     np.testing.assert_allclose(bilm.embed([a])[0], ref.run(a)[0], atol=FLOAT32_ATOL)
 
 
+def test_carried_rows_reach_only_carry_and_only_the_rows_they_have(tmp_path):
+    """Under "carry" a batch larger than the one before starts its rows beyond from zeros; the
+    start state of another policy (`initial_state(n, "zero")`) is its own, not the carried one."""
+    path = write_random_weights(tmp_path, TINY_OPTIONS, seed=1)
+    ref = ReferenceBiLM(path / "options.json", path / "weights.hdf5")
+    bilm = load_bilm(path, state="carry")
+    a, b, c = TARGET, OTHERS[2], OTHERS[4]
+    bilm.embed([a], batch_size=1)
+    _, s_a = ref.run(a)
+    got = bilm.embed([b, c], batch_size=2)  # row 0 continues after a, row 1 starts from zeros
+    np.testing.assert_allclose(got[0], ref.run(b, s_a)[0], atol=FLOAT32_ATOL)
+    np.testing.assert_allclose(got[1], ref.run(c)[0], atol=FLOAT32_ATOL)
+    h, c0 = bilm.initial_state(2, "zero")
+    assert not h.any() and not c0.any()
+
+
+def test_one_embedder_switched_between_warm_and_zero_gives_each_ones_vectors(fixture_dir):
+    """The state after the sentence boundaries is kept per policy: switching `state_policy`
+    between "warm" and "zero" on one embedder gives what an embedder of each gives."""
+    bilm = load_bilm(fixture_dir, state="warm")
+    for policy in ("warm", "zero", "warm"):
+        bilm.state_policy = policy
+        expected = load_bilm(fixture_dir, state=policy).embed([TARGET])[0]
+        np.testing.assert_allclose(bilm.embed([TARGET])[0], expected, atol=FLOAT32_ATOL, rtol=0)
+
+
 def test_unknown_policy_is_rejected(fixture_dir):
     with pytest.raises(ValueError, match="state policy"):
         load_bilm(fixture_dir, state="hot")
