@@ -511,7 +511,8 @@ if __name__ == "__main__":
     multiprocessing.set_start_method(sys.argv[2])
     torch.set_num_threads(2)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": sys.argv[1]})
+    threads = None if sys.argv[3] == "None" else int(sys.argv[3])
+    nlp.add_pipe("elmo", config={"weights": sys.argv[1], "threads": threads})
     nlp("The cat sat .")  # the parent has run torch on 2 threads
     docs = list(nlp.pipe(["The cat sat .", "A dog ran ."] * 4, n_process=2, batch_size=2))
     print(sorted({doc.user_data["torch_threads"] for doc in docs}), torch.get_num_threads())
@@ -519,14 +520,17 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_n_process_workers_run_the_bilm_on_one_thread(fixture_dir, tmp_path, method):
+@pytest.mark.parametrize("method,threads", [("fork", None), ("spawn", None), ("fork", 2)])
+def test_n_process_workers_run_the_bilm_on_one_thread(fixture_dir, tmp_path, method, threads):
     """`threads` null: each worker of `nlp.pipe(n_process=N)` runs the biLM on one torch thread
-    (N workers share the cores), under spawn as under fork; the parent keeps its count."""
+    (N workers share the cores), under spawn as under fork; the parent keeps its count. A forked
+    worker stays at 1 whatever `threads` (the parent's OpenMP pool cannot be used there)."""
     script = tmp_path / "threads_in_workers.py"
     script.write_text(THREADS_IN_WORKERS, encoding="utf-8")
     returncode, out, err = run_or_fail_on_hang(
-        [str(script), str(fixture_dir), method], 120, f"nlp.pipe(n_process=2) hung ({method})"
+        [str(script), str(fixture_dir), method, str(threads)],
+        120,
+        f"nlp.pipe(n_process=2) hung ({method})",
     )
     assert returncode == 0, err[-3000:]
     assert out.split() == ["[1]", "2"], (out, err[-2000:])
