@@ -146,11 +146,21 @@ def test_features_are_the_same_in_training_and_evaluation(fixture_dir, ud):
         np.testing.assert_array_equal(layers, probe.eval_seen[text])
 
 
-def test_sentence_setter_before_elmo_must_annotate(fixture_dir):
+@pytest.mark.parametrize("setter", ["sentencizer", "senter"])  # senter: token.is_sent_start only
+def test_sentence_setter_before_elmo_must_annotate(fixture_dir, setter):
     nlp = build(fixture_dir)
-    nlp.add_pipe("sentencizer", before="elmo")
-    with pytest.raises(ValueError, match="'sentencizer' sets sentence boundaries before 'elmo'"):
+    nlp.add_pipe(setter, before="elmo")
+    with pytest.raises(ValueError, match=f"'{setter}' sets sentence boundaries before 'elmo'"):
         nlp.initialize()
+
+
+def test_a_sentence_setter_after_elmo_need_not_annotate(fixture_dir):
+    """Only a setter before `elmo` changes the sentences it reads."""
+    nlp = build(fixture_dir)
+    nlp.add_pipe("sentencizer", after="elmo")
+    nlp.get_pipe("tagger").add_label("NN")
+    nlp.initialize()
+    assert nlp.get_pipe("elmo").caching
 
 
 def test_a_listened_to_elmo_that_keeps_only_the_mix_is_refused_at_initialize(fixture_dir, ud):
@@ -370,6 +380,19 @@ def test_sourced_elmo_caches_the_training_features(fixture_dir, ud, tmp_path):
         nlp = train_as_spacy_does(config, **overrides, **TWO_EPOCHS)
     elmo = nlp.get_pipe("elmo")
     assert elmo.caching and len(elmo.cache) >= 20 and elmo.cache.hits >= 15
+
+
+def test_an_elmo_taken_out_of_its_pipeline_is_not_checked_against_it(fixture_dir):
+    """A mix reading an `elmo` in training checks its wiring against the pipeline whose factory
+    made it only while that pipeline holds it: one taken out says its wiring is not checked, not
+    that the sentencizer of a pipeline it left must annotate."""
+    nlp = spacy.blank("en", config={"training": {"annotating_components": ["elmo"]}})
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(fixture_dir)})
+    _, elmo = nlp.remove_pipe("elmo")
+    with pytest.warns(UserWarning, match="its sentence wiring is not checked"):
+        elmo.read_in_training()
+    assert elmo.caching
 
 
 def with_sentencizer_first(config):
