@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -375,6 +376,17 @@ def test_inference_is_not_answered_from_the_cache(nlp, fixture_dir, tmp_path):
     assert kept.get_pipe("elmo").cache.hits == len(texts)
 
 
+def test_initialize_without_training_with_elmo_keeps_cache_at_inference(fixture_dir):
+    """`initialize` turns the cache on where training annotates with elmo, and never off: a
+    pipeline initialized without that keeps `cache_at_inference`."""
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
+    nlp.initialize()
+    for _ in range(2):
+        nlp("A second , rather shorter sentence .")
+    assert elmo.caching and elmo.cache.hits == 1
+
+
 def test_cache_key_includes_state_policy(fixture_dir):
     nlp = spacy.blank("en")
     elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
@@ -422,6 +434,11 @@ def test_vector_hooks(fixture_dir):
     assert a.similarity(b) == pytest.approx(cos, abs=1e-5)
     assert doc.has_vector and doc[0].has_vector
     assert doc[0:3].similarity(doc[5:8]) > 0
+    space = doc[4]  # a whitespace token: a zero vector, whose similarity is 0.0, as spaCy's
+    assert space.is_space and not space.vector.any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert space.similarity(doc[1]) == doc[1].similarity(space) == 0.0
 
 
 def test_vector_norms_of_float16_vectors_are_finite(fixture_dir):
