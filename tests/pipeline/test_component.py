@@ -397,6 +397,24 @@ def test_cache_key_includes_state_policy(fixture_dir):
     assert not np.allclose(warm, zero)
 
 
+def test_carry_is_never_answered_from_the_cache(fixture_dir):
+    """Under "carry" a sentence's vectors depend on the calls before: the cache stays out."""
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "cache_at_inference": True})
+    elmo.bilm.state_policy = "carry"
+    first, second = (nlp("A second , rather shorter sentence .")._.elmo_layers for _ in range(2))
+    assert len(elmo.cache) == 0 and elmo.cache.hits == 0
+    assert not np.allclose(first[1:], second[1:])
+
+
+@pytest.mark.parametrize("max_length", [3, 0, -4])
+def test_max_length_below_4_is_refused(max_length):
+    """Windows keep `max_length // 4` tokens of context on each side: 4 is the least with any."""
+    with pytest.raises(ValueError, match="max_length must be an integer of at least 4"):
+        spacy.blank("en").add_pipe("elmo", config={"max_length": max_length})
+    spacy.blank("en").add_pipe("elmo", config={"max_length": 4})
+
+
 def test_cache_key_includes_the_precision_and_the_weights(fixture_dir):
     """The cache is keyed by the biLM's fingerprint and precision too: after either changes, a
     sentence is computed again, as a biLM loaded with them computes it."""
