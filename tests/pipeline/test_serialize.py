@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import torch
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import load_bilm, save_bilm
+from spacy_elmo.workers import DRAIN_SECONDS
 
 from ..helpers import FLOAT32_ATOL
 
@@ -209,7 +211,10 @@ def test_stored_docs_take_the_bytes_the_readme_gives(fixture_dir, store, save_la
 def test_n_process_2(nlp):
     texts = TEXTS * 3
     single = [d._.elmo for d in nlp.pipe(texts)]
+    started = time.monotonic()
     multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    # a worker that took the end-of-work sentinel ends at once: it waits for no more texts
+    assert time.monotonic() - started < DRAIN_SECONDS / 2
     assert len(multi) == len(texts)
     for a, b in zip(single, multi):
         np.testing.assert_array_equal(a, b)
