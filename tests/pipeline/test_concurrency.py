@@ -210,6 +210,21 @@ def test_threads_setting_of_the_component(fixture_dir, monkeypatch):
     before = torch.get_num_threads()
     nlp("A short text .")
     assert seen == [2] and torch.get_num_threads() == before
+    # null: the count as it is (1 only in a worker of nlp.pipe(n_process=N))
+    unset = spacy.blank("en")
+    free = unset.add_pipe("elmo", config={"weights": str(fixture_dir)}).bilm
+    embed_free = free.embed
+    monkeypatch.setattr(
+        free,
+        "embed",
+        lambda *args, **kwargs: seen.append(torch.get_num_threads()) or embed_free(*args, **kwargs),
+    )
+    torch.set_num_threads(3)
+    try:
+        unset("A short text .")
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 3]
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="threads"):
             spacy.blank("en").add_pipe("elmo", config={"weights": str(fixture_dir), "threads": bad})
