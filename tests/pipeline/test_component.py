@@ -439,10 +439,14 @@ def test_cache_key_includes_the_precision_and_the_weights(fixture_dir):
     assert not np.allclose(halved, float32, atol=FLOAT32_ATOL)
 
 
-def test_vector_hooks(fixture_dir):
+def test_vector_hooks(fixture_dir, monkeypatch):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(fixture_dir), "vector_hooks": True})
-    doc = nlp("The cat sat .  The dog sat .")
+    monkeypatch.setattr("spacy_elmo.workers._warned", set())  # each said once per process
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doc = nlp("The cat sat .  The dog sat .")
+    assert not [w for w in caught if "stay in this worker" in str(w.message)]  # not a worker
     np.testing.assert_allclose(doc[1].vector, doc[1]._.elmo)
     kept = [t.i for t in doc if not t.is_space]
     np.testing.assert_allclose(doc.vector, doc._.elmo[kept].mean(0), atol=FLOAT32_ATOL)
