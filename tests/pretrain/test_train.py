@@ -566,25 +566,30 @@ def lettered_files(tmp_path, letters, n=30):
     ]
 
 
-def read_corpus(corpus, start, max_epochs, scheme="sentences"):
-    """(position after, letters of the batch's predicted words) of each batch from `start`."""
+def corpus_batches(corpus, start, max_epochs, scheme="sentences"):
+    """The vocabulary of `corpus`, and (position after, batch) of each batch from `start`."""
     vocab = Vocab.build(corpus.counts, None)
-    return [
-        (tuple(p), {vocab.words[i][0] for i in b.targets[b.mask].tolist() if i > 2})
-        for p, b in corpus.batches(
+    return vocab, list(
+        corpus.batches(
             start, 0, vocab, None, scheme, 40, 8, max_epochs=max_epochs, word_ids=words_char_ids
         )
+    )
+
+
+def read_corpus(corpus, start, max_epochs):
+    """(position after, letters of the batch's predicted words) of each batch from `start`."""
+    vocab, batches = corpus_batches(corpus, start, max_epochs)
+    return [
+        (tuple(p), {vocab.words[i][0] for i in b.targets[b.mask].tolist() if i > 2})
+        for p, b in batches
     ]
 
 
 @pytest.mark.parametrize("scheme", ["stream", "sentences"])
 def test_each_epoch_reads_the_sentences_in_a_new_order(tmp_path, scheme):
     corpus = TrainingCorpus(lettered_files(tmp_path, "a"), make_tokenizer("whitespace"), 100)
-    vocab = Vocab.build(corpus.counts, None)
     epochs = [[], []]
-    for p, b in corpus.batches(
-        (0, 0, 0), 0, vocab, None, scheme, 40, 8, max_epochs=2, word_ids=words_char_ids
-    ):
+    for p, b in corpus_batches(corpus, (0, 0, 0), 2, scheme)[1]:
         epochs[p.epoch - (p.file == p.batch == 0)].append(b.targets[b.mask].tolist())
     assert len(epochs[0]) == len(epochs[1]) > 1
     assert sorted(map(sorted, epochs[0])) != sorted(map(sorted, epochs[1]))
