@@ -14,6 +14,8 @@ from .int8 import BalancedInt8Product, Int8Product, RowScaledInt8Product
 from .options import BiLMOptions
 from .products import MatrixProduct
 
+CONV_WORDS = 128
+
 
 class Highway(nn.Module):
     """bilm-tf highway: `t = sigmoid(x W_carry + b_carry)`, `y = t * relu(x W_transform +
@@ -128,8 +130,7 @@ class TokenEncoder(nn.Module):
         lead = char_ids.shape[:-1]
         ids = char_ids.reshape(-1, char_ids.shape[-1])
         chars = ids if self.word_embedding is None else ids[:, :-1]
-        convs = None if products is None else products.convs
-        x = torch.cat(self._filters(chars, convs, convs_as_products), dim=1)
+        x = self._features(chars, None if products is None else products.convs, convs_as_products)
         for k, hw in enumerate(self.highways):
             x = hw(x, None if products is None else products.highways[k])
         if self.word_embedding is not None:
@@ -150,6 +151,22 @@ class TokenEncoder(nn.Module):
             BalancedInt8Product(self.w_proj, self.b_proj),
         )
 
+    def _features(
+        self, ids: Tensor, products: Optional[List[MatrixProduct]], as_products: bool
+    ) -> Tensor:
+        """ids `(N, C)` -> the filters' features `(N, F)`. Under int8 (`products`) in runs of
+        `CONV_WORDS` words, so that each filter's products over the windows `(words * windows, n)`
+        stay in the CPU's cache between the product and the max; each run convolves up to its own
+        longest word (a word's features depend on that word alone)."""
+        if products is None:
+            return torch.cat(self._filters(ids, None, as_products), dim=1)
+        return torch.cat(
+            [
+                torch.cat(self._filters(ids[start : start + CONV_WORDS], products), dim=1)
+                for start in range(0, len(ids), CONV_WORDS)
+            ]
+        )
+
     @staticmethod
     def _windows_max(
         chars: Tensor,
@@ -160,8 +177,9 @@ class TokenEncoder(nn.Module):
     ) -> Tensor:
         """chars `(N, E, L)` -> the filter's largest value over the `L - w + 1` windows `(N, n)`:
         the convolution, or a matrix product over the windows laid out as rows `(N * windows,
-        E * w)`: the filter's weights (`as_product`), or `product`, each word's rows divided by its
-        `scale` `(N, 1)` and the result scaled back (a word's vectors depend on that word alone).
+        E * w)`: the filter's weights (`as_product`), or `product` over chars already divided by
+        each word's `scale` `(N, 1)`, the result scaled back (a word's vectors depend on that word
+        alone).
         The bias is added after the max (the same value: rounding keeps the order)."""
         if product is None and not as_product:
             return conv(chars).amax(dim=2)
@@ -171,8 +189,7 @@ class TokenEncoder(nn.Module):
             rows = windows.reshape(N * n_windows, -1)
             best = torch.mm(rows, conv.weight.flatten(1).t()).view(N, n_windows, -1).amax(dim=1)
             return best + conv.bias
-        rows = (windows.reshape(N, n_windows, -1) / scale.unsqueeze(2)).view(N * n_windows, -1)
-        best = product(rows).view(N, n_windows, -1).amax(dim=1)
+        best = product(windows.reshape(N * n_windows, -1)).view(N, n_windows, -1).amax(dim=1)
         return torch.addcmul(conv.bias, best, scale)
 
     def _filters(
@@ -204,13 +221,15 @@ class TokenEncoder(nn.Module):
             .amax(dim=1, keepdim=True)
             .clamp(min=torch.finfo(torch.float32).tiny)
         )  # (N, 1)
+        if scale is not None:  # each word on its grid
+            chars, pad = chars / scale.unsqueeze(2), pad / scale.unsqueeze(2)
         pooled = []
         for k, conv in enumerate(self.convs):
             w, product = conv.kernel_size[0], None if products is None else products[k]
             if used + w <= C:  # every word has an all-PAD window
                 used_chars = chars[:, :, : used + w - 1]
                 windows = self._windows_max(used_chars, conv, product, scale, as_products)
-                pads = pad.expand(1 if product is None else len(ids), -1, w)
+                pads = pad.expand(len(pad), -1, w)
                 pad_max = self._windows_max(pads, conv, product, scale, as_products)
                 best = torch.maximum(windows, pad_max)
             else:

@@ -16,6 +16,7 @@ import spacy
 import torch
 
 from spacy_elmo import ElmoConfigError, load_bilm, save_bilm
+from spacy_elmo.bilm import encoder as encoder_module
 from spacy_elmo.bilm import int8
 from spacy_elmo.bilm import precision as precision_module
 from spacy_elmo.bilm import runner as runner_module
@@ -135,6 +136,20 @@ def test_a_sentence_gets_the_same_low_precision_vectors_in_any_batch(
             np.testing.assert_array_equal(a, b)
     else:
         assert max(relative_errors(alone, together)) <= BAR["bfloat16"]
+
+
+def test_int8_token_layers_are_the_same_bits_in_any_run_of_words(fixture_dir, monkeypatch):
+    """Under int8 the convolutions run over runs of `CONV_WORDS` words, each up to its own longest
+    word: a word's token layer is the same bits alone, in a run of short words, beside a word longer
+    than the model's character limit, and in one run of all."""
+    words = [w * k for w in ("a", "Zy", "qwvé", "中") for k in range(1, 30, 4)] + ["x" * 60]
+    runner = load_bilm(fixture_dir, precision="int8").runner
+    keys = runner.network.token_keys([words])[0]
+    with torch.inference_mode():
+        alone = torch.cat([runner.encode_words([key]) for key in keys])
+        for run in (3, 7, len(words)):
+            monkeypatch.setattr(encoder_module, "CONV_WORDS", run)
+            assert torch.equal(runner.encode_words(keys), alone), run
 
 
 def test_bfloat16_without_native_support_says_so_and_runs_float32(
