@@ -154,12 +154,14 @@ class TokenEncoder(nn.Module):
     def _features(
         self, ids: Tensor, products: Optional[List[MatrixProduct]], as_products: bool
     ) -> Tensor:
-        """ids `(N, C)` -> the filters' features `(N, F)`. Under int8 (`products`) in runs of
-        `CONV_WORDS` words, so that each filter's products over the windows `(words * windows, n)`
-        stay in the CPU's cache between the product and the max; each run convolves up to its own
-        longest word (a word's features depend on that word alone)."""
-        if products is None:
-            return torch.cat(self._filters(ids, None, as_products), dim=1)
+        """ids `(N, C)` -> the filters' features `(N, F)`. In inference on a CPU in runs of
+        `CONV_WORDS` words, so that each filter's values over the windows (`(words, n, windows)`, or
+        `(words * windows, n)` as products) stay in the CPU's cache until their max; each run
+        convolves up to its own longest word (a word's features depend on that word alone). As
+        products (a GPU), or in training (autograd keeps those values for the backward): at once."""
+        training = torch.is_grad_enabled() and self.char_embedding.weight.requires_grad
+        if as_products or training:
+            return torch.cat(self._filters(ids, products, as_products), dim=1)
         return torch.cat(
             [
                 torch.cat(self._filters(ids[start : start + CONV_WORDS], products), dim=1)
