@@ -2,23 +2,27 @@
 word costs before the LSTM.
 
     python bench/bench_token_encoder.py --size original [--precisions float32,int8] [--rounds 4]
+        [--threads 1] [--conv-words 1000000,128]
 
-The distinct words of the UD English-EWT test sentences (5,629), in chunks of `--chunk` words as the
-runner encodes them, one torch thread, the precisions alternating round by round in one process
-(so that a host's load moves them alike). Prints one JSON line: seconds per round per precision,
-words/s at the best round, the host.
+The distinct words of the UD English-EWT test sentences (5,629), encoded as the runner encodes a
+batch's new words (`encode_words`: sorted by length, in chunks). The precisions and the sizes of
+the convolutions' runs of words (`--conv-words`: `encoder.CONV_WORDS`; one larger than the words is
+one run) alternate round by round in one process, so that a host's load moves them alike. Prints
+one JSON line: seconds per round per setting, words/s at the best round and the median, the host.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
 from common import DATA, machine, read_conllu_sentences, weights_dir
 
 from spacy_elmo import load_bilm
+from spacy_elmo.bilm import encoder
 
 
 def main() -> None:
@@ -26,29 +30,35 @@ def main() -> None:
     parser.add_argument("--size", default="original", choices=["small", "medium", "original"])
     parser.add_argument("--precisions", default="float32,int8")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--chunk", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--conv-words", default=str(encoder.CONV_WORDS))
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     test = read_conllu_sentences(DATA / "ud_english_ewt" / "en_ewt-ud-test.conllu.gz")
     words = sorted({w for sentence in test for w in sentence})
-    precisions = args.precisions.split(",")
-    bilms = {p: load_bilm(weights_dir(args.size), precision=p) for p in precisions}
-    encoders = {p: bilm.runner.copies.token_encoder() for p, bilm in bilms.items()}
-    token_ids = bilms[precisions[0]].network.token_encoder.token_ids
-    ids = torch.from_numpy(token_ids.words_ids(words)).long()
-    seconds: dict = {p: [] for p in precisions}
+    runners = {
+        p: load_bilm(weights_dir(args.size), precision=p).runner for p in args.precisions.split(",")
+    }
+    settings = [(p, int(c)) for p in runners for c in args.conv_words.split(",")]
+    seconds: dict = {f"{p}@{c}": [] for p, c in settings}
     with torch.inference_mode():
         for _ in range(args.rounds):
-            for p in precisions:
+            for p, conv_words in settings:
+                runner = runners[p]
+                keys = runner.network.token_keys([words])[0]
+                encoder.CONV_WORDS = conv_words
                 start = time.perf_counter()
-                for i in range(0, len(ids), args.chunk):
-                    encoders[p](ids[i : i + args.chunk])
-                seconds[p].append(round(time.perf_counter() - start, 3))
+                runner.encode_words(keys)
+                seconds[f"{p}@{conv_words}"].append(round(time.perf_counter() - start, 3))
     result = {
         "size": args.size,
         "words": len(words),
+        "threads": args.threads,
         "seconds": seconds,
-        "words_per_s": {p: round(len(words) / min(s)) for p, s in seconds.items()},
+        "words_per_s_best_median": {
+            k: [round(len(words) / min(s)), round(len(words) / statistics.median(s))]
+            for k, s in seconds.items()
+        },
         "machine": machine(),
     }
     print(json.dumps(result))
