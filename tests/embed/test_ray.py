@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -391,11 +392,6 @@ def test_bad_input_is_one_line(corpus, fixture_dir, tmp_path, capsys):
         assert "read-only" in one_error_line(capsys.readouterr().err)
 
 
-NO_RAY = (
-    "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import main; main(sys.argv[1:])"
-)
-
-
 def not_ray() -> socket.socket:
     """A port that takes connections but is not Ray: on ::1 where this host has IPv6."""
     try:
@@ -404,43 +400,84 @@ def not_ray() -> socket.socket:
         return socket.create_server(("127.0.0.1", 0))
 
 
+# In one fresh interpreter: `python -m spacy_elmo ARGS` for each ARGS of the JSON list argv[1],
+# `$RAY_ADDRESS` as each case sets it; after each, a line `#case# CODE` on stderr.
+CASES = """
+import json, os, sys
+from spacy_elmo.cli import main
+
+for args, env in json.loads(sys.argv[1]):
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ.update(env)
+    code = 0
+    try:
+        main(args)
+    except SystemExit as stop:
+        code = stop.code
+    print(f"#case# {code}", file=sys.stderr, flush=True)
+"""
+
+
+def stderr_of_each_case(cases, code=CASES):
+    """The exit code and stderr of each `(args, env)` of `cases`, run one after another in one
+    fresh interpreter (each start imports the package: seconds)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cases)],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    parts = re.split(r"^#case# (-?\d+)\n", done.stderr, flags=re.M)
+    # nothing after the last case either (as the interpreter ends)
+    assert done.returncode == 0 and len(parts) == 2 * len(cases) + 1, done.stderr
+    assert not parts[-1].strip(), done.stderr
+    return [(int(parts[2 * i + 1]), parts[2 * i]) for i in range(len(cases))]
+
+
 @pytest.mark.timeout(300)
 def test_without_ray_or_with_no_cluster_one_line(corpus, fixture_dir, tmp_path):
     """In fresh processes: the package imports without Ray, and `--engine ray` says what to install;
     an address where no cluster listens (`--address`, or `$RAY_ADDRESS` as `ray job submit` sets
     it) is one line, at once (Ray itself would retry for minutes), and no output is made; so is a
-    port that answers but not as Ray, in the 10 s given to join."""
+    port that answers but not as Ray, in the 10 s given to join (last in its process: the join it
+    gave up runs on there)."""
     text, _, _ = corpus
-    main = "from spacy_elmo.cli import main; import sys; main(sys.argv[1:])"
+    no_ray = "import sys\nsys.modules['ray'] = None\n" + CASES
     with not_ray() as server:
         host, port = server.getsockname()[:2]
         other = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        for n, (code, extra, env, words) in enumerate(
+        # (code, [(args, env, error, no output made)]): one process each
+        groups = [
+            (no_ray, [([], {}, 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"', 1)]),
             (
-                (NO_RAY, [], {}, 'error: --engine ray needs Ray: pip install "spacy_elmo[ray]"'),
-                (main, ["--address", "127.0.0.1:1"], {}, "error: no Ray cluster at 127.0.0.1:1"),
-                (
-                    main,
-                    [],
-                    {"RAY_ADDRESS": "127.0.0.1:1"},
-                    "error: no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS",
-                ),
-                (main, ["--address", other], {}, f"error: {other} (--address) does not answer"),
-                (main, ["--address", "127.0.0.1:²"], {}, "error: "),  # a digit, not ASCII
-            )
-        ):
-            done = subprocess.run(
-                [sys.executable, "-c", code, *cli(text, tmp_path / f"o{n}", fixture_dir, *extra)],
-                env={**ENV, **env},
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert done.returncode == 1, done.stderr
-            assert one_error_line(done.stderr).startswith(words), done.stderr
-            assert n >= 3 or not (tmp_path / f"o{n}").exists()
+                CASES,
+                [
+                    (["--address", "127.0.0.1:1"], {}, "error: no Ray cluster at 127.0.0.1:1", 1),
+                    (
+                        [],
+                        {"RAY_ADDRESS": "127.0.0.1:1"},
+                        "error: no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS",
+                        1,
+                    ),
+                    (["--address", other], {}, f"error: {other} (--address) does not answer", 0),
+                ],
+            ),
+            (CASES, [(["--address", "127.0.0.1:²"], {}, "error: ", 0)]),  # a digit, not ASCII
+        ]
+        for g, (code, cases) in enumerate(groups):
+            outs = [tmp_path / f"o{g}-{n}" for n in range(len(cases))]
+            runs = [
+                (cli(text, out, fixture_dir, *extra), env)
+                for out, (extra, env, _, _) in zip(outs, cases)
+            ]
+            results = stderr_of_each_case(runs, code)
+            for out, (_, _, words, no_output), (exit_code, err) in zip(outs, cases, results):
+                assert exit_code == 1, err
+                assert one_error_line(err).startswith(words), err
+                assert not (no_output and out.exists())
 
 
 @pytest.mark.timeout(300)
