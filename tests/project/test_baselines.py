@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def jsonl(tmp_path_factory):
     """The smoke scale's slice of the pretraining text, as `raw_text_jsonl` writes it."""
     with gzip.open(data_path("wikitext2", "train.txt.gz"), "rt", encoding="utf-8") as src:
-        lines = [" ".join(line.split()) for line in islice(src, 400) if line.split()]
+        lines = [" ".join(line.split()) for line in islice(src, 100) if line.split()]
     path = tmp_path_factory.mktemp("text") / "raw_text.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
     return path
