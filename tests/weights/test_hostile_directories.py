@@ -26,6 +26,14 @@ def test_sentences_json_is_not_an_options_file(fixture_dir, tmp_path):
     assert "sentences.json" in str(err.value)
 
 
+def test_a_json_with_an_lstm_section_alone_is_not_an_options_file(fixture_dir, tmp_path):
+    """Options have both 'lstm' and 'char_cnn': a training config beside the model that has an
+    'lstm' section only is not taken for a second options file (the load is not ambiguous)."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    (directory / "training.json").write_text(json.dumps({"lstm": {"dim": 4096}, "epochs": 10}))
+    assert load_bilm(directory).embed([["a", "b"]])[0].shape == (3, 2, 32)
+
+
 def test_unlistable_directory_says_permission_denied(fixture_dir, tmp_path, monkeypatch):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
     listing = pathlib.Path.iterdir

@@ -90,6 +90,19 @@ def test_corrupt_btree(fixture_dir, tmp_path):
     refused(directory, "weights.hdf5", "corrupt")
 
 
+@pytest.mark.parametrize("at, value", [(0, 0xFF), (16, 0)])
+def test_a_corrupt_object_header_is_one_error_naming_the_file(fixture_dir, tmp_path, at, value):
+    """A damaged header of one dataset (its version byte; its first message's type), which h5py
+    reports as a KeyError or a TypeError, is refused as a corrupt file, not that exception."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r") as f:
+        header = h5py.h5o.get_info(f[B_PROJ].id).addr
+    data = bytearray((directory / "weights.hdf5").read_bytes())
+    data[header + at] = value
+    (directory / "weights.hdf5").write_bytes(bytes(data))
+    refused(directory, "weights.hdf5", "corrupt")
+
+
 def test_memory_error_names_the_file(fixture_dir, tmp_path, monkeypatch):
     directory = hdf5_model(fixture_dir, tmp_path / "m")
 
@@ -194,6 +207,23 @@ def test_a_compressed_dataset_missing_one_chunk_is_refused(fixture_dir, tmp_path
     refused(directory, "weights.hdf5", W_0, "stores 63 of its 64 chunks")
 
 
+def test_a_compressed_dataset_missing_its_partial_last_chunk_is_refused(fixture_dir, tmp_path):
+    """Chunks that do not divide the shape: the last, partial chunk counts (rounded up), so a
+    gzip'd dataset without it is refused, not read with its last rows as zeros."""
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        values = f[W_0][...]
+        del f[W_0]
+        rows = values.shape[0]
+        assert rows % 5
+        dataset = f.create_dataset(
+            W_0, shape=values.shape, dtype="f4", chunks=(5, values.shape[1]), compression="gzip"
+        )
+        whole = rows - rows % 5
+        dataset[:whole] = values[:whole]
+    refused(directory, "weights.hdf5", W_0, f"stores {rows // 5} of its {rows // 5 + 1} chunks")
+
+
 def test_a_dataset_of_exactly_the_checked_size_is_checked_for_compression(
     fixture_dir, tmp_path, monkeypatch
 ):
@@ -207,6 +237,23 @@ def test_a_dataset_of_exactly_the_checked_size_is_checked_for_compression(
         del f[W_0]
         f.create_dataset(W_0, data=np.zeros(shape, "f4"), chunks=True, compression="gzip")
     monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", 4 * int(np.prod(shape)))
+    refused(directory, "weights.hdf5", W_0, "decompress")
+
+
+def test_a_dataset_compressed_just_past_the_bound_is_refused(fixture_dir, tmp_path, monkeypatch):
+    """The bound is MAX_COMPRESSION_RATIO itself, not some far larger ratio: a dataset of the
+    checked size compressed between 1 and 2 times the bound (mostly zeros) is refused."""
+    from spacy_elmo.weights import hdf5 as hdf5_format
+
+    directory = hdf5_model(fixture_dir, tmp_path / "m")
+    with h5py.File(directory / "weights.hdf5", "r+") as f:
+        values = np.zeros(f[W_0].shape, "f4")
+        values.reshape(-1)[::24] = np.random.default_rng(0).standard_normal(-(-values.size // 24))
+        del f[W_0]
+        dataset = f.create_dataset(W_0, data=values, chunks=True, compression="gzip")
+        ratio = dataset.nbytes / dataset.id.get_storage_size()
+    assert hdf5_format.MAX_COMPRESSION_RATIO < ratio < 2 * hdf5_format.MAX_COMPRESSION_RATIO
+    monkeypatch.setattr(hdf5_format, "CHECKED_DATASET_BYTES", values.nbytes)
     refused(directory, "weights.hdf5", W_0, "decompress")
 
 

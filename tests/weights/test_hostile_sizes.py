@@ -143,6 +143,20 @@ def test_a_load_that_needs_more_memory_than_there_is_says_so(
     )
 
 
+def test_an_hdf5_load_counts_each_float32_copy_of_the_weights(fixture_dir, tmp_path, monkeypatch):
+    """Reading an hdf5 pair holds HDF5_COPIES float32 copies of the weights at once: memory for
+    fewer copies is refused before anything is read, memory for that many loads."""
+    from spacy_elmo.weights import hdf5, memory
+
+    path = hdf5_model(fixture_dir, tmp_path / "m")
+    weights = 4 * load_bilm(path).options.n_parameters
+    monkeypatch.setattr(memory, "available_memory", lambda: (hdf5.HDF5_COPIES - 1) * weights)
+    with pytest.raises(ElmoResourceError, match="weights.hdf5: loading this biLM needs"):
+        load_bilm(path)
+    monkeypatch.setattr(memory, "available_memory", lambda: hdf5.HDF5_COPIES * weights)
+    assert load_bilm(path).options.n_parameters * 4 == weights
+
+
 def test_torch_failing_to_allocate_is_a_resource_error(fixture_dir, tmp_path, monkeypatch):
     """torch raises RuntimeError, not MemoryError, when an allocation fails: one ElmoResourceError
     naming the file."""
