@@ -121,6 +121,91 @@ def test_the_hdf5_writer_is_one_implementation_of_the_writer_interface(tmp_path)
         writer.read_settings(tmp_path / "x.txt")
 
 
+def _lines(n, then=None):
+    """`n` lines of one token each (`(text, array)`), then `then` raised where given."""
+    import numpy as np
+
+    for i in range(n):
+        yield f"w{i}", np.full((3, 1, 4), i, dtype=np.float32)
+    if then is not None:
+        raise then
+
+
+@pytest.mark.parametrize("lines, error", [(2, ElmoFileError), (1, KeyboardInterrupt)])
+def test_a_piece_not_written_whole_leaves_no_file(tmp_path, lines, error):
+    """Lines that end before the count (the input changed) or an interruption (Ctrl-C) while a
+    piece is written: the error, and neither the piece nor its temporary file on disk."""
+    from spacy_elmo.embed.h5writer import write_piece
+
+    path = tmp_path / "part-00000.hdf5"
+    stop = KeyboardInterrupt() if error is KeyboardInterrupt else None
+    with pytest.raises(error):
+        write_piece(path, 0, 3, _lines(lines, stop), {"input": "in.txt"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_piece_from_line_5_names_its_datasets_and_index_from_5(tmp_path):
+    """A piece's `sentence_to_index` maps each text to its line number in the whole input, the
+    name of its dataset, not its place in the piece."""
+    import json
+
+    import h5py
+
+    from spacy_elmo.embed.h5writer import write_piece
+
+    path = tmp_path / "part-00001.hdf5"
+    write_piece(path, 5, 2, _lines(2), {"input": "in.txt"})
+    with h5py.File(path, "r") as f:
+        assert json.loads(f["sentence_to_index"][0]) == {"w0": "5", "w1": "6"}
+        assert f["6"][0, 0, 0] == 1 and sorted(f) == ["5", "6", "sentence_to_index"]
+
+
+def test_a_written_piece_keeps_none_of_the_space_reserved_for_it(tmp_path):
+    """The disk space reserved ahead of HDF5's writes (at least BASE_BYTES) is given back before
+    the file is closed: a piece of two small lines is a few KB, not its reservation."""
+    import h5py
+
+    from spacy_elmo.embed.h5writer import BASE_BYTES, write_piece
+
+    path = tmp_path / "part-00000.hdf5"
+    write_piece(path, 0, 2, _lines(2), {"input": "in.txt"})
+    with h5py.File(path, "r") as f:
+        assert path.stat().st_size == f.id.get_filesize() < BASE_BYTES
+
+
+def test_a_long_lines_pieces_that_end_early_are_an_error_not_zeros(tmp_path):
+    """A line written in pieces whose pieces hold fewer tokens than its shape: an error, not a
+    dataset whose last tokens read as zeros."""
+    import numpy as np
+
+    from spacy_elmo.embed.h5writer import write_piece
+    from spacy_elmo.embed.writer import Pieces
+
+    rows = (np.ones((3, 4, 4), np.float32) for _ in range(2))
+    short = Pieces((3, 10, 4), np.dtype(np.float32), 1, 4, rows)
+    with pytest.raises(ValueError, match="pieces of 8 tokens, expected 10"):
+        write_piece(tmp_path / "part-00000.hdf5", 0, 1, [("long", short)], {"input": "in.txt"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_index_written_in_pieces_that_end_early_is_an_error(tmp_path):
+    """`finish_in_pieces` given fewer bytes than the index's size: an error naming the file, and
+    no file (never one whose index ends in zero bytes)."""
+    import numpy as np
+
+    from spacy_elmo.embed.h5writer import H5Writer
+
+    path = tmp_path / "out.hdf5"
+    writer = H5Writer(path, 10)
+    writer.add("0", np.zeros((1, 4), np.float32))
+    with pytest.raises(
+        ElmoFileError, match="out.hdf5: 9 bytes of sentence_to_index written, expected 20"
+    ):
+        writer.finish_in_pieces(20, [b'{"a": ', b'"0"'], {"input": "in.txt"})
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_files_are_reopened_by_their_datasets_not_by_the_block(
     corpus, fixture_dir, tmp_path, monkeypatch
 ):

@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
-from spacy_elmo import ElmoFileError, load_bilm, open_embeddings
+from spacy_elmo import ElmoFileError, ElmoResumeError, load_bilm, open_embeddings
 
 from ..helpers import (
     ENV,
@@ -446,6 +446,25 @@ def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
 
 
 @pytest.mark.timeout(60)
+def test_clearing_a_run_directory_keeps_the_lock_it_holds(tmp_path):
+    """A run that starts its directory again removes all in it but its lock: a second writer is
+    still refused (removing the lock file would let one lock a new file beside the held one)."""
+    from spacy_elmo.embed.outdir import WorkDir
+
+    work = WorkDir(tmp_path / "o.hdf5.partial", tmp_path / "o.hdf5", "part")
+    work.create()
+    work.lock()
+    try:
+        (work.path / "part-00000.hdf5").write_bytes(b"x")
+        (work.path / "manifest.json").write_text("{}")
+        work.clear()
+        assert [p.name for p in work.path.iterdir()] == ["lock"]
+        with pytest.raises(ElmoResumeError):
+            WorkDir(work.path, work.output, "part").lock()
+    finally:
+        work.unlock()
+
+
 def test_read_only_output_is_reported_as_read_only(fixture_dir, tmp_path, monkeypatch, capsys):
     """An interrupted run on a file system then remounted read-only: `--resume` says read-only,
     and a new run into a read-only directory too (root ignores permission bits: a real ro mount)."""
@@ -721,11 +740,11 @@ def test_resume_onto_a_file_whose_settings_are_not_json_is_one_error_line(
     fixture_dir, tmp_path, capsys
 ):
     """The settings `--resume` compares, when they are no JSON object it can read (an integer of
-    more digits than Python converts, a torn attribute, a list, a number), are one error naming the
-    file."""
+    more digits than Python converts, a torn attribute, a list, a JSON number, a number), are one
+    error naming the file."""
     text = write_lines(tmp_path / "in.txt", LINES[:5])
     out = tmp_path / "out.hdf5"
-    for settings in ("9" * 5000, '{"torn', "[1, 2]", np.int64(5)):
+    for settings in ("9" * 5000, '{"torn', "[1, 2]", "5", np.int64(5)):
         with h5py.File(out, "w") as f:
             f.attrs["spacy_elmo.settings"] = settings
         assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 1

@@ -130,6 +130,24 @@ def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, ca
     assert "has 2 line(s)" in one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("shards", [None, 1, 2, 3, 5])
+def test_the_planned_ranges_cover_every_line_once_in_whole_blocks(shards):
+    """Whatever the line count (a last block short or not): the pieces' ranges run from line 0 to
+    the last line without gap or overlap, and begin on block boundaries; single-file parts are one
+    block each."""
+    from spacy_elmo.embed.outdir import plan
+
+    for lines in range(1, 40):
+        for block in range(1, 9):
+            if shards is not None and shards > -(-lines // block):
+                continue  # fewer blocks than shards: a shard would hold none
+            ranges = plan(lines, block, shards)
+            assert [a for a, _ in ranges[1:]] == [b for _, b in ranges[:-1]], ranges
+            assert ranges[0][0] == 0 and ranges[-1][1] == lines, (lines, block, ranges)
+            assert all(a % block == 0 and a < b for a, b in ranges), ranges
+            assert shards is not None or all(b - a <= block for a, b in ranges), ranges
+
+
 def test_one_shard_at_a_time(single, fixture_dir, tmp_path, capsys):
     text, one = single
     out = tmp_path / "sharded"
@@ -461,6 +479,31 @@ def test_a_shard_that_disagrees_with_the_manifest_is_named(
     capsys.readouterr()
     assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 1
     assert name in one_error_line(capsys.readouterr().err)
+
+
+def test_a_manifest_of_another_format_is_refused(sharded, tmp_path):
+    """A manifest that names another format (a later version's) is not read as this one's."""
+    _, source = sharded
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    _edit_manifest(lambda m: m.update(format="spacy_elmo.embed/2"))(out)
+    with pytest.raises(ElmoFileError, match="manifest.json: not a manifest .*spacy_elmo.embed/1"):
+        open_embeddings(out)
+
+
+def test_a_manifest_with_fewer_shard_records_than_shards_is_refused_on_a_rerun(
+    sharded, fixture_dir, tmp_path, capsys
+):
+    """A record dropped from the manifest: a rerun says so, naming the manifest, where it would
+    have dropped the last shard's record and left that shard unchecked."""
+    text, source = sharded
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    _edit_manifest(lambda m: m["shards"].pop())(out)
+    capsys.readouterr()
+    assert run_cli(*args(text, out, fixture_dir, "--shards", 4)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "manifest.json: 3 shard records for 4 shards" in line, line
 
 
 def test_a_manifest_without_shard_records_gets_them_on_a_rerun(
