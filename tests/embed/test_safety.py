@@ -736,6 +736,20 @@ def test_a_weight_file_is_not_an_output(fixture_dir, small_output, tmp_path):
         open_embeddings(out)
 
 
+def test_resume_onto_an_hdf5_file_that_embed_did_not_write_is_one_error_line(
+    fixture_dir, tmp_path, capsys
+):
+    """`--resume` onto an existing hdf5 file without embed's settings (a weight file, an output of
+    `allennlp elmo`): one error line saying it is not an output of embed, and the file kept."""
+    text = write_lines(tmp_path / "in.txt", LINES[:5])
+    out = tmp_path / "out.hdf5"
+    out.write_bytes((fixture_dir / "lm_weights.hdf5").read_bytes())
+    assert run_cli(*embed_args(text, out, fixture_dir, "--resume")) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{out}: not an output of `python -m spacy_elmo embed`" in line, line
+    assert out.read_bytes() == (fixture_dir / "lm_weights.hdf5").read_bytes()
+
+
 def test_resume_onto_a_file_whose_settings_are_not_json_is_one_error_line(
     fixture_dir, tmp_path, capsys
 ):
