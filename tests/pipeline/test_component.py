@@ -155,10 +155,9 @@ def test_windows_cover_long_sentences_once():
 
 @pytest.mark.parametrize("max_length", [4, 7, 64, 128])
 def test_no_window_is_read_twice(max_length):
-    """Every length up to 5,000 (up to 1,000 for windows of 4 and 7 tokens, which keep 2 and 5 a
-    window: 200 windows and more, and the work grows as the square of the last length): each token
-    kept once, with at least a quarter window of context on each side where the sentence has it,
-    and no window the biLM reads twice."""
+    """Every length up to 5,000 (for windows of 4 and 7 tokens up to 1,000: their checks' work grows
+    as the square of the last length): each token kept once, with at least a quarter window of
+    context on each side where the sentence has it, and no window the biLM reads twice."""
     context = max_length // 4
     last, every = (1000, 1) if max_length < 64 else (5000, 7)
     for n in range(max_length + 1, last, every):
