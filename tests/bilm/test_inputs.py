@@ -266,3 +266,94 @@ def test_a_batch_size_beyond_the_bound_is_one_error(fixture_dir, batch_size):
         bilm = load_bilm(fixture_dir, state=state)
         with pytest.raises(ElmoConfigError, match="batch_size must be an integer from 1 to"):
             list(bilm.embed_iter([["The", "cat"]], batch_size=batch_size))
+
+
+def test_empty_word_lists_have_the_width_of_their_max_chars():
+    """No words: `(0, max_chars)` ids, of the width asked for, not bilm-tf's 50."""
+    from spacy_elmo.bilm import ByteIds, words_char_ids
+
+    assert words_char_ids([], 8).shape == (0, 8)
+    assert ByteIds(8).words_ids([]).shape == ByteIds(8).key_ids([]).shape == (0, 8)
+    assert batch_char_ids([], 8).shape == (0, 2, 8)
+
+
+def test_a_long_token_beginning_with_lone_surrogates_leaves_no_long_text_in_the_char_id_cache():
+    """Characters that encode to nothing before the cut make the key read the whole text: it is
+    still cut to `max_chars - 2` bytes."""
+    import tracemalloc
+
+    word_char_ids("warm-up")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(100):
+            word_char_ids("\ud800" * 48 + f"{i:04d}" + "y" * 100_000)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, f"{held:,} bytes held after the calls"
+
+
+EFML_CHARS = ["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>", *"abos<>/"]
+
+
+@pytest.mark.parametrize("max_chars", [5, 6, 7, 8, 50])
+def test_the_ids_of_a_tokens_key_are_the_ids_of_the_token(max_chars):
+    """Token cache keys (`keys`) give the ids of their words (`key_ids`), for bilm-tf's ids and
+    ELMoForManyLangs' tables, also where a cut text reads as a boundary token."""
+    from spacy_elmo.bilm import ByteIds, CharTable
+
+    chars = {c: i for i, c in enumerate(EFML_CHARS)}
+    table = CharTable(chars, {"<oov>": 0, "<pad>": 1, "<bos>": 2, "ab": 3}, max_chars)
+    words = ["ab", "<bos>", "<bos>a", "<bos>ab", "<eos>" * 3, "<S>", "<S>a", "</S>ab", "ab" * 40]
+    words += ["é" * 30, "\ud800" * 10 + "ab", "A" * 60, ""]
+    for ids in (table, ByteIds(max_chars), ByteIds(max_chars, lowercase=True)):
+        np.testing.assert_array_equal(ids.key_ids(ids.keys(words)), ids.words_ids(words))
+
+
+@pytest.mark.parametrize("bad", [7, -1, 10**9])
+def test_a_character_id_past_the_embeddings_last_row_is_refused(bad):
+    """7 entries for an embedding of 8 rows (row 0 the padding): the ids 0 to 6 index it, 7 (the
+    row past the last) is an ElmoFileError, not an IndexError inside torch."""
+    from spacy_elmo import ElmoFileError
+    from spacy_elmo.bilm import CharTable
+
+    chars = {c: i for i, c in enumerate(EFML_CHARS[:7])}
+    ids = CharTable.checked(chars, None, 50, 8, 0, "char.dic").words_ids(["a"])
+    assert ids.shape == (1, 50) and ids.max() == 7
+    chars["a"] = bad
+    with pytest.raises(ElmoFileError, match=f"char.dic: character 'a' has id {bad:,}, outside"):
+        CharTable.checked(chars, None, 50, 8, 0, "char.dic")
+
+
+def test_a_boolean_id_in_a_character_table_file_is_refused():
+    """JSON `true` is no id (Python reads it as 1)."""
+    from spacy_elmo import ElmoFileError
+    from spacy_elmo.bilm import CharTable
+
+    chars = {c: i for i, c in enumerate(EFML_CHARS[:7])}
+    text = CharTable(chars, None, 50).to_json()
+    assert CharTable.from_json(text, 50, 8, 0, "t.json").chars == chars
+    with pytest.raises(ElmoFileError, match="t.json: ids must be integers, got 'True'"):
+        CharTable.from_json(text.replace('"a": 6', '"a": true'), 50, 8, 0, "t.json")
+
+
+def test_a_character_table_refuses_a_token_that_is_no_str():
+    from spacy_elmo.bilm import CharTable
+
+    table = CharTable({c: i for i, c in enumerate(EFML_CHARS[:7])}, None, 50)
+    for bad in (3, None, b"ab"):
+        with pytest.raises(TypeError, match="token texts must be str, got"):
+            table.words_ids(["a", bad])
+
+
+def test_a_character_tables_digest_does_not_depend_on_the_order_of_its_entries():
+    """The digest (part of a model's fingerprint) is of the entries, not of the order a file
+    listed them in."""
+    from spacy_elmo.bilm import CharTable
+
+    chars = {c: i for i, c in enumerate(EFML_CHARS[:7])}
+    words = {"<oov>": 0, "<pad>": 1, "Hund": 2}
+    reordered = CharTable(dict(reversed(chars.items())), dict(reversed(words.items())), 50)
+    assert reordered.digest() == CharTable(chars, words, 50).digest()
+    assert CharTable(chars, {**words, "Hund": 1, "<pad>": 2}, 50).digest() != reordered.digest()
