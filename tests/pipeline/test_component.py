@@ -683,3 +683,25 @@ def test_the_model_without_weights_is_one_elmo_error():
     model = nlp.add_pipe("elmo").model
     with pytest.raises(ElmoError, match="no weights yet: set the 'weights'"):
         model.predict([["The", "cat"]])
+
+
+def test_a_whitespace_only_sentence_gets_no_window():
+    """A sentence of whitespace tokens only (the Doc's own boundaries) is no biLM input: no empty
+    window, the other sentences' windows counted over the non-whitespace tokens."""
+    from spacy_elmo.doc_windows import doc_windows
+
+    doc = Doc(spacy.blank("en").vocab, words=["a", ".", "\n\n", "b"], sent_starts=[1, 0, 1, 1])
+    keep, wins = doc_windows(doc, use_sents=True, max_length=64)
+    assert keep.tolist() == [0, 1, 3]
+    assert wins == [Window(0, 2, 0, 2), Window(2, 3, 2, 3)]
+
+
+def test_the_layers_put_together_are_read_only_with_zeros_for_whitespace():
+    from spacy_elmo.doc_windows import doc_layers, doc_windows
+
+    doc = Doc(spacy.blank("en").vocab, words=["a", "\n", "b", "."])
+    plan = doc_windows(doc, use_sents=False, max_length=64)
+    outputs = [np.arange(3 * 3 * 2, dtype=np.float32).reshape(3, 3, 2) + 1]
+    layers = doc_layers(doc, plan, outputs, 3, 2, np.float32)
+    assert not layers.flags.writeable and not layers[:, 1].any()
+    np.testing.assert_array_equal(layers[:, [0, 2, 3]], outputs[0])
