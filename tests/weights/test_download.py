@@ -603,6 +603,7 @@ def test_bytes_beyond_the_announced_size_stop_the_download(server, tmp_path, cap
     line = one_error_line(capsys.readouterr().err)
     assert "options.json" in line and "more than" in line, line
     assert not part.exists() and [p for p, _ in server.log] == [server.options_path] * 2
+    assert not list(part.parent.glob("*.part*"))
 
 
 class FullFile:
@@ -632,7 +633,8 @@ def test_a_full_disk_is_one_error_that_removes_the_part(
     no retry."""
     line = download_failing_to_write(server, monkeypatch, capsys, code)
     assert "weights.hdf5" in line and os.strerror(code) in line and "removed" in line, line
-    assert not list((tmp_path / "cache" / "small").glob("*.part"))
+    # nor its record of origin (a part removed with it left FILE.part.origin behind)
+    assert not list((tmp_path / "cache" / "small").glob("*.part*"))
 
 
 def download_failing_to_write(server, monkeypatch, capsys, code: int) -> str:
