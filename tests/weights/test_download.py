@@ -45,7 +45,8 @@ class Handler(BaseHTTPRequestHandler):
     seconds apart; a path in `server.extra` ({path: n}) gets n bytes more than its Content-Range
     says, counted in its Content-Length; a path in `server.rate` ({path: bytes per second}) is sent
     at that rate; a path in `server.slow_headers` gets its status line, then a header one byte every
-    0.1 s (for 30 s); a path in `server.length` ({path: text}) gets that Content-Length."""
+    0.1 s (for 30 s); a path in `server.length` ({path: text}) gets that Content-Length; a Range
+    of a path in `server.skip` ({path: n}) is answered from n bytes further on."""
 
     def do_GET(self):
         data = self.server.files.get(self.path)
@@ -78,6 +79,7 @@ class Handler(BaseHTTPRequestHandler):
         if_range = self.headers.get("If-Range")
         if if_range is not None and if_range != validator and not self.server.ignore_if_range:
             start = 0
+        start += self.server.skip.get(self.path, 0) if start else 0
         if start >= len(data):
             self.send_error(416)
             return
@@ -137,7 +139,7 @@ def server(small_models, tmp_path, monkeypatch):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.log, httpd.truncate_once, httpd.trickle, httpd.extra, httpd.rate = [], set(), {}, {}, {}
     httpd.if_range, httpd.validators, httpd.validator, httpd.ignore_if_range = [], {}, "etag", False
-    httpd.slow_headers, httpd.length = set(), {}
+    httpd.slow_headers, httpd.length, httpd.skip = set(), {}, {}
     monkeypatch.setenv("SPACY_ELMO_BASE_URL", f"http://127.0.0.1:{httpd.server_port}/elmo")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (_, options_url), (_, weights_url) = hub.published_files("small")
@@ -731,3 +733,15 @@ def test_a_bad_cache_location_is_one_error_naming_the_setting(tmp_path, setting,
             line,
         )
     assert os.path.lexists("/.cache/spacy_elmo") == root_cache
+
+
+def test_a_range_answered_from_another_byte_is_one_error_keeping_the_part(server, capsys):
+    """A 206 whose Content-Range starts past the asked byte would leave a hole in the file: refused,
+    naming both offsets; the part file kept as it was."""
+    part = interrupt(server, server.weights_path)
+    have = part.read_bytes()
+    server.skip[server.weights_path] = 100
+    assert run_cli("download", "small", "--no-progress") == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"asked for bytes from {len(have)}, the server sent them from {len(have) + 100}" in line
+    assert part.read_bytes() == have
