@@ -39,16 +39,15 @@ def main() -> None:
     runners = {
         p: load_bilm(weights_dir(args.size), precision=p).runner for p in args.precisions.split(",")
     }
+    keys = {p: runner.network.token_keys([words])[0] for p, runner in runners.items()}
     settings = [(p, int(c)) for p in runners for c in args.conv_words.split(",")]
     seconds: dict = {f"{p}@{c}": [] for p, c in settings}
     with torch.inference_mode():
         for _ in range(args.rounds):
             for p, conv_words in settings:
-                runner = runners[p]
-                keys = runner.network.token_keys([words])[0]
                 encoder.CONV_WORDS = conv_words
                 start = time.perf_counter()
-                runner.encode_words(keys)
+                runners[p].encode_words(keys[p])
                 seconds[f"{p}@{conv_words}"].append(round(time.perf_counter() - start, 3))
     result = {
         "size": args.size,
