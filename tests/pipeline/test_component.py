@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -21,6 +23,7 @@ from spacy_elmo.feature_cache import FeatureCache
 from spacy_elmo.windows import Window, rule_sentences, windows_of
 
 from ..helpers import FLOAT32_ATOL, held_after
+from ..readme_blocks import README
 
 # also run on MKL's compatible path and torch's default kernels (.ci/run)
 pytestmark = pytest.mark.numeric
@@ -625,6 +628,29 @@ def test_factory_and_architectures_via_entry_points(fixture_dir):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(3, 32)"
+
+
+def readme_settings() -> dict:
+    """`{setting: default}` from the README's table of the `elmo` component's settings."""
+    text = README.read_text(encoding="utf-8").split("## The `elmo` component", 1)[1]
+    rows = [line.split(" | ") for line in text.split("\n\n", 2)[1].splitlines()[2:]]
+    settings = {}
+    for names, defaults, _ in rows:
+        names = re.findall(r"`([\w.]+)`", names)
+        values = [json.loads(v.strip("` ")) for v in defaults.split(", ")]
+        assert len(names) == len(values), (names, defaults)
+        settings.update(zip(names, values))
+    return settings
+
+
+def test_the_readmes_settings_table_gives_the_factorys_defaults():
+    """Every setting of `elmo` and of its model is in the README's table, at the default the code
+    has (a default changed in one place only, or a setting added without its row, fails)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    factory = {k: v for k, v in nlp.config["components"]["elmo"].items() if k != "factory"}
+    model = {f"model.{k}": v for k, v in factory.pop("model").items() if not k.startswith("@")}
+    assert readme_settings() == {**factory, **model}
 
 
 @pytest.mark.parametrize(
