@@ -270,6 +270,26 @@ def test_options(fixture_dir, tmp_path, capsys):
     assert out.startswith("[paths]")
 
 
+def test_defaults_and_sizes_are_the_ones_the_help_gives(fixture_dir, tmp_path):
+    """With --weights alone: tagger, parser and ner in English, one shared tok2vec of width 96 and
+    depth 4 whose embedding holds the only ELMo mix, of every layer (--optimize efficiency,
+    --elmo-at input); --optimize accuracy: each component its own encoder of width 256 and depth 8
+    and its own mix."""
+    config = write(tmp_path, "-w", fixture_dir)
+    assert config["nlp"]["lang"] == "en"
+    assert config["nlp"]["pipeline"] == ["elmo", "tok2vec", "tagger", "parser", "ner"]
+    tok2vec = config["components"]["tok2vec"]["model"]
+    assert (tok2vec["encode"]["width"], tok2vec["encode"]["depth"]) == (96, 4)
+    assert tok2vec["embed"]["elmo"]["layers"] is None
+    assert "ElmoAtOutput" not in config.to_str()
+    assert config.to_str().count("[components.tok2vec.model.embed.elmo]") == 1
+    config = write(tmp_path, "-w", fixture_dir, "-o", "accuracy", "--force")
+    for name in ("tagger", "parser", "ner"):
+        model = config["components"][name]["model"]["tok2vec"]
+        assert (model["encode"]["width"], model["encode"]["depth"]) == (256, 8), name
+        assert "elmo" in model["embed"], name
+
+
 # ------------------------------------------------------------------------------ bad input: one
 # error line
 @pytest.mark.parametrize(
