@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 
 from spacy_elmo import load_bilm
@@ -66,6 +68,32 @@ def test_the_published_layout_labelled_untrained(random_small):
         bilm = load_bilm(random_small)
     assert bilm.output_dim == 256 and bilm.num_output_layers == 3
     assert bilm.embed([["The", "cat", "."]])[0].shape == (3, 3, 256)
+
+
+def datasets(directory: Path) -> dict:
+    """`{name: array}` of every dataset in the weight file of `directory`."""
+    found = {}
+    with h5py.File(next(directory.glob("*.hdf5")), "r") as f:
+        f.visititems(
+            lambda n, o: found.update({n: o[...]}) if isinstance(o, h5py.Dataset) else None
+        )
+    return found
+
+
+def test_the_same_seed_writes_the_same_weights(tmp_path):
+    """Its defaults are --size small and --seed 0; another seed writes other weights."""
+    assert run_cli("init-random", tmp_path / "default") == 0
+    assert run_cli("init-random", tmp_path / "zero", "--size", "small", "--seed", "0") == 0
+    assert run_cli("init-random", tmp_path / "one", "--seed", "1") == 0
+    default, zero, one = (datasets(tmp_path / n) for n in ("default", "zero", "one"))
+    stem = hub.PUBLISHED["small"]
+    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == [
+        f"elmo_{stem}_options.json",
+        f"elmo_{stem}_weights.hdf5",
+    ]
+    assert default.keys() == zero.keys() == one.keys()
+    assert all(np.array_equal(default[k], zero[k]) for k in default)
+    assert not any(np.array_equal(default[k], one[k]) for k in default if default[k].std() > 0)
 
 
 def test_info_says_untrained(random_small, capsys):
