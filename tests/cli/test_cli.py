@@ -48,6 +48,22 @@ def test_info_json(weights, capsys):
     assert len(info["files"]) == 2
 
 
+def test_info_reports_the_state_policy_given_else_the_weights_own(fixture_dir, capsys):
+    """`--state` chooses the policy `info` loads the biLM with (hdf5 weights': warm); another value
+    is one error line."""
+    for args, policy in [
+        ((), "warm"),
+        (("--state", "zero"), "zero"),
+        (("--state", "carry"), "carry"),
+    ]:
+        assert run_cli("info", fixture_dir, "--json", *args) == 0
+        assert json.loads(capsys.readouterr().out)["state_policy"] == policy
+    assert run_cli("info", fixture_dir, "--state", "zero") == 0
+    assert "zero" in capsys.readouterr().out
+    assert run_cli("info", fixture_dir, "--state", "cold") == 1
+    assert "cold" in one_error_line(capsys.readouterr().err)
+
+
 def test_info_table_and_softmax(fixture_dir, tmp_path, capsys):
     save_bilm(load_bilm(fixture_dir), tmp_path)
     torch.save({"weight": torch.zeros(10, 16), "bias": torch.zeros(10)}, tmp_path / "lm_head.pt")
