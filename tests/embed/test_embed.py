@@ -107,6 +107,9 @@ def test_embed_index_of_non_ascii_and_repeated_lines(fixture_dir, tmp_path):
     assert index == {"Straße 是 😀 café": "2", 'a \\ " quote': "1", "x": "3"}
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
         assert f["sentence_to_index"].shape == (1,) and f["sentence_to_index"].asstr()[0].isascii()
+        # fixed-length bytes, not a vlen str (the README): `json.loads(index[0])` reads both
+        assert h5py.check_string_dtype(f["sentence_to_index"].dtype).length is not None
+        assert json.loads(f["sentence_to_index"][0]) == index
         # superblock version 2: the HDF5 1.8 format, whose groups index their links (flat memory)
         assert f.id.get_create_plist().get_version()[0] == 2
 
