@@ -144,7 +144,7 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
         cwd=REPO,
     )
     assert json.loads(out.stdout)["output_dim"] == 32
-    for command in ("embed", "convert", "info", "download", "init-config"):
+    for command in ("embed", "convert", "info", "download", "init-config", "init-random"):
         assert run_cli(command, "--help") == 0
         out = capsys.readouterr().out
         assert "Usage" in out
