@@ -50,6 +50,18 @@ def test_cuda_without_cuda_is_one_clear_error(fixture_dir, device, tmp_path, cap
     assert not (tmp_path / "out.hdf5").exists()
 
 
+def test_a_cuda_device_past_the_machines_last_is_one_error_naming_those_it_has(
+    fixture_dir, monkeypatch
+):
+    """On a machine of two CUDA devices (as torch is made to report them here), `cuda:2` is refused
+    before anything moves there, naming the devices it has (the README's device table)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ElmoConfigError) as err:
+        load_bilm(fixture_dir, device="cuda:2")
+    assert "this machine has 2 CUDA device(s), cuda:0 to cuda:1" in str(err.value)
+
+
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (the CPU suite checks the error)"
 )
