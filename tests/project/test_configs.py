@@ -1,5 +1,6 @@
 """The project's configs: the columns of `spacy train`'s table are scores their pipelines
-produce; the ELMo configs embed with the state policy of the weights they are given."""
+produce; the ELMo configs embed with the state policy of the weights they are given; each baseline
+is its ELMo config less the features."""
 
 import numpy as np
 import pytest
@@ -64,3 +65,20 @@ def test_elmo_configs_embed_with_the_weights_own_state_policy(name, zero_policy_
     expected = load_bilm(zero_policy_bilm).embed([words])[0]
     assert not np.allclose(expected, load_bilm(zero_policy_bilm, state="warm").embed([words])[0])
     np.testing.assert_allclose(doc._.elmo_layers, expected, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.parametrize("task", ["tagger", "ner"])
+def test_the_baseline_differs_from_the_elmo_config_only_in_the_features(task):
+    """The README: `tagger_base.cfg` differs from `tagger_elmo.cfg` only in the features (`ner_*`
+    likewise). Take the `elmo` component, its path, its annotating and its mix out of the ELMo
+    config and the baseline is left, setting for setting."""
+    base = Config().from_disk(CONFIGS / f"{task}_base.cfg", interpolate=False)
+    elmo = Config().from_disk(CONFIGS / f"{task}_elmo.cfg", interpolate=False)
+    assert elmo["paths"].pop("elmo") is None and elmo["components"].pop("elmo")
+    assert elmo["nlp"]["pipeline"].pop(0) == "elmo"
+    assert elmo["training"]["annotating_components"] == ["elmo"]
+    elmo["training"]["annotating_components"] = []
+    embed = elmo["components"]["tok2vec"]["model"]["embed"]
+    assert embed.pop("elmo") and embed["@architectures"] == "spacy_elmo.ElmoMultiHashEmbed.v1"
+    embed["@architectures"] = "spacy.MultiHashEmbed.v2"
+    assert elmo == base
