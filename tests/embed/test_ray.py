@@ -26,7 +26,7 @@ import spacy_elmo.embed.job
 from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm, open_embeddings
 from spacy_elmo.bilm.threads import torch_threads
 from spacy_elmo.embed import EmbedOptions, run
-from spacy_elmo.embed.ray_engine import embed_job
+from spacy_elmo.embed.ray_engine import embed_job, pool_size
 from spacy_elmo.embed.runner import embed_with_ray
 
 from ..helpers import (
@@ -268,6 +268,26 @@ def test_a_killed_worker_is_redone_and_a_rerun_keeps_complete_shards(
             text, out, str(fixture_dir), shards=SHARDS, workers=2, dtype="float16", **SETTINGS
         )
     assert (job.lines_done, job.lines_run) == (300, 0)  # complete: nothing to do
+
+
+def test_the_pool_is_what_the_cluster_holds_at_most_one_actor_per_shard(monkeypatch, tmp_path):
+    """--workers' default (its help): as many actors as the cluster's CPUs / --threads-per-worker
+    and its GPUs / --gpus-per-worker hold, at most one per shard; --gpus-per-worker is 1 where
+    --device cuda does not give it (the README's device table)."""
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
+    for (shards, workers, threads, gpus), size in [
+        ((10, None, 1, 0.0), 8),
+        ((10, None, 3, 0.0), 2),
+        ((3, None, 1, 0.0), 3),
+        ((10, None, 1, 0.5), 4),
+        ((10, None, 1, 1.0), 2),
+        ((10, None, 4, 0.25), 2),
+        ((10, 5, 1, 0.0), 5),
+        ((3, 5, 1, 0.0), 3),
+    ]:
+        assert pool_size(shards, workers, threads, gpus) == size, (shards, workers, threads, gpus)
+    options = EmbedOptions("in.txt", tmp_path / "o", "w", shards=2, engine="ray", device="cuda")
+    assert options.check().gpus_per_worker == 1.0
 
 
 @pytest.mark.timeout(300)
