@@ -371,6 +371,15 @@ def test_files_placed_by_hand_are_recorded_on_first_use(tmp_path, monkeypatch, s
         load_bilm("small")
 
 
+def test_without_spacy_elmo_cache_the_cache_is_under_home(tmp_path, monkeypatch, small_models):
+    """The README: the cache is `~/.cache/spacy_elmo` unless `$SPACY_ELMO_CACHE` names one."""
+    monkeypatch.delenv("SPACY_ELMO_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(small_models[0], tmp_path / ".cache" / "spacy_elmo" / "small")
+    assert load_bilm("small").output_dim == 256
+    assert (tmp_path / ".cache" / "spacy_elmo" / "small" / "manifest.json").is_file()
+
+
 def test_a_model_of_other_sizes_is_refused(server, fixture_dir, tmp_path, capsys):
     """A mirror serving another model at small's paths (AllenNLP's 2x64 test fixture, which loads):
     one error naming the options file, what it holds and what small has; nothing recorded or kept
