@@ -568,6 +568,8 @@ def test_a_malformed_content_length_is_one_error(server, tmp_path, capsys, lengt
 
 
 def test_the_deadline_is_derived_from_the_expected_size():
+    # --help: a minute plus the file's size at 64 KiB/s
+    assert download_module.file_deadline(30 * 64 * 1024) == 60 + 30
     assert (
         download_module.file_deadline(1000)
         == download_module.DEADLINE_BASE + 1000 / download_module.MIN_RATE
