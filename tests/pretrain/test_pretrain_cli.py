@@ -10,6 +10,7 @@ import shutil
 import pytest
 import torch
 import typer
+from thinc.api import Config
 
 from spacy_elmo import ElmoConfigError
 from spacy_elmo.cli import app
@@ -69,6 +70,15 @@ def test_show_config_applies_overrides(capsys):
     )
     assert code == 0
     assert "max_steps = 7" in out and 'tokenizer = "whitespace"' in out
+    # --lang sets corpus.tokenizer and corpus.lang; --train and --dev set paths.train and paths.dev
+    args = ["--show-config", "--lang", "de", "--train", "a.txt", "--dev", "b.txt"]
+    code, out = run_pretrain(args, capsys, "out")
+    config = Config().from_str(out, interpolate=False)
+    assert code == 0 and (config["corpus"]["tokenizer"], config["corpus"]["lang"]) == (
+        "spacy",
+        "de",
+    )
+    assert (config["paths"]["train"], config["paths"]["dev"]) == ("a.txt", "b.txt")
 
 
 @pytest.mark.parametrize(
