@@ -147,6 +147,9 @@ def test_wide_bounds_are_scaled_per_row_and_narrow_ones_use_the_fixed_grid():
     assert type(int8.int8_product(w, bound=3.0)) is int8.Int8Product
     assert type(int8.int8_product(w, bound=6.0)) is int8.Int8Product  # two layers' sum of clip 3
     assert type(int8.int8_product(w, bound=100.0)) is int8.RowScaledInt8Product
+    # the README: a proj_clip over 8 scales each row, one of 8 keeps the fixed grid
+    assert type(int8.int8_product(w, bound=8.0)) is int8.Int8Product
+    assert type(int8.int8_product(w, bound=8.5)) is int8.RowScaledInt8Product
     assert type(int8.int8_product(w)) is int8.RowScaledInt8Product
 
 
