@@ -15,7 +15,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo import load_bilm
+from spacy_elmo import load_bilm, save_bilm
 from spacy_elmo.bilm import average_layers
 
 from ..helpers import (
@@ -65,6 +65,20 @@ def test_embed_equals_the_api(weights, tmp_path, layer):
         "Hello world": "2",
         "a b c d e f g h i j k l": "4",
     }
+
+
+def test_without_state_embed_takes_the_weights_own_policy(fixture_dir, tmp_path):
+    """--state's default (its help): the weights' own, here a model saved under "zero"."""
+    zero = save_bilm(load_bilm(fixture_dir), tmp_path / "zero", state="zero")
+    text, out = write_lines(tmp_path / "in.txt", LINES), tmp_path / "out.hdf5"
+    assert run_cli("embed", text, out, "--weights", zero, "--whitespace", "--no-progress") == 0
+    arrays, _, _ = read_output(out)
+    sentences = [line.split() for line in LINES]
+    for i, (own, warm) in enumerate(
+        zip(load_bilm(zero).embed(sentences), load_bilm(zero, state="warm").embed(sentences))
+    ):
+        np.testing.assert_array_equal(arrays[str(i)], own)
+        assert own.shape[1] == 0 or not np.array_equal(own, warm)
 
 
 def test_embed_average_is_the_components_average_mix(fixture_dir, tmp_path):
