@@ -130,6 +130,24 @@ def test_any_shard_count_fits_without_choosing_a_block(fixture_dir, tmp_path, ca
     assert "has 2 line(s)" in one_error_line(capsys.readouterr().err)
 
 
+def test_a_block_is_10000_lines_unless_shards_need_more_or_carry_rounds_it_up(tmp_path):
+    """The README and --flush-every's help: 10,000 lines by default; fewer where --shards N needs
+    N blocks; under --state carry rounded up to a multiple of --batch-size; --flush-every as
+    given."""
+    from spacy_elmo.embed import EmbedOptions
+
+    def block(lines, whole_batches=False, **settings):
+        options = EmbedOptions(tmp_path / "in.txt", tmp_path / "out", "w", **settings)
+        return options.block_size(lines, whole_batches)
+
+    assert block(50_000) == block(50_000, shards=4) == 10_000
+    assert block(30_000, shards=4) == 7_500 and block(30_001, shards=4) == 7_501
+    assert (
+        block(50_000, True, batch_size=64) == 10_048 and block(50_000, True, batch_size=8) == 10_000
+    )
+    assert block(50_000, flush_every=7) == 7 and block(50_000, True, flush_every=7) == 64
+
+
 @pytest.mark.parametrize("shards", [None, 1, 2, 3, 5])
 def test_the_planned_ranges_cover_every_line_once_in_whole_blocks(shards):
     """Whatever the line count (a last block short or not): the pieces' ranges run from line 0 to
