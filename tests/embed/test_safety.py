@@ -445,6 +445,38 @@ def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
         ]
 
 
+@pytest.mark.timeout(180)
+def test_shard_runs_into_one_output_go_on_at_the_same_time(fixture_dir, tmp_path):
+    """--shard's help: the shards can run at the same time. While `--shard 0/2` holds its shard
+    (paused before it reads a line), `--shard 1/2` writes its own; then the output opens whole."""
+    text = generated(tmp_path / "in.txt", 60, seed=5)
+    out, marker = tmp_path / "out", tmp_path / "first"
+    extra = ["--flush-every", 30]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED, str(marker)]
+        + embed_args(text, out, fixture_dir, *extra, "--shard", "0/2"),
+        env=ENV,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.with_suffix(".started").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the first shard run did not start"
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.stderr.read()
+        assert run_cli(*embed_args(text, out, fixture_dir, *extra, "--shard", "1/2")) == 0
+        assert (out / "shard-00001.hdf5").is_file() and not (out / "shard-00000.hdf5").exists()
+    finally:
+        marker.with_suffix(".go").write_text("")
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    with open_embeddings(out) as reader:
+        assert len(reader) == 60
+
+
 @pytest.mark.timeout(60)
 def test_clearing_a_run_directory_keeps_the_lock_it_holds(tmp_path):
     """A run that starts its directory again removes all in it but its lock: a second writer is
