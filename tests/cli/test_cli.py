@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from spacy_elmo.files import sha256_file
 
 from ..helpers import ENV, REPO, SENTS, full_disk_in_torch_save, one_error_line, run_cli, tmpfs
 from ..model_files import lowercasing_model
+from ..readme_blocks import README
 
 
 # ------------------------------------------------------------------------------------------------
@@ -152,6 +154,17 @@ def test_module_entry_point_and_help(fixture_dir, capsys):
             assert "SPACY_ELMO_BASE_URL" in out
     assert run_cli("pretrain", "--help") == 0  # argparse's own help, with the dotted overrides
     assert "--section.key" in capsys.readouterr().out
+
+
+def test_the_readmes_command_table_names_every_command():
+    """Each command `python -m spacy_elmo` has is a row of the README's command table, and each row
+    a command it has (a command added or renamed without its row fails)."""
+    from spacy_elmo.cli import app
+
+    text = README.read_text(encoding="utf-8").split("## Command line", 1)[1].split("\n\n")[2]
+    rows = [line.split(" | ")[0] for line in text.splitlines()[2:]]
+    named = {m for row in rows for m in re.findall(r"`([a-z-]+)(?: [A-Z]+)+`", row)}
+    assert named == {command.name for command in app.registered_commands}
 
 
 # ---------------------------------------------------------------------------------------------
