@@ -167,6 +167,17 @@ def test_the_readmes_command_table_names_every_command():
     assert named == {command.name for command in app.registered_commands}
 
 
+def test_every_command_documents_itself_and_each_argument_and_option():
+    """The README: `COMMAND --help` documents each, every argument and option with its help."""
+    import typer.main
+
+    from spacy_elmo.cli import app
+
+    for name, command in typer.main.get_command(app).commands.items():
+        assert command.help, name
+        assert [p.name for p in command.params if not getattr(p, "help", None)] == [], name
+
+
 # ---------------------------------------------------------------------------------------------
 # convert
 
