@@ -25,11 +25,10 @@ import argparse
 import hashlib
 import json
 import shutil
-import sys
 import time
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from spacy_elmo.files import write_atomic
 
@@ -55,9 +54,9 @@ from .study import (
     machine_line,
     metrics_dir,
     read_json,
-    run,
     run_first,
     shown,
+    spacy_train,
 )
 from .tuned_runs import TunedRuns
 
@@ -350,36 +349,23 @@ class Study(TunedRuns):
         config = self.config_of(task, system)
         if system == "spacy-pretrain":
             config = with_pretraining_section(config, out)
-        args = [
-            sys.executable,
-            "-m",
-            "spacy",
-            "train",
-            str(config),
-            "--output",
-            str(out),
-            "--paths.train",
-            str(self.split(task, "train", fraction, seed)),
-            "--paths.dev",
-            str(self.split(task, "dev")),
-            "--system.seed",
-            str(seed),
-        ]
-        args += [f"--{k}={json.dumps(v)}" for k, v in self.scale.train_overrides.items()]
+        overrides: Dict[str, Any] = {
+            "paths.train": str(self.split(task, "train", fraction, seed)),
+            "paths.dev": str(self.split(task, "dev")),
+            "system.seed": seed,
+            **self.scale.train_overrides,
+        }
         baselines = self.training / "baselines"
         if system in ELMO_SYSTEMS:
-            bilm = self.bilm if tuned is None else str(tuned[0])
-            args += ["--paths.elmo", bilm, *size_overrides(config, *self.bilm_info[:2])]
+            overrides["paths.elmo"] = self.bilm if tuned is None else str(tuned[0])
+            overrides.update(size_overrides(config, *self.bilm_info[:2]))
         elif system == "spacy-pretrain":
-            args += ["--paths.init_tok2vec", str(baselines / "tok2vec" / "model-last.bin")]
+            overrides["paths.init_tok2vec"] = str(baselines / "tok2vec" / "model-last.bin")
         elif system == "floret":
-            args += [
-                "--paths.vectors",
-                str(baselines / "floret" / "vectors"),
-                "--components.tok2vec.model.embed.include_static_vectors=true",
-            ]
+            overrides["paths.vectors"] = str(baselines / "floret" / "vectors")
+            overrides["components.tok2vec.model.embed.include_static_vectors"] = True
         start = time.perf_counter()
-        run(args)
+        spacy_train(config, out, overrides)
         seconds = time.perf_counter() - start
         meta = json.loads((out / "model-best" / "meta.json").read_text(encoding="utf-8"))
         record = {
@@ -470,18 +456,18 @@ def count_docs(path: Path) -> int:
     return len(DocBin().from_disk(path))
 
 
-def size_overrides(config: Path, n_layers: int, width: int) -> List[str]:
+def size_overrides(config: Path, n_layers: int, width: int) -> Dict[str, int]:
     """`spacy train` overrides that give every ElmoFeatures block of `config` the biLM's sizes."""
     from thinc.api import Config
 
     from spacy_elmo.layers import feature_paths
 
     sections = Config().from_disk(config, interpolate=False)["components"]
-    return [
-        f"--{path}.{setting}={value}"
+    return {
+        f"{path}.{setting}": value
         for path in feature_paths(sections, "components")
         for setting, value in (("n_layers", n_layers), ("width", width))
-    ]
+    }
 
 
 @errors()

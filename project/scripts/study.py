@@ -6,8 +6,10 @@ The scripts of project.yml import this module; it holds no step of its own.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shlex
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -256,6 +258,31 @@ def run(args: List[str]) -> None:
     code = subprocess.call(args, env=env)
     if code != 0:
         raise SystemExit(f"error: the command above failed with exit code {code}")
+
+
+def spacy_train(config: Path, output: Path, overrides: Dict[str, Any]) -> None:
+    """`python -m spacy train CONFIG --output OUTPUT` with the config's `overrides`
+    (`{"paths.train": "...", ...}`), run in this process: a run does not start Python, spaCy and
+    torch again. The command is shown first, to run by hand. Where spaCy stops (its message
+    printed), the step stops with one error line; other errors (an ElmoError: the biLM) reach the
+    step's `errors`."""
+    from spacy.cli.train import train
+
+    shown_overrides = [
+        f"--{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in overrides.items()
+    ]
+    command = ["python", "-m", "spacy", "train", str(config), "--output", str(output)]
+    print("$ " + shlex.join(command + shown_overrides), flush=True)
+    try:
+        train(config, output, overrides=overrides)
+    except SystemExit as stop:
+        if stop.code:  # spaCy's `msg.fail(..., exits=1)`, after its message
+            raise SystemExit(
+                f"error: spacy train stopped (exit code {stop.code}): see above"
+            ) from None
+    finally:
+        sys.stdout.flush()
+        gc.collect()  # the run's pipeline (thinc's models hold cycles), before the next is built
 
 
 # the tuned biLMs of the `tune` step (tune_bilm.py), which the `elmo-tuned` runs read. What a model

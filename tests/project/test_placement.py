@@ -37,15 +37,16 @@ def test_each_elmo_system_trains_its_config_with_sizes_for_each_of_its_mixes(sys
     (spaCy refuses an override of a setting the config lacks)."""
     config = CONFIGS / f"tagger_{ELMO_SYSTEMS[system]}.cfg"
     overrides = size_overrides(config, 3, 32)
-    assert overrides == [
-        f"--{path}.{setting}={value}"
+    assert overrides == {
+        f"{path}.{setting}": value
         for path in paths
         for setting, value in (("n_layers", 3), ("width", 32))
-    ]
-    values = dict(arg[2:].split("=") for arg in overrides)
-    Config().from_disk(config, interpolate=False, overrides={k: int(v) for k, v in values.items()})
+    }
+    Config().from_disk(config, interpolate=False, overrides=overrides)
     ner = CONFIGS / f"ner_{ELMO_SYSTEMS[system]}.cfg"
-    assert size_overrides(ner, 3, 32) == [arg.replace(".tagger.", ".ner.") for arg in overrides]
+    assert size_overrides(ner, 3, 32) == {
+        k.replace(".tagger.", ".ner."): v for k, v in overrides.items()
+    }
 
 
 @pytest.mark.parametrize("system", ["elmo", "elmo-output", "elmo-both", "elmo-layers01"])

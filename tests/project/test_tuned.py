@@ -149,20 +149,20 @@ def test_the_placement_step_trains_the_tuned_bilm_where_dev_placed_elmo(
     write_tuning(study, 0.1, 0, "tuned-0.1")
     assert study.tuned_placed() == ([(pos, "elmo-tuned-both", 0.1, 0)], [])
 
-    def fake_run(args):
-        raise Trained(args)
+    def fake_train(config, output, overrides):
+        raise Trained(config, output, overrides)
 
-    monkeypatch.setattr("project.scripts.run_study.run", fake_run)
+    monkeypatch.setattr("project.scripts.run_study.spacy_train", fake_train)
     study.corpus = tmp_path / "corpus"
     for split, fraction in (("train", 0.1), ("dev", 1.0)):
         study.split_path(pos, split, fraction).parent.mkdir(parents=True, exist_ok=True)
         study.split_path(pos, split, fraction).touch()
     with pytest.raises(Trained) as trained:
         study.train_step("placement")
-    args = trained.value.args[0]
-    assert args[args.index("train") + 1].endswith("configs/tagger_elmo_both.cfg")
-    assert args[args.index("--output") + 1].endswith("runs/pos-elmo-tuned-both-f0.1-s0")
-    assert args[args.index("--paths.elmo") + 1] == str(study.tuned_bilm(pos, 0.1, 0))
+    config, output, overrides = trained.value.args
+    assert str(config).endswith("configs/tagger_elmo_both.cfg")
+    assert str(output).endswith("runs/pos-elmo-tuned-both-f0.1-s0")
+    assert overrides["paths.elmo"] == str(study.tuned_bilm(pos, 0.1, 0))
     # dev prefers the input: the tuned biLM's run there is the `sample` step's
     write_train_record(study, "elmo", 0.1, 0.83)
     assert study.tuned_placed() == ([], [])
