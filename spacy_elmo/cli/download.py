@@ -19,7 +19,8 @@ def download_cli(
         typer.Option(
             min=0.001,
             help="seconds each file may take, all of each request (headers too) and retries "
-            "included (default: a minute plus its published size at 64 KiB/s; the part file "
+            "included (default: a minute plus the most bytes the file may have at 64 KiB/s: "
+            "for the weights, their parameters in float32, 5% and 1 MiB more; the part file "
             "stays for the next run)",
         ),
     ] = None,

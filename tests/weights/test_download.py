@@ -591,6 +591,8 @@ def test_size_bounds_match_the_published_architectures(tmp_path):
         with torch.device("meta"):
             n = sum(p.numel() for p in BiLM(opts).parameters())
         assert 4 * n < weights_bound < 4 * n * 1.1 + (1 << 20), (name, n, weights_bound)
+        # download --help: the weights' bound is their parameters in float32, 5% and 1 MiB more
+        assert weights_bound == int(4 * hub.PARAMETERS[name] * 1.05) + (1 << 20)
         assert options_bound <= 64 << 10
     options_file, weights_file = write_untrained(tmp_path, "small")
     assert options_file.stat().st_size < hub.max_bytes("small")[0]
