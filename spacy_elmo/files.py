@@ -4,7 +4,8 @@ Reading: every reader opens its file through `open_regular` (or checks it with `
 a library opens it by name): a regular file, or a symlink to one, of a bounded size. A FIFO, a
 device or a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero`
 never ends). A model directory is read from itself: every file a loader reads in it is named through
-`inside_dir`. A message quotes what a file holds only as an `excerpt`.
+`inside_dir`, and checked once open to be inside it still (`opened_inside`: a symlink swapped in
+between). A message quotes what a file holds only as an `excerpt`.
 
 Writing: files become visible only when complete: written under a new temporary name beside the
 target, fsynced, renamed into place, the rename made durable; the temporary is removed on failure.
@@ -121,9 +122,29 @@ def excerpt(text: object, limit: int = 40) -> str:
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
-def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> BinaryIO:
+def opened_inside(fd: int, path: PathLike, directory: PathLike, what: str) -> None:
+    """ElmoFileError naming `path` where the file open at `fd` is not the one `path` resolves to now
+    inside `directory`: a symlink of the model directory changed after `inside_dir` looked at it
+    (the file read could otherwise be any the process can read)."""
+    root, target = os.path.realpath(directory), os.path.realpath(path)
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(target))
+    except OSError:
+        same = False
+    if not same or os.path.commonpath([target, root]) != root:
+        raise ElmoFileError(
+            f"{path}: refused: the {what} changed as it was opened (a symlink now leading "
+            f"elsewhere than to the file inside the model directory {directory}, which it is read "
+            "from only)"
+        )
+
+
+def open_regular(
+    path: PathLike, what: str, max_bytes: Optional[int] = None, inside: Optional[PathLike] = None
+) -> BinaryIO:
     """`path` opened to read, in binary, once `regular_file` accepts it; checked again once open (it
-    may have been replaced in between)."""
+    may have been replaced in between). `inside`: the model directory `path` was named in
+    (`inside_dir`), which the file open must be inside (`opened_inside`)."""
     path = Path(path)
     regular_file(path, what, max_bytes)
     try:
@@ -133,6 +154,8 @@ def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
         raise ElmoFileError(f"{path}: cannot read the {what} ({err.strerror})") from None
     try:
         _check_status(path, os.fstat(fd), what, max_bytes)
+        if inside is not None:
+            opened_inside(fd, path, inside, what)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -140,9 +163,11 @@ def open_regular(path: PathLike, what: str, max_bytes: Optional[int] = None) -> 
         raise
 
 
-def read_regular(path: PathLike, what: str, max_bytes: int) -> bytes:
-    """The bytes of `path`, read whole (see `open_regular`): at most `max_bytes`."""
-    with open_regular(path, what, max_bytes) as f:
+def read_regular(
+    path: PathLike, what: str, max_bytes: int, inside: Optional[PathLike] = None
+) -> bytes:
+    """The bytes of `path`, read whole (see `open_regular`, `inside` too): at most `max_bytes`."""
+    with open_regular(path, what, max_bytes, inside) as f:
         data = f.read(os.fstat(f.fileno()).st_size)
         if f.read(1):
             raise ElmoFileError(
@@ -160,9 +185,10 @@ def sha256_fd(fd: int) -> str:
     return h.hexdigest()
 
 
-def sha256_file(path: PathLike, what: str = "file") -> str:
-    """The sha256 of a regular file (see `open_regular`: `what` it is, for the message)."""
-    with open_regular(path, what) as f:
+def sha256_file(path: PathLike, what: str = "file", inside: Optional[PathLike] = None) -> str:
+    """The sha256 of a regular file (see `open_regular`: `what` it is, for the message, and
+    `inside`)."""
+    with open_regular(path, what, inside=inside) as f:
         return sha256_fd(f.fileno())
 
 

@@ -329,7 +329,7 @@ class Elmo(Pipe):
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         deserialize = {  # read from the pipeline's directory only, as load_bilm reads it
             "model": lambda p: self._restored(
-                self.model.from_disk(model_file(p.parents[1], p.parent.name))
+                self.model.from_disk(model_file(p.parents[1], p.parent.name), p.parents[1])
             ),
         }
         util.from_disk(path, deserialize, exclude)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ElmoConfigError, ElmoFileError
-from ..files import atomic_dir, exists, inside_dir, write_errors
+from ..files import atomic_dir, exists, inside_dir, open_regular, write_errors
 from ..pretrain.outputs import HEAD_FILE, VOCAB_FILE
 from ..weights import export_hdf5, load_bilm, locate, read_state_dict, save_bilm
 from ..weights.hdf5_export import check_stem
@@ -18,6 +18,15 @@ from ..weights.locate import describe_source
 from .app import WEIGHTS_HELP, app, errors
 
 EXTRA_FILES = (HEAD_FILE, VOCAB_FILE)  # written next to a model by `pretrain`
+
+
+def copy_inside(extra: Path, target_dir: Path, inside: Path) -> Path:
+    """`extra` copied into `target_dir` from the file opened, once it is found inside the model
+    directory `inside` (see `files.open_regular`); the copy's path."""
+    target = target_dir / extra.name
+    with open_regular(extra, "extra model file", inside=inside) as f, open(target, "wb") as out:
+        shutil.copyfileobj(f, out)
+    return target
 
 
 @app.command("convert")
@@ -64,13 +73,13 @@ def convert_cli(
         for extra in extras:
             # copied only if it is a plain state dict, as `pretrain --init-from` reads it
             if extra.name == HEAD_FILE:
-                read_state_dict(extra, str(extra))
+                read_state_dict(extra, str(extra), inside=files.directory or home)
         with write_errors(dest), atomic_dir(dest) as tmp:  # DEST appears complete or not at all
             if target == "hdf5":
                 written = list(export_hdf5(bilm, tmp, stem=stem))
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
-            written += [Path(shutil.copy2(extra, tmp / extra.name)) for extra in extras]
+            written += [copy_inside(extra, tmp, files.directory or home) for extra in extras]
         paths, source = [dest / path.name for path in written], describe_source(src)
     typer.echo(
         "wrote "

@@ -21,12 +21,13 @@ from .convert import EXTRA_FILES
 
 def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
     """Everything `info` reports, JSON-friendly; each file hashed is read from the model directory
-    only (`inside_dir`)."""
+    only (`inside_dir`, checked again once open)."""
     with warnings.catch_warnings():  # reported below, as `untrained`
         warnings.simplefilter("ignore", ElmoUntrainedWarning)
         bilm = load_bilm(model, state=state)
     located = locate(model)
     directory = located.config.parent
+    inside = located.directory or directory
     architecture = architecture_file(directory) if located.kind == "efml" else None
     # each file inside the model directory, as the loader reads its own (a stray file too)
     files = [
@@ -40,7 +41,8 @@ def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
     ]
     softmax = None
     if extra and extra[0].name == HEAD_FILE:
-        softmax = sum(t.numel() for t in read_state_dict(extra[0], str(extra[0])).values())
+        head = read_state_dict(extra[0], str(extra[0]), inside=inside)
+        softmax = sum(t.numel() for t in head.values())
     o = bilm.options
     return {
         "model": model,
@@ -63,7 +65,7 @@ def describe(model: str, state: Optional[str] = None) -> dict[str, Any]:
         "options": o.sizes(),
         "untrained": untrained_note(o),
         "files": [
-            {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p, inside=inside)}
             for p in files + extra
         ],
     }

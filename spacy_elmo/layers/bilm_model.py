@@ -177,14 +177,16 @@ class ElmoBiLMModel(Model):
     def from_bytes(self, bytes_data: bytes) -> "ElmoBiLMModel":
         return self._read(bytes_data, "the serialized pipeline")
 
-    def from_disk(self, path: Union[str, Path]) -> "ElmoBiLMModel":
+    def from_disk(self, path: Union[str, Path], inside: Optional[Path] = None) -> "ElmoBiLMModel":
         """Read `path` once its framing, the sizes it declares (checked against the config's) and
-        the memory it needs allow (see `read_model_file`)."""
+        the memory it needs allow (see `read_model_file`); `inside`: the pipeline's directory, which
+        the file must be inside once open."""
         configured = frozen_bilm(self).configured
         data = read_model_file(
             str(path),
             "ELMo model of the pipeline",
             lambda options: check_sizes(configured, options, str(path)),
+            inside,
         )
         return self._read(data, str(path))
 

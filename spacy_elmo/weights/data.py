@@ -23,7 +23,9 @@ class ModelFiles:
     (a saved spaCy pipeline: its `config.cfg`, then `NAME/model` of its `elmo` component);
     `published`: the name it was found under, with `verified` False while its files were placed by
     hand and not yet recorded in the cache manifest; `label`: what the commands and the embedder
-    call the biLM where its path would not say which it is (a saved pipeline's component)."""
+    call the biLM where its path would not say which it is (a saved pipeline's component);
+    `directory`: the model directory given, which each file read must be inside once open
+    (`files.opened_inside`); None for a pair given and a published model (the cache's files)."""
 
     kind: str
     config: Path
@@ -32,6 +34,7 @@ class ModelFiles:
     verified: bool = True
     others: Tuple[Path, ...] = ()
     label: Optional[str] = None
+    directory: Optional[Path] = None
 
     @property
     def paths(self) -> List[Path]:

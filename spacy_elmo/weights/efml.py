@@ -85,7 +85,7 @@ def _named_architecture(directory: Path) -> Tuple[Path, str, Optional[Path]]:
     """`config.json`, its `config_path`, and the architecture file inside `directory` it names
     (None: none there): `config_path` as it is where relative without `..`, else its file name."""
     config_path = inside_dir(directory, EFML_CONFIG, WHAT[EFML_CONFIG])
-    config = read_json(config_path, WHAT[EFML_CONFIG])
+    config = read_json(config_path, WHAT[EFML_CONFIG], directory)
     named = config.get("config_path") if isinstance(config, dict) else None
     if not isinstance(named, str) or not named:
         raise ElmoFileError(
@@ -111,7 +111,7 @@ def read_architecture(directory: Path) -> Tuple[Dict[str, Any], str]:
     that `config_path` names, else the architecture EFML ships under that file name."""
     config_path, named, path = _named_architecture(directory)
     if path is not None:
-        return _as_object(read_json(path, ARCHITECTURE_WHAT), str(path)), str(path)
+        return _as_object(read_json(path, ARCHITECTURE_WHAT, directory), str(path)), str(path)
     if os.path.basename(named) in PUBLISHED_CONFIGS:
         return (
             PUBLISHED_ARCHITECTURE,
@@ -239,12 +239,12 @@ def _rows(tensors: Dict[str, torch.Tensor], name: str, source: str) -> int:
     return tensor.shape[0]
 
 
-def read_dic(path: Path, what: str) -> Dict[str, int]:
+def read_dic(path: Path, what: str, inside: Optional[Path] = None) -> Dict[str, int]:
     """A `token<TAB>id` file as EFML reads it: lines split where `str.splitlines` splits them (as
     its codecs reader does), stripped; a line of one field is the id of U+3000 (a token of white
     space that `strip` removed); later lines win. Another line is one ElmoFileError naming the file
-    and the line."""
-    data = read_regular(path, what, MAX_DIC_BYTES)
+    and the line. `inside`: its model directory (see `files.open_regular`)."""
+    data = read_regular(path, what, MAX_DIC_BYTES, inside)
     try:
         text = data.decode(TEXT_ENCODING)
     except UnicodeDecodeError as err:
@@ -361,7 +361,7 @@ def read(model: ModelFiles) -> ModelData:
         for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER, EFML_CHARS, EFML_WORDS)
     }
     token, encoder = (
-        read_state_dict(paths[name], str(paths[name]), WHAT[name], legacy=True)
+        read_state_dict(paths[name], str(paths[name]), WHAT[name], legacy=True, inside=directory)
         for name in (EFML_TOKEN_EMBEDDER, EFML_ENCODER)
     )
     has_words = bool(
@@ -378,8 +378,8 @@ def read(model: ModelFiles) -> ModelData:
     _check_tensors(token, token_shapes, source, arch_source)
     _check_tensors(encoder, encoder_shapes, str(paths[EFML_ENCODER]), arch_source)
     check_memory(EFML_COPIES * 4 * opts.n_parameters, source)
-    chars = read_dic(paths[EFML_CHARS], WHAT[EFML_CHARS])
-    words = read_dic(paths[EFML_WORDS], WHAT[EFML_WORDS]) if opts.word_dim else None
+    chars = read_dic(paths[EFML_CHARS], WHAT[EFML_CHARS], directory)
+    words = read_dic(paths[EFML_WORDS], WHAT[EFML_WORDS], directory) if opts.word_dim else None
     table = CharTable.checked(
         chars,
         words,

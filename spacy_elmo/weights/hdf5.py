@@ -21,7 +21,7 @@ import torch
 from ..bilm.lstm import gates_to_internal
 from ..bilm.options import BiLMOptions
 from ..errors import ElmoFileError
-from ..files import hdf5_dataset, inside_dir, regular_file, sha256_fd
+from ..files import hdf5_dataset, inside_dir, opened_inside, regular_file, sha256_fd
 from .checks import check_finite
 from .data import ModelData, ModelFiles
 from .digests import check_same_save
@@ -149,12 +149,17 @@ def _check_nothing_left_out(f, expected, path: Path, options_path: str) -> None:
 
 
 def read_hdf5(
-    path: Path, opts: BiLMOptions, options_path: str, digest: Optional[str] = None
+    path: Path,
+    opts: BiLMOptions,
+    options_path: str,
+    digest: Optional[str] = None,
+    inside: Optional[Path] = None,
 ) -> Dict[str, np.ndarray]:
     """Every dataset `expected_shapes(opts)` names, as float32. All are checked before any is
     read; then the file is checked against the sha256 `digest` its options record (None: none),
     or, where the datasets are not those the options describe, first (weights of another save:
-    `digests.MixedSaveError`, which `load_bilm` reads again)."""
+    `digests.MixedSaveError`, which `load_bilm` reads again). `inside`: its model directory, which
+    the file h5py opened must be inside (`files.opened_inside`)."""
     h5py = import_h5py()
     regular_file(path, "ELMo weight file")
     try:
@@ -163,6 +168,12 @@ def read_hdf5(
         raise ElmoFileError(
             f"{path}: not a readable HDF5 file, truncated or corrupt? ({err})"
         ) from None
+    if inside is not None:
+        try:
+            opened_inside(f.id.get_vfd_handle(), path, inside, "ELMo weight file")
+        except ElmoFileError:
+            f.close()
+            raise
     arrays: Dict[str, np.ndarray] = {}
     actual = None
     with f:
@@ -256,7 +267,7 @@ def _looks_like_options(path: Path) -> bool:
         return True
     inside_dir(path.parent, path.name, OPTIONS_FILE)
     try:
-        opts = read_json(path)
+        opts = read_json(path, inside=path.parent)
     except ElmoFileError:
         return False
     return isinstance(opts, dict) and "lstm" in opts and "char_cnn" in opts
@@ -331,7 +342,7 @@ def read(model: ModelFiles) -> ModelData:
     """The options file and the weights of `model` (a directory's pair, a pair given, a published
     model's files): the memory a load needs is checked first, then every dataset (see `read_hdf5`);
     policy "warm", the warm state computed when needed."""
-    raw = read_json(model.config)
+    raw = read_json(model.config, inside=model.directory)
     digest = raw.pop(WEIGHTS_DIGEST, None) if isinstance(raw, dict) else None
     if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
         raise ElmoFileError(f"{model.config}: '{WEIGHTS_DIGEST}' must be a sha256, got {digest!r}")
@@ -348,7 +359,7 @@ def read(model: ModelFiles) -> ModelData:
             "vectors there would differ; keep such a model in this project's format"
         )
     check_memory(HDF5_COPIES * 4 * options.n_parameters, str(model.weights))
-    arrays = read_hdf5(model.weights, options, str(model.config), digest)
+    arrays = read_hdf5(model.weights, options, str(model.config), digest, model.directory)
     state_dict = tf_to_state_dict(arrays, options)
     # not in the file: computed
     state_dict["warm_h"] = torch.zeros(options.n_layers, 2, options.projection_dim)

@@ -5,7 +5,7 @@ bytes of a character table's JSON (`char_table.json`, or the one a saved pipelin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ..bilm.options import BiLMOptions
 from ..files import parse_json, read_regular
@@ -15,10 +15,10 @@ MAX_JSON_BYTES = 1 << 20  # options files are a few hundred bytes
 MAX_TABLE_BYTES = 256 << 20
 
 
-def read_json(path: Path, what: str = "ELMo options file") -> Any:
+def read_json(path: Path, what: str = "ELMo options file", inside: Optional[Path] = None) -> Any:
     """A small JSON file (an options file or `bilm.json`): not a regular file, too large, not UTF-8
-    or not JSON -> ElmoFileError."""
-    return parse_json(read_regular(path, what, MAX_JSON_BYTES), path, what)
+    or not JSON -> ElmoFileError. `inside`: its model directory (see `files.open_regular`)."""
+    return parse_json(read_regular(path, what, MAX_JSON_BYTES, inside), path, what)
 
 
 def read_options(path: Union[str, Path]) -> BiLMOptions:

@@ -6,12 +6,14 @@ through it.
 One rule tells names from paths: a published name (`small`, `medium`, `original`, `original-5.5b`, a
 str) is the cached model of that name, whatever the working directory holds; anything else
 (`./small`, `small/`, an absolute path, any `Path`) is a path. A directory is in the first of
-`FORMATS` whose `detect` says so; its files are read from it only (`inside_dir`).
+`FORMATS` whose `detect` says so; its files are read from it only (`inside_dir`, then
+`ModelFiles.directory`).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Tuple, Union
 
@@ -58,7 +60,7 @@ def locate(path: ModelPath, *, verify: bool = False) -> ModelFiles:
         )
     # the last, hdf5, claims every directory
     fmt = next(fmt for fmt in FORMATS if fmt.detect(directory))
-    return fmt.model_files(directory)
+    return replace(fmt.model_files(directory), directory=directory)
 
 
 def _path(path: object) -> Path:

@@ -69,10 +69,11 @@ def model_files(directory: Path) -> ModelFiles:
 
 def read(model: ModelFiles) -> ModelData:
     """The model in `model.config`'s directory: its options, saved state policy, character table and
-    weights, every file read from that directory."""
+    weights, every file read from that directory (inside the one given, `model.directory`)."""
     directory = model.config.parent
+    inside = model.directory or directory
     config_path = inside_dir(directory, OWN_CONFIG, "model config")
-    config = read_json(config_path, "model config")
+    config = read_json(config_path, "model config", inside)
     if not isinstance(config, dict):
         raise ElmoFileError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
     if config.get("format") != OWN_FORMAT or config.get("version") != OWN_VERSION:
@@ -95,7 +96,7 @@ def read(model: ModelFiles) -> ModelData:
     table = None
     if opts.char_table:
         table_path = inside_dir(directory, OWN_TABLE, "character table")
-        data = read_regular(table_path, "character table", MAX_TABLE_BYTES)
+        data = read_regular(table_path, "character table", MAX_TABLE_BYTES, inside)
         try:
             text = data.decode(TEXT_ENCODING)
         except UnicodeDecodeError as err:
@@ -109,7 +110,7 @@ def read(model: ModelFiles) -> ModelData:
             actual = hashlib.sha256(data).hexdigest()
             check_same_save(config_path, table_path, digests[OWN_TABLE], actual, "save_bilm")
     weights_path = inside_dir(directory, OWN_WEIGHTS, "ELMo weight file")
-    with open_regular(weights_path, "ELMo weight file") as f:
+    with open_regular(weights_path, "ELMo weight file", inside=inside) as f:
         state_dict = read_state_dict(f, str(weights_path))
         expected = archives.get(OWN_WEIGHTS) or digests.get(OWN_WEIGHTS)
         if expected is not None:  # the file just read, through its descriptor

@@ -55,7 +55,8 @@ def held(directory: Path) -> List[str]:
 def _config(directory: Path) -> configparser.ConfigParser:
     """The pipeline's `config.cfg`, read as it stands (no interpolation)."""
     path = inside_dir(directory, PIPELINE_CONFIG, "pipeline config")
-    text = read_regular(path, "pipeline config", MAX_CONFIG_BYTES).decode("utf-8", "replace")
+    text = read_regular(path, "pipeline config", MAX_CONFIG_BYTES, directory)
+    text = text.decode("utf-8", "replace")
     parser = configparser.ConfigParser(interpolation=None, allow_no_value=True, strict=False)
     parser.optionxform = str
     try:
@@ -152,7 +153,9 @@ def read(model: ModelFiles) -> ModelData:
     policy (an earlier version's) has the one the config gives the component, as in spacy.load."""
     path = str(model.weights)  # `model_file`'s: inside the pipeline's directory
     directory = model.config.parent
-    data = read_model_file(path, "ELMo model of the pipeline", lambda options: None)
+    data = read_model_file(
+        path, "ELMo model of the pipeline", lambda options: None, model.directory or directory
+    )
     with naming_file(path):
         return read_message(
             bilm_message(data),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Dict
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Dict, Optional
 
 import srsly
 
@@ -135,12 +136,14 @@ def weights_bound(options: BiLMOptions) -> int:
     return 4 * (options.n_parameters + warm) + TORCH_FRAMING_BYTES
 
 
-def read_model_file(path: str, what: str, accept: Callable[[BiLMOptions], None]) -> bytes:
+def read_model_file(
+    path: str, what: str, accept: Callable[[BiLMOptions], None], inside: Optional[Path] = None
+) -> bytes:
     """The bytes of the biLM file at `path`, read whole once its framing fits its size, its
     options (passed to `accept`, which raises where they are not wanted) bound its weights and
     the memory to load it is there. ElmoFileError naming `path` otherwise (ElmoResourceError:
-    memory)."""
-    with open_regular(path, what, MAX_SERIALIZED_BYTES) as f:
+    memory). `inside`: the pipeline directory it must be inside (see `files.open_regular`)."""
+    with open_regular(path, what, MAX_SERIALIZED_BYTES, inside) as f:
         size = os.fstat(f.fileno()).st_size
         try:
             outer = _walk(f, 0, size, "shims", exact=False)

@@ -70,15 +70,20 @@ def archive_digest(file: BinaryIO) -> Optional[str]:
 
 
 def read_state_dict(
-    file: Union[Path, BinaryIO], source: str, what: str = "torch state dict", legacy: bool = False
+    file: Union[Path, BinaryIO],
+    source: str,
+    what: str = "torch state dict",
+    legacy: bool = False,
+    inside: Optional[Path] = None,
 ) -> Dict[str, torch.Tensor]:
     """A `{name: tensor}` dict saved with `torch.save`, read without unpickling code
     (`weights_only=True`) from a file object or a path (a regular file: see `open_regular`), once
     `check_archive` (or with `legacy`, for a file in torch's format before 1.6, `check_legacy`) has
     passed and the memory it needs (the tensors, then the network they fill) is there. Anything else
-    -> ElmoFileError (ElmoResourceError: memory) naming `source`."""
+    -> ElmoFileError (ElmoResourceError: memory) naming `source`. `inside`: a path's model
+    directory (see `open_regular`)."""
     if isinstance(file, Path):
-        with open_regular(file, what) as opened:
+        with open_regular(file, what, inside=inside) as opened:
             return read_state_dict(opened, source, legacy=legacy)
     start = file.tell()
     is_zip = file.read(4) == b"PK\x03\x04"

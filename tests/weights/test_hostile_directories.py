@@ -5,15 +5,19 @@ manifest. Each is refused with one ElmoFileError that names the file."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 
 import pytest
+import spacy
+import torch
 
 from spacy_elmo import ElmoFileError, load_bilm
 
-from ..helpers import refused
-from ..model_files import hdf5_model, own_model
+from ..efml_models import write_efml_model
+from ..helpers import one_error_line, refused, run_cli
+from ..model_files import hdf5_model, own_model, pipeline
 
 
 def test_sentences_json_is_not_an_options_file(fixture_dir, tmp_path):
@@ -113,3 +117,107 @@ def test_hostile_manifest_names_the_file(tmp_path, entry):
     (tmp_path / hub.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ElmoFileError, match="manifest.json"):
         hub.verify(tmp_path, "small")
+
+
+def swapped_at_open(monkeypatch, opened: pathlib.Path, link: pathlib.Path, outside, nth=1):
+    """Where `opened` is opened the `nth` time (by `os.open`, or by h5py), `link` (a symlink inside
+    the model directory: `opened` or a directory above it) is first turned to `outside`: the race
+    of a symlink swapped after the loader looked at it."""
+    import h5py
+
+    opens = {"count": 0}
+
+    def swap(path):
+        if os.fspath(path) == os.fspath(opened):
+            opens["count"] += 1
+            if opens["count"] == nth:
+                link.unlink()
+                link.symlink_to(outside)
+
+    real_open, real_h5 = os.open, h5py.File
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: (swap(path), real_open(path, *a, **k))[1])
+    monkeypatch.setattr(h5py, "File", lambda path, *a, **k: (swap(path), real_h5(path, *a, **k))[1])
+    return opens
+
+
+def linked_inside(directory: pathlib.Path, name: str, outside_root: pathlib.Path):
+    """`directory / name` moved to `directory / kept / NAME` and symlinked there (inside: read as
+    before), and a copy of it at `outside_root / name` -> (the link, the copy)."""
+    link = directory / name
+    kept = directory / "kept" / name
+    kept.parent.mkdir(parents=True)
+    shutil.move(link, kept)
+    link.symlink_to(kept)
+    outside = outside_root / name
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    (shutil.copytree if kept.is_dir() else shutil.copy)(kept, outside)
+    return link, outside
+
+
+@pytest.mark.parametrize(
+    "kind, name, opened, nth",
+    [
+        ("hdf5", "weights.hdf5", "weights.hdf5", 1),
+        ("hdf5", "options.json", "options.json", 1),
+        ("own", "bilm.json", "bilm.json", 1),
+        ("own", "weights.pt", "weights.pt", 1),
+        ("pretrain", "model", "model/weights.pt", 1),  # the directory above the file
+        ("efml", "encoder.pkl", "encoder.pkl", 1),
+        ("efml", "char.dic", "char.dic", 1),
+        ("pipeline", "elmo/model", "elmo/model", 1),
+    ],
+)
+@pytest.mark.parametrize("load", ["load_bilm", "spacy.load", "info"])
+def test_a_symlink_turned_outside_as_the_file_is_opened_is_refused(
+    fixture_dir, tmp_path, monkeypatch, capsys, kind, name, opened, nth, load
+):
+    """`inside_dir` looks at a file before it is opened: a symlink inside the model directory turned
+    to a file outside in between was followed, and the outside file read as the model's (here a copy
+    of the same: the load went on, silently). Now each file is checked once open, on its
+    descriptor, to be the one its path resolves to inside the directory."""
+    if load == "spacy.load" and kind != "pipeline":
+        pytest.skip("spacy.load reads pipelines only")
+    directory = tmp_path / "m"
+    if kind == "hdf5":
+        hdf5_model(fixture_dir, directory)
+    elif kind == "efml":
+        write_efml_model(directory)
+    elif kind == "pipeline":
+        pipeline(fixture_dir, directory)
+    else:
+        own_model(fixture_dir, directory / "model" if kind == "pretrain" else directory)
+    link, outside = linked_inside(directory, name, tmp_path / "elsewhere")
+    assert load_bilm(directory).output_dim > 0  # a symlink inside is read
+    if load == "info":
+        nth += 1  # the load before the sha256s
+    opens = swapped_at_open(monkeypatch, directory / opened, link, outside, nth)
+    message = "changed as it was opened"
+    if load == "load_bilm":
+        with pytest.raises(ElmoFileError, match=message) as err:
+            load_bilm(directory)
+        assert str(directory / opened) in str(err.value)
+    elif load == "spacy.load":
+        with pytest.raises(ElmoFileError, match=message):
+            spacy.load(directory)
+    else:
+        assert run_cli("info", directory) == 1
+        assert message in one_error_line(capsys.readouterr().err)
+    assert opens["count"] >= nth
+
+
+@pytest.mark.parametrize("name", ["vocab.txt", "lm_head.pt"])
+def test_convert_copies_no_extra_file_turned_outside_as_it_is_opened(
+    fixture_dir, tmp_path, monkeypatch, capsys, name
+):
+    """`convert` copies `pretrain`'s files beside a model (its softmax, its vocabulary): one whose
+    symlink inside is turned outside as it is opened is refused, nothing written."""
+    directory = own_model(fixture_dir, tmp_path / "m")
+    if name == "vocab.txt":
+        (directory / name).write_text("<S>\n</S>\n<UNK>\nthe\n")
+    else:
+        torch.save({"weight": torch.zeros(4, 16), "bias": torch.zeros(4)}, directory / name)
+    link, outside = linked_inside(directory, name, tmp_path / "elsewhere")
+    swapped_at_open(monkeypatch, directory / name, link, outside, nth=1)
+    assert run_cli("convert", directory, tmp_path / "out", "--to", "own") == 1
+    assert "changed as it was opened" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
