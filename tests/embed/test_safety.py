@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import h5py
 import numpy as np
@@ -393,6 +395,31 @@ main(sys.argv[1:])
 """
 
 
+@contextmanager
+def paused_run(marker: Path, args) -> Iterator[subprocess.Popen]:
+    """`embed ARGS` in a child (`PAUSED`), held before it reads a line while the block runs; then
+    let go, and it must finish."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED, str(marker), *map(str, args)],
+        env=ENV,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.with_suffix(".started").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the paused run did not start"
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.stderr.read()
+        yield proc
+    finally:
+        marker.with_suffix(".go").write_text("")
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("sharded", [False, True])
 def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
@@ -404,25 +431,7 @@ def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
     text = generated(tmp_path / "in.txt", 60, seed=5)
     out, marker = tmp_path / ("out" if sharded else "out.hdf5"), tmp_path / "first"
     extra = ["--shards", 2, "--flush-every", 30] if sharded else []
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PAUSED, str(marker), *embed_args(text, out, fixture_dir, *extra)],
-        env=ENV,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while (
-            not marker.with_suffix(".started").exists()
-            and proc.poll() is None
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.02)
-        assert marker.with_suffix(".started").exists(), (
-            proc.stderr.read() if proc.poll() is not None else "late"
-        )
+    with paused_run(marker, embed_args(text, out, fixture_dir, *extra)) as proc:
         for again in ([], ["--resume"])[: 1 if sharded else 2]:
             capsys.readouterr()
             assert run_cli(*embed_args(text, out, fixture_dir, *extra, *again)) == 1
@@ -432,10 +441,6 @@ def test_a_run_started_beside_a_live_one_says_another_run_holds_it(
                 and f"pid {proc.pid}" in line
                 and "pass --resume" not in line
             ), line
-    finally:
-        marker.with_suffix(".go").write_text("")
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
     if sharded:
         assert run_cli(*embed_args(text, out, fixture_dir, *extra)) == 0  # complete already
         assert sorted(p.name for p in out.iterdir()) == [
@@ -452,27 +457,9 @@ def test_shard_runs_into_one_output_go_on_at_the_same_time(fixture_dir, tmp_path
     text = generated(tmp_path / "in.txt", 60, seed=5)
     out, marker = tmp_path / "out", tmp_path / "first"
     extra = ["--flush-every", 30]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PAUSED, str(marker)]
-        + embed_args(text, out, fixture_dir, *extra, "--shard", "0/2"),
-        env=ENV,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while not marker.with_suffix(".started").exists() and proc.poll() is None:
-            assert time.monotonic() < deadline, "the first shard run did not start"
-            time.sleep(0.02)
-        assert proc.poll() is None, proc.stderr.read()
+    with paused_run(marker, embed_args(text, out, fixture_dir, *extra, "--shard", "0/2")):
         assert run_cli(*embed_args(text, out, fixture_dir, *extra, "--shard", "1/2")) == 0
         assert (out / "shard-00001.hdf5").is_file() and not (out / "shard-00000.hdf5").exists()
-    finally:
-        marker.with_suffix(".go").write_text("")
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
     with open_embeddings(out) as reader:
         assert len(reader) == 60
 
