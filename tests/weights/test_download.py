@@ -37,7 +37,8 @@ from ..helpers import ENV, SENTS, one_error_line, run_cli, tmpfs
 class Handler(BaseHTTPRequestHandler):
     """Serves `server.files` ({url path: bytes}) with Range support and, as S3 and nginx do, a
     validator of each file: a strong ETag (`server.validator == "etag"`, the default), only a
-    Last-Modified date (`"last-modified"`) or none (None), the last sent in `server.validators`; a
+    Last-Modified date (`"last-modified"`), a weak ETag and a Last-Modified date (`"weak-etag"`: the
+    date is the validator) or none (None), the last sent in `server.validators`; a
     Range whose `If-Range` is not the file's validator gets the whole file (200), unless
     `server.ignore_if_range`. A path in
     `server.truncate_once` is cut off halfway (after announcing its full length) the first time it
@@ -65,9 +66,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         digest = hashlib.md5(data).digest()
+        date = formatdate(int.from_bytes(digest[:3], "big") * 60, usegmt=True)
         validator = {
             "etag": f'"{digest.hex()}"',
-            "last-modified": formatdate(int.from_bytes(digest[:3], "big") * 60, usegmt=True),
+            "last-modified": date,
+            "weak-etag": date,
             None: None,
         }[self.server.validator]
         self.server.validators[self.path] = validator
@@ -87,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         if validator is not None:
             header = "ETag" if self.server.validator == "etag" else "Last-Modified"
             self.send_header(header, validator)
+        if self.server.validator == "weak-etag":  # never matches an If-Range (RFC 9110 13.1.5)
+            self.send_header("ETag", f'W/"{digest.hex()}"')
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         body = data[start:] + b"x" * self.server.extra.get(self.path, 0)
@@ -196,11 +201,11 @@ def assert_downloaded(directory, model) -> None:
     )
 
 
-@pytest.mark.parametrize("validator", ["etag", "last-modified"])
+@pytest.mark.parametrize("validator", ["etag", "last-modified", "weak-etag"])
 def test_download_resumes_a_part_file(server, small_models, tmp_path, validator):
     """An interrupted download continues in the next call where it stopped: a Range request whose
-    If-Range is the file's ETag (else its Last-Modified date), as the part file's first bytes came
-    with."""
+    If-Range is the file's ETag (else, a weak ETag never matching, its Last-Modified date), as the
+    part file's first bytes came with."""
     server.validator = validator
     have = interrupt(server, server.weights_path).stat().st_size
     assert run_cli("download", "small", "--no-progress") == 0
@@ -278,6 +283,40 @@ def test_a_part_file_without_a_validator_is_fetched_again(server, small_models, 
     assert run_cli("download", "small", "--no-progress") == 0
     assert [r for p, r in server.log if p == server.weights_path] == [None, None]
     assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
+@pytest.mark.parametrize("record", ["[1, 2]", "{not json"])
+def test_a_part_file_whose_record_is_no_json_object_is_fetched_again(
+    server, small_models, tmp_path, record
+):
+    """A `.part.origin` that is not the object a download writes (a list, broken JSON): any doubt
+    starts over, the file fetched from byte 0 (a list was an AttributeError traceback)."""
+    part = interrupt(server, server.weights_path)
+    part.with_name(part.name + ".origin").write_text(record)
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert [r for p, r in server.log if p == server.weights_path] == [None, None]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
+def test_a_download_stopped_as_it_starts_over_keeps_no_bytes_of_the_old_file(
+    server, small_models, tmp_path
+):
+    """The file changed since its part file was written: the resume is answered with the whole new
+    file. A download stopped there, before any of it is written, leaves none of the old bytes to be
+    continued under the new file's validator (a mixed file)."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(name, total, initial):
+        raise Stop
+
+    interrupt(server, server.weights_path)
+    serve(server, small_models[1])
+    with pytest.raises(Stop):
+        download_module.download("small", progress=stop)
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert_downloaded(tmp_path / "cache" / "small", small_models[1])
 
 
 def test_a_file_mirror_copies_whole_files(small_models, tmp_path, monkeypatch):
