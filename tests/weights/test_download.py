@@ -22,7 +22,7 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import ElmoFileError, ElmoResourceError, load_bilm
+from spacy_elmo import ElmoConfigError, ElmoFileError, ElmoResourceError, load_bilm
 from spacy_elmo.bilm.model import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.files import sha256_file
@@ -298,6 +298,18 @@ def test_a_part_file_whose_record_is_no_json_object_is_fetched_again(
     assert_downloaded(tmp_path / "cache" / "small", small_models[0])
 
 
+def test_a_part_file_as_long_as_the_file_is_fetched_again_whole(server, small_models, tmp_path):
+    """A part file holding every byte of the file (a download stopped before its rename): the
+    server refuses its Range past the end (416), and the file is fetched again from byte 0."""
+    part = interrupt(server, server.weights_path)
+    whole = server.files[server.weights_path]
+    part.write_bytes(whole)
+    assert run_cli("download", "small", "--no-progress") == 0
+    requests = [r for p, r in server.log if p == server.weights_path]
+    assert requests == [None, f"bytes={len(whole)}-", None]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
 def test_a_download_stopped_as_it_starts_over_keeps_no_bytes_of_the_old_file(
     server, small_models, tmp_path
 ):
@@ -317,6 +329,42 @@ def test_a_download_stopped_as_it_starts_over_keeps_no_bytes_of_the_old_file(
         download_module.download("small", progress=stop)
     assert run_cli("download", "small", "--no-progress") == 0
     assert_downloaded(tmp_path / "cache" / "small", small_models[1])
+
+
+def test_a_resumed_download_shows_its_progress_from_the_part(server, small_models, tmp_path):
+    """`progress(description, total, initial)`: a resumed file's bar starts at the bytes its part
+    file holds and is updated with each block received, up to the file's size."""
+    have = interrupt(server, server.weights_path).stat().st_size
+    bars = []
+
+    class Bar:
+        def __init__(self, name, total, initial):
+            self.name, self.total, self.initial, self.received = name, total, initial, 0
+            bars.append(self)
+
+        def update(self, n):
+            self.received += n
+
+        def close(self):
+            pass
+
+    download_module.download("small", progress=Bar)
+    size = len(server.files[server.weights_path])
+    assert [(b.name, b.total, b.initial, b.received) for b in bars] == [
+        (WEIGHTS, size, have, size - have)
+    ]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
+
+
+def test_a_file_removed_from_a_downloaded_model_is_fetched_again(server, small_models, tmp_path):
+    """A recorded model missing one of its files is not there: `download` fetches that file alone
+    (not the error of a missing file)."""
+    assert run_cli("download", "small", "--no-progress") == 0
+    (tmp_path / "cache" / "small" / WEIGHTS).unlink()
+    n_requests = len(server.log)
+    assert run_cli("download", "small", "--no-progress") == 0
+    assert [p for p, _ in server.log[n_requests:]] == [server.weights_path]
+    assert_downloaded(tmp_path / "cache" / "small", small_models[0])
 
 
 def test_a_file_mirror_copies_whole_files(small_models, tmp_path, monkeypatch):
@@ -606,6 +654,17 @@ def test_a_malformed_content_length_is_one_error(server, tmp_path, capsys, lengt
     assert not (tmp_path / "cache" / "small").exists()
 
 
+@pytest.mark.parametrize("deadline", [0, -1.0, float("nan")])
+def test_a_deadline_that_is_no_positive_number_is_refused(tmp_path, monkeypatch, deadline):
+    """One ElmoConfigError naming the setting, before anything is made or asked (the command line's
+    minimum lets nan through)."""
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPACY_ELMO_BASE_URL", "http://127.0.0.1:9/elmo")  # never the network
+    with pytest.raises(ElmoConfigError, match="deadline must be a positive number"):
+        download_module.download("small", deadline=deadline)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_the_deadline_is_derived_from_the_expected_size():
     # --help: a minute plus the file's size at 64 KiB/s
     assert download_module.file_deadline(30 * 64 * 1024) == 60 + 30
@@ -646,6 +705,17 @@ def test_an_oversized_file_is_refused_before_it_is_fetched(server, tmp_path, cap
     assert "options.json" in line and "200,002 bytes" in line and "at most" in line, line
     assert [p for p, _ in server.log] == [server.options_path]
     assert not (tmp_path / "cache" / "small").exists()
+
+
+def test_a_file_of_exactly_the_published_bound_is_taken(server, small_models, tmp_path):
+    """The bound is the most a published file may hold: an options file of exactly that many bytes
+    (padded with spaces) is fetched, loads and is recorded."""
+    options = server.files[server.options_path]
+    bound = hub.max_bytes("small")[0]
+    server.files[server.options_path] = options + b" " * (bound - len(options))
+    assert run_cli("download", "small", "--no-progress") == 0
+    options_file = tmp_path / "cache" / "small" / hub.published_files("small")[0][0]
+    assert options_file.stat().st_size == bound and hub.verify(options_file.parent, "small")
 
 
 def test_bytes_beyond_the_announced_size_stop_the_download(server, tmp_path, capsys):
