@@ -155,3 +155,26 @@ def test_an_own_format_option_out_of_float32_range_is_refused(fixture_dir, tmp_p
     config["options"]["lstm"][key] = value
     (directory / "bilm.json").write_text(json.dumps(config))
     refused(directory, "bilm.json", f"lstm.{key}")
+
+
+@pytest.mark.parametrize(
+    "key, record",
+    [
+        ("sha256", {"weights.pt": "ab" * 31}),
+        ("sha256", {"weights.pt": 7}),
+        ("sha256", ["weights.pt"]),
+        ("sha256", []),
+        ("archive_crc32", "ab" * 32),
+    ],
+)
+def test_own_config_whose_record_of_its_files_is_no_map_to_sha256s(
+    fixture_dir, tmp_path, key, record
+):
+    """bilm.json's records of the files saved with it (`sha256`, `archive_crc32`) map file names to
+    64 hex digits: any other is one error naming the key (an empty list too: not taken as no
+    record)."""
+    directory = own_model(fixture_dir, tmp_path / "m")
+    config = json.loads((directory / "bilm.json").read_text())
+    config[key] = record
+    (directory / "bilm.json").write_text(json.dumps(config))
+    refused(directory, "bilm.json", f"'{key}' must map file names to sha256s", repr(record))

@@ -111,6 +111,20 @@ def test_save_bilm_killed_over_a_model_saved_before_configs_recorded_digests(fix
         load_bilm(directory)
 
 
+@pytest.mark.parametrize("config", [b"{not json", b"\x80 not UTF-8"])
+def test_a_save_over_a_config_that_cannot_be_read_replaces_it(fixture_dir, tmp_path, config):
+    """A config that cannot be read (not JSON, not UTF-8) records nothing: removed as one without a
+    record before the new files replace the old, and the save goes through (save_bilm's
+    bilm.json, export_hdf5's options.json)."""
+    model = load_bilm(fixture_dir)
+    for writer, name in ((save_bilm, "bilm.json"), (export_hdf5, "options.json")):
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / name).write_bytes(config)
+        writer(model, directory)
+        assert same(outputs(directory), model.embed(SENTS)), name
+
+
 @pytest.mark.timeout(300)
 def test_loads_while_save_bilm_writes_two_models_in_turn(fixture_dir, tmp_path):
     a, b = own_pair(fixture_dir, tmp_path)
