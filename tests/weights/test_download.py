@@ -583,10 +583,11 @@ def test_a_read_only_cache_with_a_part_file_is_one_error_not_retried(
 def test_a_part_file_that_cannot_be_written_is_one_error_not_retried(
     server, tmp_path, monkeypatch, capsys, code, says
 ):
-    """EROFS / EACCES / EPERM writing the weights' part file (injected): one error naming it, one
-    request, no retry."""
+    """EROFS / EACCES / EPERM writing the weights' part file (injected): one error naming it and
+    where the cache can go instead, one request, no retry."""
     line = download_failing_to_write(server, monkeypatch, capsys, code)
     assert "weights.hdf5.part" in line and says in line and "attempts" not in line, line
+    assert "set SPACY_ELMO_CACHE to a writable directory" in line, line
 
 
 def test_concurrent_downloads_of_a_model_wait_for_one_another(server, small_models, tmp_path):
