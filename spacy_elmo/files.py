@@ -4,7 +4,7 @@ Reading: every reader opens its file through `open_regular` (or checks it with `
 a library opens it by name): a regular file, or a symlink to one, of a bounded size. A FIFO, a
 device or a directory is refused, naming what it is, before it is opened (a FIFO blocks, `/dev/zero`
 never ends). A model directory is read from itself: every file a loader reads in it is named through
-`inside_dir`, and checked once open to be inside it still (`opened_inside`: a symlink swapped in
+`inside_dir`, and checked once open to be inside it still (`opened_inside`: a symlink turned in
 between). A message quotes what a file holds only as an `excerpt`.
 
 Writing: files become visible only when complete: written under a new temporary name beside the
@@ -123,20 +123,32 @@ def excerpt(text: object, limit: int = 40) -> str:
 
 
 def opened_inside(fd: int, path: PathLike, directory: PathLike, what: str) -> None:
-    """ElmoFileError naming `path` where the file open at `fd` is not the one `path` resolves to now
-    inside `directory`: a symlink of the model directory changed after `inside_dir` looked at it
-    (the file read could otherwise be any the process can read)."""
-    root, target = os.path.realpath(directory), os.path.realpath(path)
-    try:
-        same = os.path.samestat(os.fstat(fd), os.stat(target))
-    except OSError:
-        same = False
-    if not same or os.path.commonpath([target, root]) != root:
+    """ElmoFileError naming `path` where the file open at `fd` is not inside `directory`: a symlink
+    of the model directory turned outside after `inside_dir` looked at it (the file read could
+    otherwise be any the process can read). A file replaced since it was opened (a save's rename)
+    is where it was."""
+    root, where = os.path.realpath(directory), _opened_path(fd)
+    if where is None:  # the system does not say: where `path` leads now
+        where = os.path.realpath(path)
+    if os.path.commonpath([where, root]) != root:
         raise ElmoFileError(
-            f"{path}: refused: the {what} changed as it was opened (a symlink now leading "
-            f"elsewhere than to the file inside the model directory {directory}, which it is read "
-            "from only)"
+            f"{path}: refused: the {what} opened is {where}, outside the model directory "
+            f"{directory} (a symlink turned outside as it was opened; a model directory's files "
+            "are read from it only)"
         )
+
+
+def _opened_path(fd: int) -> Optional[str]:
+    """Where the file open at `fd` is (Linux: `/proc/self/fd`; one removed or replaced since keeps
+    its name there, marked deleted); None where the system does not say."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    deleted = " (deleted)"
+    if where.endswith(deleted) and not os.path.lexists(where):
+        where = where[: -len(deleted)]
+    return where if os.path.isabs(where) else None
 
 
 def open_regular(

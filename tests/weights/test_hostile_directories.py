@@ -191,7 +191,7 @@ def test_a_symlink_turned_outside_as_the_file_is_opened_is_refused(
     assert load_bilm(directory).output_dim > 0  # a symlink inside is read
     nth = 2 if load == "info" else 1  # info: the load, then the sha256
     opens = swapped_at_open(monkeypatch, directory / opened, link, outside, nth)
-    message = "changed as it was opened"
+    message = "turned outside as it was opened"
     if load == "load_bilm":
         with pytest.raises(ElmoFileError, match=message) as err:
             load_bilm(directory)
@@ -219,5 +219,21 @@ def test_convert_copies_no_extra_file_turned_outside_as_it_is_opened(
     link, outside = linked_inside(directory, name, tmp_path / "elsewhere")
     swapped_at_open(monkeypatch, directory / name, link, outside, nth=1)
     assert run_cli("convert", directory, tmp_path / "out", "--to", "own") == 1
-    assert "changed as it was opened" in one_error_line(capsys.readouterr().err)
+    assert "turned outside as it was opened" in one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_where_the_system_does_not_say_where_a_file_is_its_path_is_checked(
+    fixture_dir, tmp_path, monkeypatch
+):
+    """Without Linux's /proc/self/fd, a file open is taken to be where its path leads now: the
+    symlink turned outside is still refused."""
+    from spacy_elmo import files
+
+    directory = own_model(fixture_dir, tmp_path / "m")
+    link, outside = linked_inside(directory, "weights.pt", tmp_path / "elsewhere")
+    monkeypatch.setattr(files, "_opened_path", lambda fd: None)
+    assert load_bilm(directory).output_dim == 32
+    swapped_at_open(monkeypatch, directory / "weights.pt", link, outside)
+    with pytest.raises(ElmoFileError, match="turned outside as it was opened"):
+        load_bilm(directory)
