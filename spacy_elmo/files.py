@@ -124,12 +124,9 @@ def excerpt(text: object, limit: int = 40) -> str:
 
 def opened_inside(fd: int, path: PathLike, directory: PathLike, what: str) -> None:
     """ElmoFileError naming `path` where the file open at `fd` is not inside `directory`: a symlink
-    of the model directory turned outside after `inside_dir` looked at it (the file read could
-    otherwise be any the process can read). A file replaced since it was opened (a save's rename)
-    is where it was."""
-    root, where = os.path.realpath(directory), _opened_path(fd)
-    if where is None:  # the system does not say: where `path` leads now
-        where = os.path.realpath(path)
+    turned outside after `inside_dir` looked (else any file the process can read could be read). A
+    file replaced since it was opened (a save's rename) is where it was."""
+    root, where = os.path.realpath(directory), _opened_path(fd) or os.path.realpath(path)
     if os.path.commonpath([where, root]) != root:
         raise ElmoFileError(
             f"{path}: refused: the {what} opened is {where}, outside the model directory "
@@ -139,15 +136,12 @@ def opened_inside(fd: int, path: PathLike, directory: PathLike, what: str) -> No
 
 
 def _opened_path(fd: int) -> Optional[str]:
-    """Where the file open at `fd` is (Linux: `/proc/self/fd`; one removed or replaced since keeps
-    its name there, marked deleted); None where the system does not say."""
+    """Where the file open at `fd` is (Linux: `/proc/self/fd`; one replaced since keeps its name,
+    marked deleted); None where the system does not say (then: where its path leads now)."""
     try:
-        where = os.readlink(f"/proc/self/fd/{fd}")
+        where = os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
     except OSError:
         return None
-    deleted = " (deleted)"
-    if where.endswith(deleted) and not os.path.lexists(where):
-        where = where[: -len(deleted)]
     return where if os.path.isabs(where) else None
 
 
