@@ -65,6 +65,7 @@ def convert_cli(
             raise ElmoFileError(f"{dest} exists and is not an empty directory")
         # beside the model's weights (`pretrain`'s OUT/model), never in the cache of published ones
         home = files.weights.parent
+        inside = files.directory or home  # the directory given, which every file read is inside
         extras = [
             inside_dir(home, name, "extra model file")
             for name in EXTRA_FILES
@@ -73,13 +74,13 @@ def convert_cli(
         for extra in extras:
             # copied only if it is a plain state dict, as `pretrain --init-from` reads it
             if extra.name == HEAD_FILE:
-                read_state_dict(extra, str(extra), inside=files.directory or home)
+                read_state_dict(extra, str(extra), inside=inside)
         with write_errors(dest), atomic_dir(dest) as tmp:  # DEST appears complete or not at all
             if target == "hdf5":
                 written = list(export_hdf5(bilm, tmp, stem=stem))
             else:
                 written = locate(save_bilm(bilm, tmp)).paths
-            written += [copy_inside(extra, tmp, files.directory or home) for extra in extras]
+            written += [copy_inside(extra, tmp, inside) for extra in extras]
         paths, source = [dest / path.name for path in written], describe_source(src)
     typer.echo(
         "wrote "
